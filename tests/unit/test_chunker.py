@@ -1,0 +1,192 @@
+"""The streaming sentence chunker: each rule a listener would notice, plus properties over any split of
+the deltas."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.chunker import SentenceChunker, chunk_stream
+
+
+def chunks_of(text: str, *, step: int = 1, **kw) -> list[str]:
+    """Feed ``text`` in deltas of ``step`` characters (token-like streaming), then flush."""
+    chunker = SentenceChunker(**kw)
+    out: list[str] = []
+    for i in range(0, len(text), step):
+        out += chunker.push(text[i : i + step])
+    return out + chunker.flush()
+
+
+def squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_plain_sentences(step):
+    assert chunks_of("Hello there. How are you? I am fine!", step=step) == [
+        "Hello there.",
+        "How are you?",
+        "I am fine!",
+    ]
+
+
+def test_sentence_is_emitted_as_soon_as_the_next_word_starts():
+    chunker = SentenceChunker()
+    assert chunker.push("The first sentence.") == []  # could still be "3.14" or "e.g."
+    assert chunker.push(" ") == []
+    assert chunker.push("The") == ["The first sentence."]
+    assert chunker.push(" second one") == []
+    assert chunker.flush() == ["The second one"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I met Dr. Smith and Mr. Jones today.",
+        "Bring fruit, e.g. apples or pears, to the picnic.",
+        "Bring fruit, e.g. Apples or Pears, to the picnic.",
+        "He moved to the U.S. Army base last year.",
+        "She works vs. he plays all day.",
+        "The letter was signed J. R. Tolkien in ink.",
+        "It ends at 5 p.m. Tomorrow is another day.",
+    ],
+)
+def test_abbreviations_do_not_cut(text):
+    assert chunks_of(text) == [text]
+
+
+def test_etc_can_end_a_sentence():
+    assert chunks_of("We packed pens, paper, etc. Then we left.") == [
+        "We packed pens, paper, etc.",
+        "Then we left.",
+    ]
+
+
+def test_decimals_and_times_do_not_cut():
+    text = "Pi is about 3.14 and the train leaves at 2:30 sharp. Version 1.2.3 is out."
+    assert chunks_of(text) == [
+        "Pi is about 3.14 and the train leaves at 2:30 sharp.",
+        "Version 1.2.3 is out.",
+    ]
+
+
+def test_number_at_sentence_end_cuts():
+    assert chunks_of("The total was 42. Then we paid.") == ["The total was 42.", "Then we paid."]
+
+
+def test_ellipsis_cuts_only_before_a_new_sentence():
+    assert chunks_of("Wait... what happened? I thought… Then it rang.") == [
+        "Wait... what happened?",
+        "I thought…",
+        "Then it rang.",
+    ]
+
+
+def test_full_stop_before_closing_quote_or_bracket():
+    assert chunks_of('He said "Stop." Then he left. (It was late.) We slept.') == [
+        'He said "Stop."',
+        "Then he left.",
+        "(It was late.)",
+        "We slept.",
+    ]
+
+
+def test_question_inside_quote_followed_by_lowercase_does_not_cut():
+    assert chunks_of('"Really?" she asked. Yes.') == ['"Really?" she asked.', "Yes."]
+
+
+def test_newlines_and_list_items_end_chunks():
+    text = "Here is the plan:\n1. Open the box.\n2. Take out the radio\n- plug it in\n\nThat is all"
+    assert chunks_of(text) == [
+        "Here is the plan:",
+        "1. Open the box.",
+        "2. Take out the radio",
+        "- plug it in",
+        "That is all",
+    ]
+
+
+def test_remainder_is_flushed_without_a_full_stop():
+    chunker = SentenceChunker()
+    assert chunker.push("no full stop at the end") == []
+    assert chunker.flush() == ["no full stop at the end"]
+    assert chunker.flush() == []  # reset after flush
+
+
+def test_punctuation_alone_is_never_a_chunk():
+    assert chunks_of("...\n- \nOK then.") == ["...\n- \nOK then."]
+
+
+def test_cjk_full_stops():
+    assert chunks_of("こんにちは。元気ですか？はい") == ["こんにちは。", "元気ですか？", "はい"]
+
+
+def test_early_first_clause():
+    text = "Well, I think that, on balance, we should go now. Later, we rest."
+    assert chunks_of(text, first_clause_words=4) == [
+        "Well, I think that,",
+        "on balance, we should go now.",
+        "Later, we rest.",
+    ]
+    assert chunks_of(text) == ["Well, I think that, on balance, we should go now.", "Later, we rest."]
+
+
+def test_long_sentence_is_cut_at_a_clause_mark_not_inside_a_word():
+    text = "alpha beta gamma, " * 10 + "and the end"
+    chunks = chunks_of(text, max_chars=60)
+    assert all(len(c) <= 60 for c in chunks)
+    assert all(c.endswith(",") for c in chunks[:-1])
+    assert squash(" ".join(chunks)) == squash(text)
+
+
+async def test_chunk_stream_adapter():
+    async def deltas():
+        for token in ["Hi", " there", ".", " Bye", " now"]:
+            yield token
+
+    assert [c async for c in chunk_stream(deltas())] == ["Hi there.", "Bye now"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Properties: whatever the split of the deltas, nothing is lost, nothing is empty, and the chunks are
+# the same as for the whole text at once.
+# ------------------------------------------------------------------------------------------------
+_pieces = st.sampled_from(
+    [
+        "Hello", "world", "Dr.", "e.g.", "U.S.", "3.14", "2:30", "...", "…", ".", "!", "?", ",", ";",
+        '"', "'", ")", "(", "\n", "\n\n", " ", "  ", "- ", "1. ", "etc.", "The", "and", "it", "A",
+        "は", "。", "x" * 30,
+    ]
+)
+_texts = st.lists(_pieces, max_size=40).map("".join) | st.text(max_size=200)
+
+
+@st.composite
+def _split(draw):
+    text = draw(_texts)
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=12)))
+    bounds = [0, *cuts, len(text)]
+    return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_split(), st.sampled_from([None, 3]), st.sampled_from([20, 400]))
+def test_property_nothing_lost_nothing_empty_split_invariant(case, first_clause_words, max_chars):
+    text, deltas = case
+    kw = {"first_clause_words": first_clause_words, "max_chars": max_chars}
+    chunker = SentenceChunker(**kw)
+    chunks: list[str] = []
+    for d in deltas:
+        chunks += chunker.push(d)
+    chunks += chunker.flush()
+
+    assert all(c.strip() for c in chunks)
+    assert all(c == c.strip() for c in chunks)
+    assert squash(" ".join(chunks)) == squash(text)
+    whole = SentenceChunker(**kw)
+    assert chunks == whole.push(text) + whole.flush()
