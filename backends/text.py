@@ -1,0 +1,187 @@
+"""Text -> segments: normalise, split into sentences, keep every segment within the model's phoneme
+limit, and cut the first segment early so first audio comes soon.
+
+Rules (the README states them for users):
+
+* Sentences end at ``. ! ? …`` (with any closing quotes or brackets) when the next word starts
+  with a capital, digit or quote, and at newlines. Abbreviations (``Dr.``, ``e.g.``, ``U.S.``),
+  initials, decimals (``3.14``) and times (``2:30``) never end a sentence.
+* No segment exceeds :data:`~backends.base.MAX_PHONEMES` phonemes: a long sentence is cut at clause
+  punctuation (``, ; : —``) first, then between words, and only as a last resort inside a word.
+* The first segment of a request may stop at a clause boundary after a few words
+  (``first_segment_words`` .. ``first_segment_max_words``); later segments pack whole sentences
+  up to ``segment_phonemes`` so synthesis keeps ahead of playback.
+* Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
+  whitespace).
+
+Pure Python plus the G2P callable; call from a worker thread (phonemisation is CPU work).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .base import MAX_PHONEMES, EmptyText, Segment
+
+ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st vs etc e.g i.e u.s u.k a.m p.m no fig inc ltd co mt gen col lt sgt "
+    "capt rev jan feb mar apr jun jul aug sep sept oct nov dec approx dept est ave blvd".split()
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u2028\u2029\ufeff]")
+_SENT_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s|$)")
+_CLAUSE = re.compile(r"[,;:]+[\"'”’)\]]*(?=\s)|\s[—–-]{1,2}(?=\s)|—")
+_NEXT_STARTS_SENTENCE = re.compile(r"\s*(?:[A-Z0-9\"'“‘(\[]|$)")
+
+
+def normalize(text: str) -> str:
+    """NFC, control characters dropped, runs of spaces folded; newlines kept (they end sentences)."""
+    text = unicodedata.normalize("NFC", text)
+    text = _CONTROL.sub(" ", text).replace("\r\n", "\n").replace("\r", "\n")
+    lines = [" ".join(line.split()) for line in text.split("\n")]
+    return "\n".join(line for line in lines if line).strip()
+
+
+def _is_abbreviation(text: str, end: int) -> bool:
+    """Whether the full stop at ``text[end]`` belongs to an abbreviation or an initial."""
+    start = end
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    word = text[start:end].lstrip("\"'“‘([").lower()
+    return word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or (
+        "." in word and all(len(p) <= 1 for p in word.split("."))
+    )
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split normalised text into sentences; the pieces cover the text exactly (up to whitespace)."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        start = 0
+        for m in _SENT_END.finditer(line):
+            punct = m.group()
+            if punct[0] == "." and len(punct.rstrip("\"'”’)]")) == 1 and _is_abbreviation(line, m.start()):
+                continue
+            if not _NEXT_STARTS_SENTENCE.match(line, m.end()):
+                continue
+            piece = line[start : m.end()].strip()
+            if piece:
+                out.append(piece)
+            start = m.end()
+        tail = line[start:].strip()
+        if tail:
+            out.append(tail)
+    return out
+
+
+def clause_boundaries(sentence: str) -> list[int]:
+    """Offsets just after each clause mark, where a sentence may be cut."""
+    return [m.end() for m in _CLAUSE.finditer(sentence) if 0 < m.end() < len(sentence)]
+
+
+def _split_at(sentence: str, cuts: list[int]) -> list[str]:
+    pieces, prev = [], 0
+    for cut in [*cuts, len(sentence)]:
+        piece = sentence[prev:cut].strip()
+        if piece:
+            pieces.append(piece)
+        prev = cut
+    return pieces
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    text: str
+    phonemes: str
+
+
+class TextPipeline:
+    """Plans the segments of a request. ``phonemize(text, lang) -> str``; ``vocab`` filters phonemes
+    to what the model knows, so ``len(segment.phonemes)`` is its token count."""
+
+    def __init__(
+        self,
+        phonemize: Callable[[str, str], str],
+        vocab: dict[str, int],
+        *,
+        first_segment_words: int = 3,
+        first_segment_max_words: int = 12,
+        segment_phonemes: int = 300,
+        max_phonemes: int = MAX_PHONEMES,
+    ):
+        self._phonemize = phonemize
+        self._vocab = vocab
+        self.first_segment_words = first_segment_words
+        self.first_segment_max_words = first_segment_max_words
+        self.segment_phonemes = min(segment_phonemes, max_phonemes)
+        self.max_phonemes = max_phonemes
+
+    def phonemes(self, text: str, lang: str) -> str:
+        ph = self._phonemize(text, lang)
+        return "".join(c for c in ph if c in self._vocab).strip()
+
+    # -- budget ---------------------------------------------------------------------------------
+    def _fit(self, text: str, lang: str) -> list[SegmentPlan]:
+        """Pieces of ``text`` each within the phoneme limit: clauses, then words, then characters."""
+        ph = self.phonemes(text, lang)
+        if len(ph) <= self.max_phonemes:
+            return [SegmentPlan(text, ph)]
+        clauses = _split_at(text, clause_boundaries(text))
+        if len(clauses) == 1:
+            words = text.split()
+            if len(words) == 1:  # one enormous "word": cut by characters
+                half = len(text) // 2
+                return self._fit(text[:half], lang) + self._fit(text[half:], lang)
+            clauses = [" ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :])]
+        out: list[SegmentPlan] = []
+        for clause in clauses:
+            out.extend(self._fit(clause, lang))
+        return self._pack(out, self.max_phonemes)
+
+    @staticmethod
+    def _pack(pieces: list[SegmentPlan], budget: int) -> list[SegmentPlan]:
+        out: list[SegmentPlan] = []
+        for piece in pieces:
+            if out and len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
+                last = out[-1]
+                out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}")
+            else:
+                out.append(piece)
+        return out
+
+    # -- first segment --------------------------------------------------------------------------
+    def _first_cut(self, sentence: str) -> int | None:
+        n_words = len(sentence.split())
+        for cut in clause_boundaries(sentence):
+            before = len(sentence[:cut].split())
+            if before < self.first_segment_words:
+                continue
+            if before > self.first_segment_max_words:
+                break
+            if n_words - before >= 2:
+                return cut
+        return None
+
+    def plan(
+        self, text: str, *, voice: str, speed: float = 1.0, lang: str = "en-us", fast_first: bool = True
+    ) -> list[Segment]:
+        text = normalize(text)
+        sentences = split_sentences(text)
+        if fast_first and sentences:
+            cut = self._first_cut(sentences[0])
+            if cut is not None:
+                sentences[:1] = _split_at(sentences[0], [cut])
+        pieces: list[SegmentPlan] = []
+        for sentence in sentences:
+            pieces.extend(p for p in self._fit(sentence, lang) if p.phonemes)
+        if not any(any(c.isalpha() for c in p.phonemes) for p in pieces):
+            raise EmptyText("text has nothing to pronounce")
+        first, rest = pieces[:1], self._pack(pieces[1:], self.segment_phonemes)
+        if not fast_first:
+            first, rest = [], self._pack(pieces, self.segment_phonemes)
+        return [
+            Segment(text=p.text, phonemes=p.phonemes, voice=voice, speed=speed, index=i, lang=lang)
+            for i, p in enumerate(first + rest)
+        ]

@@ -1,0 +1,142 @@
+"""Voice packs: listing, loading (as data only) and blending.
+
+A voice pack is a float32 array of shape (510, 1, 256): one style vector per phoneme count.
+Packs come from one ``.npz`` (``allow_pickle=False``) or a folder of official ``.pt`` files, which
+are read with ``torch.load(weights_only=True)`` — tensors only, never arbitrary pickles.
+
+Blends: ``"af_heart(2)+am_adam(1)"`` mixes packs with weights normalised to sum to one. The
+expression is parsed by a regular grammar, never evaluated; each part must be a loaded voice.
+:class:`VoiceStore` is immutable after construction and safe to share across threads.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .base import InvalidRequest, UnknownVoice
+
+PACK_SHAPE = (510, 1, 256)
+#: Preferred default voices, first present wins. af_heart is the official pack's flagship; of the
+#: five offline (registry) voices jm_kumo reads English most intelligibly.
+DEFAULT_PREFERENCE = ("af_heart", "jm_kumo")
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_\-]{0,63}"
+_PART = re.compile(rf"^\s*({_NAME})\s*(?:\(\s*([0-9]+(?:\.[0-9]+)?)\s*\))?\s*$")
+MAX_BLEND_PARTS = 8
+
+
+def parse_blend(spec: str) -> list[tuple[str, float]]:
+    """``"a(2)+b(1)"`` -> ``[("a", 2/3), ("b", 1/3)]``. Raises InvalidRequest on bad syntax."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InvalidRequest("voice must be a non-empty string", code="invalid_voice")
+    parts = spec.split("+")
+    if len(parts) > MAX_BLEND_PARTS:
+        raise InvalidRequest(f"a blend may mix at most {MAX_BLEND_PARTS} voices", code="invalid_voice")
+    out: list[tuple[str, float]] = []
+    for part in parts:
+        m = _PART.match(part)
+        if not m:
+            raise InvalidRequest(
+                f"invalid voice expression {spec!r}: expected name or name(weight)+name(weight)",
+                code="invalid_voice",
+            )
+        weight = float(m.group(2)) if m.group(2) is not None else 1.0
+        out.append((m.group(1), weight))
+    total = sum(w for _, w in out)
+    if total <= 0:
+        raise InvalidRequest(f"voice weights in {spec!r} must sum to more than 0", code="invalid_voice")
+    return [(name, w / total) for name, w in out]
+
+
+def _check_pack(name: str, arr: np.ndarray) -> np.ndarray:
+    arr = np.asarray(arr, dtype=np.float32)
+    if arr.shape == (510, 256):
+        arr = arr.reshape(PACK_SHAPE)
+    if arr.shape != PACK_SHAPE or not np.isfinite(arr).all():
+        raise ValueError(f"voice {name!r}: expected finite float32 {PACK_SHAPE}, got {arr.shape}")
+    return arr
+
+
+def load_voice_packs(path: Path) -> dict[str, np.ndarray]:
+    """Read packs from an ``.npz`` file or a folder of ``.npy``/``.pt`` files, as data only."""
+    path = Path(path)
+    packs: dict[str, np.ndarray] = {}
+    if path.is_file():
+        with np.load(path, allow_pickle=False) as npz:
+            for name in npz.files:
+                packs[name] = _check_pack(name, npz[name])
+        return packs
+    if path.is_dir():
+        for f in sorted(path.iterdir()):
+            if f.suffix == ".npy":
+                packs[f.stem] = _check_pack(f.stem, np.load(f, allow_pickle=False))
+            elif f.suffix == ".pt":
+                import torch  # only for official .pt packs; weights_only refuses code
+
+                packs[f.stem] = _check_pack(f.stem, torch.load(f, map_location="cpu", weights_only=True).numpy())
+        return packs
+    raise FileNotFoundError(f"no voice packs at {path}")
+
+
+class VoiceStore:
+    """The loaded voices. ``get(spec)`` returns a (510, 1, 256) float32 pack for a name or a blend."""
+
+    def __init__(self, packs: dict[str, np.ndarray], default: str | None = None):
+        if not packs:
+            raise ValueError("no voices loaded")
+        self._packs = {name: _check_pack(name, arr) for name, arr in packs.items()}
+        if default is None:
+            default = next((v for v in DEFAULT_PREFERENCE if v in self._packs), sorted(self._packs)[0])
+        if default not in self._packs:
+            raise UnknownVoice(f"default voice {default!r} is not loaded; available: {', '.join(self.names())}")
+        self.default = default
+        self._blends: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_path(cls, path: Path, default: str | None = None) -> VoiceStore:
+        return cls(load_voice_packs(path), default)
+
+    def names(self) -> list[str]:
+        return sorted(self._packs)
+
+    def __contains__(self, spec: object) -> bool:
+        try:
+            self.resolve(spec)  # type: ignore[arg-type]
+        except (InvalidRequest, UnknownVoice):
+            return False
+        return True
+
+    def resolve(self, spec: str | None) -> str:
+        """Validate a voice name or blend and return its canonical form. Raises a typed error."""
+        if spec is None:
+            return self.default
+        parts = parse_blend(spec)
+        missing = [name for name, _ in parts if name not in self._packs]
+        if missing:
+            raise UnknownVoice(
+                f"unknown voice {missing[0]!r}; available: {', '.join(self.names())}"
+            )
+        if len(parts) == 1:
+            return parts[0][0]
+        return "+".join(f"{name}({weight:.6g})" for name, weight in parts)
+
+    def get(self, spec: str | None) -> np.ndarray:
+        name = self.resolve(spec)
+        if name in self._packs:
+            return self._packs[name]
+        with self._lock:
+            pack = self._blends.get(name)
+            if pack is None:
+                pack = sum(w * self._packs[n] for n, w in parse_blend(name)).astype(np.float32)
+                self._blends[name] = pack
+            return pack
+
+    def style(self, spec: str | None, n_tokens: int) -> np.ndarray:
+        """The (1, 256) style vector for an utterance of ``n_tokens`` phoneme tokens."""
+        pack = self.get(spec)
+        return pack[max(1, min(n_tokens, len(pack))) - 1]

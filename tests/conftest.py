@@ -1,0 +1,85 @@
+"""Shared fixtures: the model directory is built once (idempotently) and the real ONNX runtime is
+loaded once per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    from backends.assets import build_assets, default_model_dir
+
+    path = Path(os.environ.get("KOKORO_MODEL_DIR") or default_model_dir())
+    build_assets(path, torch=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def model_files(model_dir):
+    from backends.assets import ModelFiles
+
+    return ModelFiles.discover(model_dir)
+
+
+@pytest.fixture(scope="session")
+def voices(model_files):
+    from backends.voices import VoiceStore
+
+    return VoiceStore.from_path(model_files.voices)
+
+
+@pytest.fixture(scope="session")
+def vocab(model_files):
+    from backends.onnx_runtime import load_vocab
+
+    return load_vocab(model_files.config)
+
+
+@pytest.fixture(scope="session")
+def g2p():
+    from backends.g2p import EspeakG2P
+
+    return EspeakG2P()
+
+
+@pytest.fixture(scope="session")
+def pipeline(g2p, vocab):
+    from backends.text import TextPipeline
+
+    return TextPipeline(g2p.phonemize, vocab)
+
+
+@pytest.fixture(scope="session")
+def onnx_synth(model_files, voices):
+    from backends.onnx_runtime import OnnxSynthesizer
+
+    synth = OnnxSynthesizer(model_files, voices)
+    synth.load()
+    return synth
+
+
+@pytest.fixture(scope="session")
+def transcribe():
+    """Transcribe 24 kHz float audio with pocketsphinx's bundled en-us model; returns lower-case words."""
+    import numpy as np
+    import soxr
+    from pocketsphinx import Decoder
+
+    decoder = Decoder(samprate=16000)
+
+    def run(audio) -> list[str]:
+        pcm = (np.clip(soxr.resample(audio, 24000, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
+        decoder.start_utt()
+        decoder.process_raw(pcm, full_utt=True)
+        decoder.end_utt()
+        hyp = decoder.hyp()
+        return hyp.hypstr.lower().split() if hyp else []
+
+    return run

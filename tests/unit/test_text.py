@@ -1,0 +1,109 @@
+"""The segmenter: sentence rules, the 510-phoneme limit, the fast first clause, and no text lost."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backends.base import MAX_PHONEMES, EmptyText
+from backends.text import TextPipeline, normalize, split_sentences
+
+
+def words(text: str) -> list[str]:
+    return text.split()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Dr. Smith arrived. He sat down.", ["Dr. Smith arrived.", "He sat down."]),
+        ("Pi is 3.14 today. Yes.", ["Pi is 3.14 today.", "Yes."]),
+        ("Meet at 2:30 p.m. sharp. Then go.", ["Meet at 2:30 p.m. sharp.", "Then go."]),
+        ("Use e.g. a fork. Or not.", ["Use e.g. a fork.", "Or not."]),
+        ('He said "stop." Then he left.', ['He said "stop."', "Then he left."]),
+        ("Wait... what? Fine!", ["Wait... what?", "Fine!"]),
+        ("(It works.) Next one.", ["(It works.)", "Next one."]),
+        ("first line\nsecond line", ["first line", "second line"]),
+        ("no full stop at the end", ["no full stop at the end"]),
+    ],
+)
+def test_sentence_split(text, expected):
+    assert split_sentences(normalize(text)) == expected
+
+
+def test_normalize_drops_control_characters_and_folds_spaces():
+    assert normalize("a\x00b   c\u200b\r\nd") == "a b c\nd"
+
+
+def test_no_segment_exceeds_the_phoneme_limit(pipeline):
+    text = "This sentence has no end but goes on and on, " * 40 + "until here."
+    segments = pipeline.plan(text, voice="jm_kumo")
+    assert len(segments) > 1
+    assert all(0 < len(s.phonemes) <= MAX_PHONEMES for s in segments)
+    assert words(" ".join(s.text for s in segments)) == words(text)
+
+
+def test_a_giant_word_is_cut_rather_than_dropped(pipeline):
+    text = "x" * 3000
+    segments = pipeline.plan(text, voice="jm_kumo")
+    assert all(len(s.phonemes) <= MAX_PHONEMES for s in segments)
+    assert "".join(s.text for s in segments) == text
+
+
+def test_first_segment_stops_at_an_early_clause(pipeline):
+    text = "Welcome back, everyone, to the show about streaming speech. Today we measure latency."
+    first, *rest = pipeline.plan(text, voice="jm_kumo", fast_first=True)
+    assert first.text == "Welcome back, everyone,"
+    assert rest and words(" ".join(s.text for s in [first, *rest])) == words(text)
+
+
+def test_fast_first_can_be_turned_off(pipeline):
+    text = "Welcome back, everyone, to the show about streaming speech."
+    segments = pipeline.plan(text, voice="jm_kumo", fast_first=False)
+    assert [s.text for s in segments] == [text]
+
+
+def test_later_segments_are_packed_larger_than_the_first(pipeline):
+    text = "Hello there, my friend, how are you. " + "It is fine. " * 20
+    segments = pipeline.plan(text, voice="jm_kumo")
+    assert len(segments[0].phonemes) < max(len(s.phonemes) for s in segments[1:])
+    assert len(segments) < 21  # short sentences were packed together
+
+
+@pytest.mark.parametrize("text", ["", "   ", "!!!", "...", "\n\n"])
+def test_nothing_to_pronounce_is_an_error(pipeline, text):
+    with pytest.raises(EmptyText):
+        pipeline.plan(text, voice="jm_kumo")
+
+
+def test_segments_are_numbered_in_order_and_carry_voice_and_speed(pipeline):
+    segments = pipeline.plan("One, two, three, four. Five six.", voice="jf_alpha", speed=1.3)
+    assert [s.index for s in segments] == list(range(len(segments)))
+    assert {(s.voice, s.speed) for s in segments} == {("jf_alpha", 1.3)}
+
+
+_word = st.sampled_from(
+    ["hello", "world", "Dr.", "3.14", "2:30", "e.g.", "U.S.", "stop.", "go!", "why?", "well...",
+     "yes,", "no;", '"quoted."', "(aside)", "—", "and", "The", "A", "\n", "x" * 40]
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_word, min_size=1, max_size=60), st.booleans())
+def test_no_text_lost_or_duplicated(pipeline, tokens, fast_first):
+    text = " ".join(tokens)
+    try:
+        segments = pipeline.plan(text, voice="jm_kumo", fast_first=fast_first)
+    except EmptyText:
+        assert not any(c.isalpha() for c in text)
+        return
+    joined = " ".join(s.text for s in segments)
+    assert words(joined) == words(normalize(text))
+    assert all(s.phonemes and len(s.phonemes) <= MAX_PHONEMES for s in segments)
+
+
+def test_pipeline_limits_are_configurable(g2p, vocab):
+    pipe = TextPipeline(g2p.phonemize, vocab, max_phonemes=60, segment_phonemes=60)
+    segments = pipe.plan("A fairly long sentence that certainly needs more than sixty phonemes to say.", voice="v")
+    assert len(segments) > 1 and all(len(s.phonemes) <= 60 for s in segments)
