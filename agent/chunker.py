@@ -147,6 +147,8 @@ class SentenceChunker:
             if ch in CJK_TERMINATORS:
                 j = self._skip(buf, i, TERMINATORS + CJK_TERMINATORS)
                 j = self._skip(buf, j, CLOSERS)
+                if j >= n and not final:
+                    return None  # more stops or closers may follow
                 if self._speakable(buf[:j]):
                     return j
                 i = j
