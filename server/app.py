@@ -1,0 +1,158 @@
+"""The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
+
+Routes (DESIGN.md §4): ``GET /ping``, ``POST /invocations``, ``WS
+/invocations-bidirectional-stream``, ``GET /metrics`` and, when ``server.openai_api`` is present,
+the OpenAI-compatible routes. Middleware: CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
+auth (when ``KOKORO_API_KEY`` is set; ``/ping`` stays open).
+
+Lifespan: the backend is loaded and warmed up (``backend.start()``, off the loop) in a background
+task, so the server listens at once and ``/ping`` answers 503 ``loading`` until the model is ready,
+then 200. A load failure leaves ``/ping`` at 503 ``failed`` and calls ``on_fatal`` (the CLI exits).
+On shutdown, sessions still open are closed 1001 and the backend is closed. Graceful draining
+(``ServerState.drain``) runs before that, started by the CLI's SIGTERM handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+
+from .auth import BearerAuth
+from .invocations import Invocations
+from .metrics import Metrics
+from .settings import Settings
+from .state import ServerState
+from .ws import websocket_endpoint
+
+log = logging.getLogger("kokoro.server")
+PING_HEALTH_TIMEOUT_S = 0.05
+
+
+async def ping(request: Request) -> JSONResponse:
+    """200 when loaded, warmed up and not draining; 503 otherwise. Never waits on synthesis."""
+    state: ServerState = request.app.state.kokoro
+    body: dict[str, Any] = state.describe()
+    if state.load_error is not None:
+        body["error"] = f"{type(state.load_error).__name__}: {state.load_error}"
+    if not state.ready:
+        return JSONResponse(body, status_code=503)
+    try:
+        # A health check that is slow because every core is busy synthesising is not a failure.
+        async with asyncio.timeout(PING_HEALTH_TIMEOUT_S):
+            await state.backend.check_health()
+    except TimeoutError:
+        pass
+    except Exception as e:
+        body.update(status="unhealthy", error=str(e))
+        return JSONResponse(body, status_code=503)
+    return JSONResponse(body)
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    state: ServerState = request.app.state.kokoro
+    state.metrics.queue.set(getattr(state.backend, "queue_depth", 0) or 0)
+    return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse({"error": {"code": code, "message": exc.detail}}, status_code=exc.status_code,
+                        headers=exc.headers)
+
+
+async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s", request.url.path, exc_info=exc)
+    return JSONResponse({"error": {"code": "internal_error", "message": "internal server error"}}, status_code=500)
+
+
+def _openai_routes(backend: Any, settings: Settings) -> list[BaseRoute]:
+    try:
+        from .openai_api import openai_routes
+    except ImportError as e:
+        if e.name and e.name.endswith("openai_api"):
+            return []
+        raise
+    return list(openai_routes(backend, settings))
+
+
+def create_app(
+    settings: Settings,
+    backend: Any,
+    *,
+    metrics: Metrics | None = None,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> Starlette:
+    """Build the app around ``backend`` (started by the lifespan unless already ready).
+
+    ``metrics`` defaults to a fresh :class:`Metrics` (its own registry); it becomes the backend's
+    observer when the backend has none.
+    """
+    metrics = metrics if metrics is not None else Metrics()
+    if hasattr(backend, "observer") and backend.observer is None:
+        backend.observer = metrics
+    state = ServerState(settings, backend, metrics)
+
+    async def load() -> None:
+        try:
+            if not backend.ready:
+                await backend.start()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            state.load_error = e
+            log.exception("the backend failed to start")
+            if on_fatal is not None:
+                on_fatal(e)
+            return
+        metrics.ready.set(1)
+        log.info("ready: %s", state.describe())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loader = asyncio.create_task(load(), name="kokoro-load")
+        try:
+            yield
+        finally:
+            state.draining = True
+            metrics.ready.set(0)
+            loader.cancel()
+            await asyncio.gather(loader, return_exceptions=True)
+            await state.close_sessions(1001, "server shutting down")
+            await backend.aclose()
+
+    routes: list[BaseRoute] = [
+        Route("/ping", ping, methods=["GET"]),
+        Route("/invocations", Invocations(), methods=["POST"]),
+        WebSocketRoute("/invocations-bidirectional-stream", websocket_endpoint),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *_openai_routes(backend, settings),
+    ]
+    middleware: list[Middleware] = []
+    if settings.cors_origin_list:
+        middleware.append(Middleware(
+            CORSMiddleware, allow_origins=settings.cors_origin_list, allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"], expose_headers=["X-Request-Id"],
+        ))
+    if settings.api_key is not None:
+        middleware.append(Middleware(BearerAuth, api_key=settings.api_key.get_secret_value()))
+
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+    )
+    app.state.kokoro = state
+    return app

@@ -1,0 +1,97 @@
+"""Prometheus metrics, one registry per app (DESIGN.md §4).
+
+:class:`Metrics` is also the backend's *observer*: the backend calls ``segment_done``,
+``batch_done`` and ``queue_depth`` from its worker threads. prometheus-client objects are
+thread-safe, so every method here may be called from any thread.
+
+Series (all prefixed ``kokoro_``):
+
+* ``requests_total{route,status}`` — finished requests; ``status`` is the HTTP status the outcome
+  maps to (WebSocket requests too: ``200`` done, ``400``/``404``/``413`` rejected, ``503``
+  overloaded or shutting down, ``500``/``504`` runtime fault or timeout, ``499`` cancelled or the
+  client went away).
+* ``errors_total{route,code}`` — the same failures by wire error code.
+* ``time_to_first_audio_seconds{route}`` — request received -> first audio handed to the socket.
+* ``segment_synthesis_seconds`` — runtime time per segment; ``audio_seconds_total`` — audio
+  synthesised; ``realtime_factor`` — synthesis time / audio time per segment (< 1 is faster than
+  real time).
+* ``active_sessions`` — open WebSocket sessions; ``inflight_requests{route}`` — requests being
+  answered; ``queue_depth`` — segments waiting for the runtime; ``batch_size`` — segments per
+  runtime call (concurrent mode); ``ready`` — 1 when /ping answers 200.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_LATENCY_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+_RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+
+CANCELLED_STATUS = 499
+
+
+class Metrics:
+    """All series of one app, in their own :class:`CollectorRegistry`."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "kokoro_requests", "Finished requests by route and (HTTP-equivalent) status.",
+            ["route", "status"], registry=r,
+        )
+        self.errors = Counter("kokoro_errors", "Failed requests by route and error code.", ["route", "code"], registry=r)
+        self.ttfa = Histogram(
+            "kokoro_time_to_first_audio_seconds", "Request received to first audio sent.",
+            ["route"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.segment_seconds = Histogram(
+            "kokoro_segment_synthesis_seconds", "Runtime time per segment.", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.audio_seconds = Counter("kokoro_audio_seconds", "Seconds of audio synthesised.", registry=r)
+        self.rtf = Histogram(
+            "kokoro_realtime_factor", "Synthesis time divided by audio time, per segment.",
+            buckets=_RTF_BUCKETS, registry=r,
+        )
+        self.active_sessions = Gauge("kokoro_active_sessions", "Open WebSocket sessions.", registry=r)
+        self.inflight = Gauge("kokoro_inflight_requests", "Requests being answered.", ["route"], registry=r)
+        self.queue = Gauge("kokoro_queue_depth", "Segments waiting for the runtime.", registry=r)
+        self.batch_size = Histogram(
+            "kokoro_batch_size", "Segments per runtime call (concurrent mode).", buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.ready = Gauge("kokoro_ready", "1 when the server takes requests (/ping is 200).", registry=r)
+
+    # -- the backend observer (called from worker threads) -------------------------------------
+    def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
+        self.segment_seconds.observe(synth_seconds)
+        self.audio_seconds.inc(audio_seconds)
+        if audio_seconds > 0:
+            self.rtf.observe(synth_seconds / audio_seconds)
+
+    def batch_done(self, size: int) -> None:
+        self.batch_size.observe(size)
+
+    def queue_depth(self, n: int) -> None:
+        self.queue.set(n)
+
+    # -- the server's own -------------------------------------------------------------------------
+    def request_done(self, route: str, status: int, code: str | None = None) -> None:
+        self.requests.labels(route=route, status=str(status)).inc()
+        if code is not None:
+            self.errors.labels(route=route, code=code).inc()
+
+    def first_audio(self, route: str, seconds: float) -> None:
+        self.ttfa.labels(route=route).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
