@@ -1,0 +1,354 @@
+"""The OpenAI-compatible API, driven by the official ``openai`` package (only ``base_url`` changed)
+against a real uvicorn server on loopback over the real ONNX runtime.
+
+Word timings need a runtime that reports durations (torch); they are checked here against the real
+sequential backend and text pipeline with a synthesizer whose ``synthesize_timed`` returns audio
+whose length follows Kokoro's rule (600 samples per duration frame).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import socket
+import threading
+import time
+
+import av
+import httpx
+import numpy as np
+import openai
+import pytest
+import uvicorn
+
+from backends.base import SAMPLE_RATE, AudioChunk
+from backends.sequential import SequentialBackend
+
+TEXT = "Hello there."
+LONG = "The first sentence is here. A second one follows it. And a third closes."
+
+
+# ---------------------------------------------------------------------------------------------
+# servers
+# ---------------------------------------------------------------------------------------------
+def make_app(backend, settings=None):
+    """The project's app factory when it exists; else the OpenAI routes on a bare Starlette app."""
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+
+    from server.openai_api import openai_routes
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await backend.start()
+        yield
+        await backend.aclose()
+
+    return Starlette(routes=openai_routes(backend, settings), lifespan=lifespan)
+
+
+class LiveServer:
+    """uvicorn in a thread on a loopback port it bound itself (compare vLLM's RemoteOpenAIServer)."""
+
+    def __init__(self, app):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def onnx_server(onnx_synth, pipeline, voices):
+    backend = SequentialBackend(onnx_synth, pipeline, voices, model_name="kokoro-v1.0.int8.onnx")
+    with LiveServer(make_app(backend)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def client(onnx_server):
+    return openai.OpenAI(base_url=onnx_server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def decode(data: bytes, fmt: str, rate: int = SAMPLE_RATE) -> tuple[int, np.ndarray]:
+    if fmt == "pcm":
+        return rate, np.frombuffer(data, "<i2").astype(np.float32) / 32768
+    with av.open(io.BytesIO(data)) as c:
+        out = np.concatenate([f.to_ndarray().reshape(-1).astype(np.float32) for f in c.decode(audio=0)])
+        return c.streams.audio[0].codec_context.sample_rate, out
+
+
+def speech(client, fmt="pcm", text=TEXT, voice="jm_kumo", **extra) -> bytes:
+    return client.audio.speech.create(
+        model="kokoro", voice=voice, input=text, response_format=fmt, extra_body=extra or None
+    ).content
+
+
+@pytest.fixture(scope="module")
+def reference_pcm(client) -> np.ndarray:
+    return decode(speech(client), "pcm")[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# speech in every format
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
+def test_speech_in_each_format_decodes_to_plausible_audio(client, reference_pcm, fmt):
+    data = speech(client, fmt)
+    rate, audio = decode(data, fmt)
+    assert rate == (48_000 if fmt == "opus" else SAMPLE_RATE)  # Opus decoders always give 48 kHz
+    expected = len(reference_pcm) / SAMPLE_RATE
+    assert 0.5 < expected < 4  # "Hello there." is about a second and a half of speech
+    assert abs(len(audio) / rate - expected) < 0.12  # codec priming/padding only
+    assert np.sqrt(np.mean(audio[: int(expected * rate)] ** 2)) > 0.01  # not silence
+
+
+def test_content_types(onnx_server):
+    body = {"model": "tts-1", "input": TEXT, "voice": "jm_kumo"}
+    with httpx.Client(base_url=onnx_server.url, timeout=120) as http:
+        r = http.post("/v1/audio/speech", json=body)  # OpenAI's default format: mp3
+        assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
+        r = http.post("/v1/audio/speech", json={**body, "response_format": "pcm"})
+        assert r.headers["content-type"] == "audio/L16; rate=24000; channels=1"
+
+
+def test_streaming_response_sends_first_audio_before_the_end(client):
+    arrivals, parts = [], []
+    with client.audio.speech.with_streaming_response.create(
+        model="kokoro", voice="jm_kumo", input=LONG, response_format="wav"
+    ) as response:
+        assert response.headers["content-type"] == "audio/wav"
+        for part in response.iter_bytes():
+            arrivals.append(time.perf_counter())
+            parts.append(part)
+    data = b"".join(parts)
+    assert len(parts) >= 2 and arrivals[0] < arrivals[-1]
+    assert data[:4] == b"RIFF" and int.from_bytes(data[40:44], "little") == 0xFFFFFFFF  # streaming sizes
+    rate, audio = decode(data, "wav")
+    assert rate == SAMPLE_RATE and 3 < len(audio) / rate < 12  # three sentences
+
+
+def test_sse_stream_format_carries_the_encoded_audio(onnx_server):
+    body = {
+        "model": "kokoro",
+        "input": TEXT,
+        "voice": "jm_kumo",
+        "response_format": "mp3",
+        "stream_format": "sse",
+    }
+    with httpx.Client(base_url=onnx_server.url, timeout=120) as http:
+        r = http.post("/v1/audio/speech", json=body)
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done"
+    mp3 = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    rate, audio = decode(mp3, "mp3")
+    assert rate == SAMPLE_RATE and 0.5 < len(audio) / rate < 4
+
+
+# ---------------------------------------------------------------------------------------------
+# models and voices
+# ---------------------------------------------------------------------------------------------
+def test_models_and_voices(client):
+    ids = [m.id for m in client.models.list()]
+    assert ids[0] == "kokoro" and {"tts-1", "tts-1-hd"} <= set(ids)
+    assert client.models.retrieve("tts-1").id == "tts-1"
+    listing = client.get("/audio/voices", cast_to=object)
+    assert "jm_kumo" in listing["voices"] and listing["default"] in listing["voices"]
+
+
+def test_openai_voice_names_mean_the_default_voice(client, reference_pcm):
+    # jm_kumo is the default of the offline voice set
+    alloy = decode(speech(client, voice="alloy"), "pcm")[1]
+    assert len(alloy) == len(reference_pcm)
+
+
+# ---------------------------------------------------------------------------------------------
+# blending
+# ---------------------------------------------------------------------------------------------
+def test_blend_changes_the_voice(client, reference_pcm):
+    blend = decode(speech(client, voice="jm_kumo(2)+jf_alpha(1)"), "pcm")[1]
+    n = min(len(blend), len(reference_pcm))
+    assert n > SAMPLE_RATE // 2
+    assert not np.allclose(blend[:n], reference_pcm[:n], atol=1e-3)
+    # weights are normalised: 4:2 is the same blend as 2:1
+    same = decode(speech(client, voice="jm_kumo(4)+jf_alpha(2)"), "pcm")[1]
+    assert np.array_equal(same, blend)
+
+
+@pytest.mark.parametrize(
+    ("voice", "error", "code", "needle"),
+    [
+        ("jm_kumo(2", openai.BadRequestError, "invalid_voice", "invalid voice expression"),
+        ("jm_kumo(2)++jf_alpha", openai.BadRequestError, "invalid_voice", "invalid voice expression"),
+        ("jm_kumo(1)+nobody(1)", openai.NotFoundError, "unknown_voice", "nobody"),
+    ],
+)
+def test_bad_voice_gives_clear_openai_error(client, voice, error, code, needle):
+    with pytest.raises(error) as info:
+        speech(client, voice=voice)
+    err = info.value.body
+    assert err["code"] == code and err["param"] == "voice" and err["type"] == "invalid_request_error"
+    assert needle in err["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# resampling
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("fmt", "rate"), [("pcm", 16000), ("wav", 44100), ("flac", 8000), ("mp3", 22050)])
+def test_resampled_output_has_asked_rate_and_length(client, reference_pcm, fmt, rate):
+    out_rate, audio = decode(speech(client, fmt, sample_rate=rate), fmt, rate)
+    assert out_rate == rate
+    expected = len(reference_pcm) * rate / SAMPLE_RATE
+    if fmt == "mp3":
+        assert expected - 10 <= len(audio) <= expected + 2304  # MP3 priming and frame padding
+    else:
+        assert abs(len(audio) - expected) <= 2
+
+
+def test_bad_sample_rate(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        speech(client, sample_rate=11025)
+    assert info.value.body["param"] == "sample_rate" and "22050" in info.value.body["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# errors in OpenAI's shape
+# ---------------------------------------------------------------------------------------------
+def test_request_errors(client, onnx_server):
+    with pytest.raises(openai.BadRequestError) as info:
+        speech(client, fmt="ogg")
+    assert info.value.body["param"] == "response_format"
+    with pytest.raises(openai.NotFoundError) as info:
+        client.audio.speech.create(model="whisper-1", voice="jm_kumo", input=TEXT)
+    assert info.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.audio.speech.create(model="kokoro", voice="jm_kumo", input=TEXT, speed=3.0)
+    assert info.value.body["param"] == "speed"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.audio.speech.create(model="kokoro", voice="jm_kumo", input="   ")
+    assert info.value.body["param"] == "input"
+    with httpx.Client(base_url=onnx_server.url) as http:
+        r = http.post("/v1/audio/speech", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+
+
+def test_word_timings_unsupported_on_onnx(onnx_server):
+    body = {"model": "kokoro", "input": TEXT, "voice": "jm_kumo"}
+    with httpx.Client(base_url=onnx_server.url, timeout=60) as http:
+        r = http.post("/v1/audio/speech/timed", json=body)
+    assert r.status_code == 501
+    err = r.json()["error"]
+    assert err["code"] == "unsupported" and "torch" in err["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# word timings (a runtime with durations)
+# ---------------------------------------------------------------------------------------------
+class DurationSynth:
+    """Implements the runtime interface plus ``synthesize_timed``, as the torch runtime does:
+    per-token frame durations and audio of exactly 600 samples per frame (a tone per phoneme)."""
+
+    name, sample_rate, thread_safe = "torch", SAMPLE_RATE, False
+
+    def load(self):
+        pass
+
+    def synthesize(self, segment):
+        return self.synthesize_timed(segment)[0]
+
+    def synthesize_timed(self, segment):
+        chars = segment.phonemes
+        durs = np.array([3] + [1 if c == " " else 2 + (ord(c) % 3) for c in chars] + [2], dtype=np.int64)
+        durs = np.maximum(1, np.round(durs / segment.speed)).astype(np.int64)
+        pieces = [np.zeros(600 * durs[0], np.float32)]
+        for c, d in zip(chars, durs[1:-1], strict=True):
+            t = np.arange(600 * d) / SAMPLE_RATE
+            amp = 0.0 if c in " ,.;:!?" else 0.3
+            pieces.append((amp * np.sin(2 * np.pi * (200 + ord(c) % 300) * t)).astype(np.float32))
+        pieces.append(np.zeros(600 * durs[-1], np.float32))
+        return np.concatenate(pieces), durs
+
+
+class TimedBackend(SequentialBackend):
+    """The sequential backend forwarding the runtime's durations on each chunk."""
+
+    async def stream(self, request):
+        for segment in request.segments:
+            audio, durs = await asyncio.to_thread(self.synthesizer.synthesize_timed, segment)
+            yield AudioChunk(
+                audio=audio,
+                index=segment.index,
+                count=len(request.segments),
+                text=segment.text,
+                synth_seconds=0.0,
+                durations=durs,
+                phonemes=segment.phonemes,
+            )
+
+
+@pytest.fixture(scope="module")
+def timed_server(pipeline, voices):
+    with LiveServer(make_app(TimedBackend(DurationSynth(), pipeline, voices))) as server:
+        yield server
+
+
+def test_word_timings_monotonic_and_cover_the_audio(timed_server):
+    text = "Hello there, this is a test. It costs 42 dollars — quite a lot!"
+    body = {
+        "model": "kokoro",
+        "input": text,
+        "voice": "jm_kumo",
+        "response_format": "wav",
+        "sample_rate": 16000,
+    }
+    with httpx.Client(base_url=timed_server.url, timeout=60) as http:
+        r = http.post("/v1/audio/speech/timed", json=body)
+    assert r.status_code == 200, r.text
+    result = r.json()
+    rate, audio = decode(base64.b64decode(result["audio"]), "wav")
+    assert rate == result["sample_rate"] == 16000
+    duration = len(audio) / rate
+    assert result["duration"] == pytest.approx(duration, abs=0.01)
+    words = result["words"]
+    assert [w["word"] for w in words] == text.split()
+    prev = 0.0
+    for w in words:
+        assert prev <= w["start"] <= w["end"], w
+        prev = w["end"]
+    spoken = [w for w in words if w["word"] != "—"]
+    assert all(w["end"] > w["start"] for w in spoken)
+    # covers the audio: from just after the leading <bos> frames to just before the trailing ones
+    assert words[0]["start"] <= 0.1
+    assert words[-1]["end"] >= duration - 0.1
+
+
+def test_word_timings_follow_speed(timed_server):
+    def last_end(speed):
+        body = {"model": "kokoro", "input": "One two three four.", "voice": "jm_kumo", "speed": speed}
+        with httpx.Client(base_url=timed_server.url, timeout=60) as http:
+            return http.post("/v1/audio/speech/timed", json=body).json()["words"][-1]["end"]
+
+    assert last_end(2.0) < last_end(1.0)
