@@ -1,0 +1,82 @@
+"""The AgentCore runtime that fronts a kokoro-serve endpoint (boto3, ``bedrock-agentcore-control``).
+
+The agent container (ARM64, ``Dockerfile.agent``) reads the endpoint it speaks through from its
+environment (:data:`ENDPOINT_ENV`), so one runtime is bound to one endpoint; its IAM role should
+allow ``sagemaker:InvokeEndpointWithBidirectionalStream`` on that endpoint only (the CDK agent
+stack builds such a role; with boto3 you pass one in).
+
+AgentCore runtime names allow letters, digits and underscores only, so the runtime of endpoint
+``kokoro-tts`` is ``kokoro_tts_agent``. Functions block the calling thread; boto3 clients are
+passed in.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+# The variables the agent app reads (agent/ — kept in one place here and in the CDK agent stack).
+ENDPOINT_ENV = "KOKORO_SAGEMAKER_ENDPOINT"
+REGION_ENV = "AWS_REGION"
+
+
+def runtime_name(endpoint: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", endpoint)
+    if not name[:1].isalpha():
+        name = "a_" + name
+    return f"{name}_agent"[:48]
+
+
+def runtime_environment(endpoint: str, region: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {ENDPOINT_ENV: endpoint, REGION_ENV: region, **(extra or {})}
+
+
+def find_runtimes(ac: Any, name: str) -> list[dict]:
+    """Summaries of the runtimes called ``name`` (there is at most one, but list them all)."""
+    found, token = [], None
+    while True:
+        page = ac.list_agent_runtimes(**({"nextToken": token} if token else {}))
+        found += [r for r in page.get("agentRuntimes", []) if r["agentRuntimeName"] == name]
+        token = page.get("nextToken")
+        if not token:
+            return found
+
+
+def ensure_runtime(ac: Any, *, endpoint: str, region: str, image_uri: str, role_arn: str,
+                   extra_env: dict[str, str] | None = None) -> tuple[str, str]:
+    """Create the endpoint's agent runtime, or update it to this image/role/environment.
+
+    Returns ``(runtime_arn, "created" | "updated")``.
+    """
+    name = runtime_name(endpoint)
+    args = {
+        "agentRuntimeArtifact": {"containerConfiguration": {"containerUri": image_uri}},
+        "roleArn": role_arn,
+        "networkConfiguration": {"networkMode": "PUBLIC"},
+        "environmentVariables": runtime_environment(endpoint, region, extra_env),
+        "description": f"kokoro-serve agent speaking through SageMaker endpoint {endpoint}",
+    }
+    existing = find_runtimes(ac, name)
+    if existing:
+        rid = existing[0]["agentRuntimeId"]
+        out = ac.update_agent_runtime(agentRuntimeId=rid, **args)
+        return out["agentRuntimeArn"], "updated"
+    out = ac.create_agent_runtime(agentRuntimeName=name, **args)
+    return out["agentRuntimeArn"], "created"
+
+
+def delete_runtimes(ac: Any, endpoint: str, *, timeout_s: float = 600, poll_s: float = 10,
+                    sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Delete the endpoint's agent runtime(s) and wait until they are gone. Returns their ids."""
+    name = runtime_name(endpoint)
+    ids = [r["agentRuntimeId"] for r in find_runtimes(ac, name)]
+    for rid in ids:
+        ac.delete_agent_runtime(agentRuntimeId=rid)
+    deadline = time.monotonic() + timeout_s
+    while ids and find_runtimes(ac, name):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"agent runtime {name} still present after {timeout_s:.0f} s")
+        sleep(poll_s)
+    return ids
