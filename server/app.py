@@ -77,14 +77,55 @@ async def internal_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": {"code": "internal_error", "message": "internal server error"}}, status_code=500)
 
 
-def _openai_routes(backend: Any, settings: Settings) -> list[BaseRoute]:
+def _openai_routes(state: ServerState) -> list[BaseRoute]:
+    """The OpenAI-compatible routes, each wrapped so that draining refuses new POSTs, waits for the
+    ones in flight, and the request counter sees them (route ``openai``)."""
     try:
         from .openai_api import openai_routes
     except ImportError as e:
         if e.name and e.name.endswith("openai_api"):
             return []
         raise
-    return list(openai_routes(backend, settings))
+    routes = list(openai_routes(state.backend, state.settings))
+    for route in routes:
+        if isinstance(route, Route):
+            route.app = _Tracked(route.app, state)
+    return routes
+
+
+class _Tracked:
+    route = "openai"
+
+    def __init__(self, app: Any, state: ServerState):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        state = self.state
+        if scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        if state.draining:
+            await JSONResponse(
+                {"error": {"message": "server is shutting down", "type": "server_error", "param": None,
+                           "code": "not_ready"}},
+                status_code=503,
+            )(scope, receive, send)
+            state.metrics.request_done(self.route, 503, "not_ready")
+            return
+        status = 500
+
+        async def watch(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with state.track(self.route):
+            try:
+                await self.app(scope, receive, watch)
+            finally:
+                state.metrics.request_done(self.route, status)
 
 
 def create_app(
@@ -137,7 +178,7 @@ def create_app(
         Route("/invocations", Invocations(), methods=["POST"]),
         WebSocketRoute("/invocations-bidirectional-stream", websocket_endpoint),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
-        *_openai_routes(backend, settings),
+        *_openai_routes(state),
     ]
     middleware: list[Middleware] = []
     if settings.cors_origin_list:

