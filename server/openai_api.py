@@ -193,6 +193,7 @@ class OpenAIRoutes:
 
     # -- POST /v1/audio/speech ------------------------------------------------------------------
     async def speech(self, request: Request) -> Response:
+        received = time.perf_counter()
         try:
             p = await self._params(request)
             prepared = await self._prepare(p, self._request_id(request))
@@ -210,6 +211,7 @@ class OpenAIRoutes:
         except KokoroError as e:
             return APIError.from_kokoro(e).response()
 
+        _observe_first_audio(request, received)
         body = self._encoded(first, chunks, encoder)
         headers = {"X-Sample-Rate": str(encoder.sample_rate), "Cache-Control": "no-store"}
         if p.stream_format == "sse":
@@ -314,6 +316,14 @@ class OpenAIRoutes:
     async def voices(self, request: Request) -> Response:
         store = self._voices()
         return JSONResponse({"voices": store.names(), "default": getattr(store, "default", None)})
+
+
+def _observe_first_audio(request: Request, received: float) -> None:
+    """Feed the app's time-to-first-audio histogram when this runs inside server.app."""
+    state = getattr(request.app.state, "kokoro", None) if "app" in request.scope else None
+    metrics = getattr(state, "metrics", None)
+    if metrics is not None:
+        metrics.first_audio("openai", time.perf_counter() - received)
 
 
 async def _sse(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

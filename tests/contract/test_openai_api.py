@@ -33,21 +33,12 @@ LONG = "The first sentence is here. A second one follows it. And a third closes.
 # ---------------------------------------------------------------------------------------------
 # servers
 # ---------------------------------------------------------------------------------------------
-def make_app(backend, settings=None):
-    """The project's app factory when it exists; else the OpenAI routes on a bare Starlette app."""
-    from contextlib import asynccontextmanager
+def make_app(backend):
+    """The project's app (server.app.create_app), which mounts the OpenAI routes."""
+    from server.app import create_app
+    from server.settings import Settings
 
-    from starlette.applications import Starlette
-
-    from server.openai_api import openai_routes
-
-    @asynccontextmanager
-    async def lifespan(app):
-        await backend.start()
-        yield
-        await backend.aclose()
-
-    return Starlette(routes=openai_routes(backend, settings), lifespan=lifespan)
+    return create_app(Settings(api_key=None, cors_origins=""), backend)
 
 
 class LiveServer:
@@ -72,6 +63,10 @@ class LiveServer:
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("server did not start")
             time.sleep(0.05)
+        while httpx.get(self.url + "/ping").status_code != 200:  # the model loads after start-up
+            if time.monotonic() > deadline:
+                raise RuntimeError("server never became ready")
+            time.sleep(0.1)
         return self
 
     def __exit__(self, *exc):
@@ -132,6 +127,8 @@ def test_content_types(onnx_server):
         assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
         r = http.post("/v1/audio/speech", json={**body, "response_format": "pcm"})
         assert r.headers["content-type"] == "audio/L16; rate=24000; channels=1"
+        metrics = http.get("/metrics").text
+    assert 'kokoro_time_to_first_audio_seconds_count{route="openai"}' in metrics
 
 
 def test_streaming_response_sends_first_audio_before_the_end(client):
