@@ -169,7 +169,7 @@ def create_app(
             state.draining = True
             metrics.ready.set(0)
             loader.cancel()
-            await asyncio.gather(loader, return_exceptions=True)
+            await asyncio.wait([loader])
             await state.close_sessions(1001, "server shutting down")
             await backend.aclose()
 

@@ -120,9 +120,9 @@ class ServerState:
             return False
 
     async def close_sessions(self, code: int, reason: str) -> None:
-        sessions = list(self.sessions)
-        if sessions:
-            await asyncio.gather(*(s.abort(code, reason) for s in sessions), return_exceptions=True)
+        tasks = [asyncio.ensure_future(s.abort(code, reason)) for s in list(self.sessions)]
+        if tasks:
+            await asyncio.wait(tasks)
 
     def describe(self) -> dict[str, Any]:
         b = self.backend

@@ -106,14 +106,16 @@ class Session:
                     log.error("session %s: %s failed", self.id, task.get_name(), exc_info=task.exception())
                     self._close = self._close or (1011, "internal error")
         finally:
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            if self._synth_task is not None:
-                self._synth_task.cancel()
-                await asyncio.gather(self._synth_task, return_exceptions=True)
-            await self._close_socket()
-            self._finished.set()
+            try:
+                children = [t for t in (*self._tasks, self._synth_task) if t is not None]
+                for task in children:
+                    task.cancel()
+                # asyncio.wait, not gather: when this task is cancelled itself, the CancelledError
+                # that surfaces is its own (anyio/TestClient match it by message), not a child's.
+                await asyncio.wait(children)
+                await self._close_socket()
+            finally:
+                self._finished.set()
 
     def begin_drain(self) -> None:
         """Shutdown: refuse new requests, finish the queue, then close 1001."""
