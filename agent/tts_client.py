@@ -186,19 +186,25 @@ class TTSClient:
         connector = SageMakerConnector(endpoint_name, region, boto_session=boto_session)
         return cls(connector.open, **kwargs)
 
-    def _request(self, text: str, request_id: str) -> dict[str, Any]:
+    def _request(self, text: str, request_id: str, voice: str | None, speed: float | None) -> dict[str, Any]:
         msg: dict[str, Any] = {"type": "synthesize", "text": text, "request_id": request_id}
-        if self.voice:
-            msg["voice"] = self.voice
-        if self.speed is not None:
-            msg["speed"] = self.speed
+        voice = voice or self.voice
+        speed = speed if speed is not None else self.speed
+        if voice:
+            msg["voice"] = voice
+        if speed is not None:
+            msg["speed"] = speed
         if self.sample_rate is not None:
             msg["sample_rate"] = self.sample_rate
         msg["request_timestamp"] = time.time()
         return msg
 
-    async def speak(self, sentences: AsyncIterable[str]) -> AsyncIterator[TTSEvent]:
+    async def speak(
+        self, sentences: AsyncIterable[str], *, voice: str | None = None, speed: float | None = None
+    ) -> AsyncIterator[TTSEvent]:
         """Synthesize each sentence as it arrives; yield the server's answers in order.
+
+        ``voice``/``speed`` override the client's defaults for this session.
 
         Raises :class:`TTSError` when the session itself fails (cannot connect, connection lost,
         timeout). A refused sentence is a :class:`SynthesisFailed` event, not an exception.
@@ -218,7 +224,7 @@ class TTSClient:
                     rid = f"{prefix}-{next(counter)}"
                     texts[rid] = text
                     pending.append(rid)
-                    await transport.send(self._request(text, rid))
+                    await transport.send(self._request(text, rid, voice, speed))
                 await transport.send({"type": "close"})
             finally:
                 sending_done.set()
@@ -327,11 +333,13 @@ class TTSClient:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(transport.aclose(), 5.0)
 
-    async def synthesize(self, text: str) -> AsyncIterator[TTSEvent]:
+    async def synthesize(
+        self, text: str, *, voice: str | None = None, speed: float | None = None
+    ) -> AsyncIterator[TTSEvent]:
         """One text, one request: the batch baseline (same events as :meth:`speak`)."""
 
         async def one() -> AsyncIterator[str]:
             yield text
 
-        async for event in self.speak(one()):
+        async for event in self.speak(one(), voice=voice, speed=speed):
             yield event

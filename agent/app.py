@@ -1,0 +1,144 @@
+"""The AgentCore app: ``POST /invocations`` runs one spoken turn and streams it as Server-Sent Events;
+``GET /`` serves the browser page; ``GET /ping`` is AgentCore's health check.
+
+Request JSON: ``prompt`` (required), ``mode`` (``bidi`` — speech starts with the first sentence, the
+default — or ``batch`` — the whole reply first, then one synthesis: the baseline), ``voice``,
+``speed`` (0.5–2.0). A bad request is answered 400 with ``{"error": {"code", "message"}}``.
+
+Each SSE event is one ``data: {json}`` line whose ``type`` is ``agent_start``, ``text_delta``
+(``text``), ``audio_stream_start`` (``sample_rate``, ``encoding``: ``pcm_s16le``, ``channels``),
+``audio_chunk`` (``audio``: base64 PCM s16le 24 kHz mono, ``seq``, ``request_id``, and on a
+sentence's first chunk its ``text``), ``audio_stream_end`` (``chunks``, ``bytes``,
+``audio_duration_s``), ``agent_end`` (``text``, ``first_text_ms``, ``first_audio_ms``,
+``total_ms``, ``sentences``) or ``error`` (``code``, ``message``, ``fatal``); every event carries
+``t_ms`` since the turn began.
+
+``BedrockAgentCoreApp`` runs the turn on its worker event loop (so ``/ping`` stays responsive) and
+cancels it when the browser disconnects — which makes the TTS client send ``cancel`` to the server.
+The model provider and the TTS client are built once per app and shared by all turns; each turn gets
+its own Strands ``Agent`` (no history between turns) and its own TTS session.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bedrock_agentcore.runtime import BedrockAgentCoreApp
+from starlette.responses import FileResponse, JSONResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .agent import build_agent, build_model, converse
+from .tts_client import TTSClient
+
+STATIC_DIR = Path(__file__).parent / "static"
+MAX_PROMPT_CHARS = 4000
+
+
+@dataclass
+class AgentSettings:
+    """Everything the app needs, passed in explicitly (the CLI builds it from flags)."""
+
+    model: str = "bedrock"  # bedrock | scripted
+    tokens_per_second: float = 30.0
+    scripted_reply: str | None = None
+    bedrock_model_id: str | None = None
+    bedrock_endpoint_url: str | None = None
+    tts_url: str | None = "http://127.0.0.1:8080"
+    endpoint_name: str | None = None  # SageMaker endpoint: used instead of tts_url when set
+    region: str | None = None
+    voice: str | None = None
+    speed: float | None = None
+    first_clause_words: int | None = 6
+
+
+class InvalidPayload(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    prompt: str
+    mode: str = "bidi"
+    voice: str | None = None
+    speed: float | None = None
+
+    @classmethod
+    def parse(cls, payload: Any) -> TurnRequest:
+        if not isinstance(payload, dict):
+            raise InvalidPayload("the body must be a JSON object")
+        prompt = payload.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InvalidPayload("`prompt` is required and must be a non-empty string")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise InvalidPayload(f"`prompt` is longer than {MAX_PROMPT_CHARS} characters")
+        mode = payload.get("mode") or "bidi"
+        if mode not in ("bidi", "batch"):
+            raise InvalidPayload("`mode` must be `bidi` or `batch`")
+        voice = payload.get("voice") or None
+        if voice is not None and not isinstance(voice, str):
+            raise InvalidPayload("`voice` must be a string")
+        speed = payload.get("speed")
+        if speed is not None:
+            if isinstance(speed, bool) or not isinstance(speed, int | float) or not math.isfinite(speed):
+                raise InvalidPayload("`speed` must be a number")
+            if not 0.5 <= speed <= 2.0:
+                raise InvalidPayload("`speed` must be within 0.5-2.0")
+            speed = float(speed)
+        return cls(prompt.strip(), mode, voice, speed)
+
+
+def build_tts(settings: AgentSettings) -> TTSClient:
+    if settings.endpoint_name:
+        if not settings.region:
+            raise ValueError("a region is required with a SageMaker endpoint name")
+        return TTSClient.sagemaker(settings.endpoint_name, settings.region, voice=settings.voice,
+                                   speed=settings.speed)
+    if not settings.tts_url:
+        raise ValueError("either a TTS URL or a SageMaker endpoint name is required")
+    return TTSClient.websocket(settings.tts_url, voice=settings.voice, speed=settings.speed)
+
+
+def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCoreApp:
+    """The app; ``model`` overrides the provider that ``settings.model`` names (tests, embedding)."""
+    model = model or build_model(
+        settings.model,
+        tokens_per_second=settings.tokens_per_second,
+        reply=settings.scripted_reply,
+        bedrock_model_id=settings.bedrock_model_id,
+        region=settings.region,
+        endpoint_url=settings.bedrock_endpoint_url,
+    )
+    tts = build_tts(settings)  # shared: the SageMaker connector inside keeps its HTTP/2 connection
+    app = BedrockAgentCoreApp()
+
+    @app.entrypoint
+    async def invoke(payload: Any) -> Any:
+        try:
+            req = TurnRequest.parse(payload)
+        except InvalidPayload as exc:
+            return JSONResponse({"error": {"code": "invalid_request", "message": str(exc)}}, status_code=400)
+        return converse(build_agent(model), tts, req.prompt, mode=req.mode, voice=req.voice, speed=req.speed,
+                        first_clause_words=settings.first_clause_words)
+
+    async def index(request: Any) -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    async def info(request: Any) -> JSONResponse:
+        return JSONResponse({
+            "model": settings.model,
+            "tokens_per_second": settings.tokens_per_second if settings.model == "scripted" else None,
+            "tts": f"sagemaker:{settings.endpoint_name}" if settings.endpoint_name else settings.tts_url,
+            "voice": settings.voice,
+            "speed": settings.speed,
+        })
+
+    app.router.routes.extend([
+        Route("/", index, methods=["GET"]),
+        Route("/info", info, methods=["GET"]),
+        Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
+    ])
+    return app

@@ -1,0 +1,151 @@
+// Kokoro voice agent page: POST /invocations, read the SSE stream, show the text as it arrives and
+// play the PCM chunks gaplessly with Web Audio (each chunk starts exactly where the previous ends).
+// For tests, every scheduled chunk is listed in #chunks (data-seq, data-start, data-duration) and
+// window.kokoroAgent holds the same numbers.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = (window.kokoroAgent = { scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null });
+let audioCtx = null;
+let nextStart = 0;
+let controller = null;
+const LEAD_S = 0.05; // scheduling headroom so the first chunk is not started in the past
+
+function setState(s) {
+  document.body.dataset.state = s;
+  $("state").textContent = s;
+}
+
+function pcmToFloat(b64) {
+  const bin = atob(b64);
+  const view = new DataView(new ArrayBuffer(bin.length));
+  for (let i = 0; i < bin.length; i++) view.setUint8(i, bin.charCodeAt(i));
+  const out = new Float32Array(bin.length >> 1);
+  for (let i = 0; i < out.length; i++) out[i] = view.getInt16(2 * i, true) / 32768;
+  return out;
+}
+
+function schedule(samples, sampleRate, seq, text) {
+  const buffer = audioCtx.createBuffer(1, samples.length, sampleRate);
+  buffer.copyToChannel(samples, 0);
+  const source = audioCtx.createBufferSource();
+  source.buffer = buffer;
+  source.connect(audioCtx.destination);
+  const start = Math.max(nextStart, audioCtx.currentTime + LEAD_S);
+  source.start(start);
+  nextStart = start + buffer.duration;
+  const item = { seq, start: +start.toFixed(4), duration: +buffer.duration.toFixed(4), samples: samples.length };
+  state.scheduled.push(item);
+  const li = document.createElement("li");
+  li.dataset.seq = seq;
+  li.dataset.start = item.start;
+  li.dataset.duration = item.duration;
+  li.textContent = `#${seq} at ${item.start.toFixed(3)} s, ${item.duration.toFixed(3)} s` + (text ? ` — ${text}` : "");
+  $("chunks").appendChild(li);
+  const total = state.scheduled.reduce((a, c) => a + c.duration, 0);
+  $("audio-seconds").textContent = total.toFixed(2);
+  $("chunk-count").textContent = state.scheduled.length;
+}
+
+function handle(event, t0, sampleRate) {
+  state.events++;
+  switch (event.type) {
+    case "text_delta":
+      if (state.firstTextMs === null) {
+        state.firstTextMs = Math.round(performance.now() - t0);
+        $("first-text-ms").textContent = state.firstTextMs;
+      }
+      $("text").textContent += event.text;
+      break;
+    case "audio_stream_start":
+      sampleRate.value = event.sample_rate || 24000;
+      break;
+    case "audio_chunk":
+      if (state.firstAudioMs === null) {
+        state.firstAudioMs = Math.round(performance.now() - t0);
+        $("first-audio-ms").textContent = state.firstAudioMs;
+      }
+      schedule(pcmToFloat(event.audio), sampleRate.value, event.seq, event.text);
+      break;
+    case "error":
+      $("error").hidden = false;
+      $("error").textContent += `${event.code}: ${event.message}\n`;
+      break;
+    case "agent_end":
+      state.server = event;
+      break;
+  }
+}
+
+async function ask(ev) {
+  ev.preventDefault();
+  if (!audioCtx) audioCtx = new AudioContext(); // created on the click: allowed to play
+  await audioCtx.resume();
+  nextStart = 0;
+  Object.assign(state, { scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null, server: null });
+  for (const id of ["text", "chunks"]) $(id).textContent = "";
+  for (const id of ["first-text-ms", "first-audio-ms"]) $(id).textContent = "–";
+  $("error").hidden = true;
+  $("error").textContent = "";
+  const body = { prompt: $("prompt").value, mode: $("mode").value };
+  if ($("voice").value.trim()) body.voice = $("voice").value.trim();
+  const speed = parseFloat($("speed").value);
+  if (!Number.isNaN(speed) && speed !== 1) body.speed = speed;
+
+  controller = new AbortController();
+  $("send").disabled = true;
+  $("stop").disabled = false;
+  setState("streaming");
+  const t0 = performance.now();
+  const sampleRate = { value: 24000 };
+  try {
+    const resp = await fetch("/invocations", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    });
+    if (!resp.ok) {
+      const err = await resp.json().catch(() => ({}));
+      throw new Error((err.error && err.error.message) || `HTTP ${resp.status}`);
+    }
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, cut);
+        buf = buf.slice(cut + 2);
+        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+        if (data) handle(JSON.parse(data), t0, sampleRate);
+      }
+    }
+    setState("done");
+  } catch (err) {
+    if (err.name === "AbortError") {
+      setState("stopped");
+    } else {
+      $("error").hidden = false;
+      $("error").textContent = String(err.message || err);
+      setState("error");
+    }
+  } finally {
+    $("send").disabled = false;
+    $("stop").disabled = true;
+  }
+}
+
+function stop() {
+  if (controller) controller.abort();
+  if (audioCtx) {
+    audioCtx.close();
+    audioCtx = null;
+  }
+}
+
+$("ask").addEventListener("submit", ask);
+$("stop").addEventListener("click", stop);
