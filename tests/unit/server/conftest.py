@@ -148,3 +148,44 @@ def receive_until_terminal(ws) -> list[dict]:
         out.append(event)
         if event["type"] in ("synthesis_complete", "error"):
             return out
+
+
+@pytest.fixture
+def live_server(fake_pipeline, fake_voices, synth) -> Iterator[Callable[..., str]]:
+    """``url = live_server(**settings)``: the app under a real uvicorn on a loopback port, in a
+    thread (for what the in-process client cannot show: chunked transfer, truncation)."""
+    import asyncio
+    import socket
+
+    import uvicorn
+
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(**overrides) -> str:
+        backend = SequentialBackend(synth, fake_pipeline, fake_voices, model_name="fake-model")
+        app = create_app(Settings(**overrides), backend)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
+        thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        url = f"http://127.0.0.1:{port}"
+        import httpx
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{url}/ping", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(ready)
+        return url
+
+    yield start
+    if synth.gate is not None:
+        synth.gate.set()
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(10)

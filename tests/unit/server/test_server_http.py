@@ -1,0 +1,151 @@
+"""POST /invocations, /ping and /metrics over the real app and sequential backend (fake
+synthesizer): statuses, bodies, capacity released on every path, a failure after the first bytes."""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+
+import httpx
+import pytest
+
+from backends.audio import wav_header
+
+
+def test_ping_is_503_while_loading_then_200(make_client, synth, wait):
+    synth.load_gate = threading.Event()
+    with make_client(wait_ready=False) as client:
+        loading = client.get("/ping")
+        refused = client.post("/invocations", json={"text": "Too early."})
+        synth.load_gate.set()
+        wait(lambda: client.get("/ping").status_code == 200)
+        ready = client.get("/ping").json()
+    assert loading.status_code == 503 and loading.json()["status"] == "loading"
+    assert refused.status_code == 503 and refused.json() == {
+        "error": {"code": "not_ready", "message": refused.json()["error"]["message"]}
+    }
+    assert ready == {"status": "ok", "backend": "fake", "mode": "sequential", "model": "fake-model"}
+
+
+def test_streamed_wav_has_the_streaming_header_then_pcm(make_client):
+    with make_client() as client:
+        r = client.post("/invocations", json={"text": "Four words right here.", "request_id": "w1"})
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "audio/wav"
+    assert r.headers["x-request-id"] == "w1"
+    assert r.content[:44] == wav_header(24000)  # sizes 0xFFFFFFFF: "read to the end"
+    assert (len(r.content) - 44) % 2 == 0 and len(r.content) > 44
+
+
+def test_buffered_wav_carries_real_sizes(make_client):
+    with make_client() as client:
+        r = client.post("/invocations", json={"text": "Four words right here.", "stream": False})
+    assert r.status_code == 200 and r.headers["content-length"] == str(len(r.content))
+    riff, data = struct.unpack("<I", r.content[4:8])[0], struct.unpack("<I", r.content[40:44])[0]
+    assert data == len(r.content) - 44 and riff == data + 36
+
+
+@pytest.mark.parametrize(
+    ("body", "accept", "content_type"),
+    [
+        ({"format": "pcm"}, None, "audio/L16; rate=24000; channels=1"),
+        ({"format": "pcm", "sample_rate": 16000}, None, "audio/L16; rate=16000; channels=1"),
+        ({"format": "mp3"}, None, "audio/mpeg"),
+        ({}, "audio/mpeg", "audio/mpeg"),
+        ({}, "audio/L16", "audio/L16; rate=24000; channels=1"),
+        ({}, "*/*", "audio/wav"),
+    ],
+)
+def test_formats_and_content_types(make_client, body, accept, content_type):
+    headers = {"accept": accept} if accept else {}
+    with make_client() as client:
+        r = client.post("/invocations", json={"text": "Some words.", **body}, headers=headers)
+    assert r.status_code == 200 and r.headers["content-type"] == content_type
+    assert r.content
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"{oops", 400, "invalid_json"),
+        (b"\xff\xfe", 400, "invalid_json"),
+        (b'"just a string"', 400, "invalid_json"),
+        (b'{"voice": "af_test"}', 400, "invalid_request"),
+        (b'{"text": ["a"]}', 400, "invalid_request"),
+        (b'{"text": "hi", "speed": 0.1}', 400, "invalid_request"),
+        (b'{"text": "hi", "format": "ogg"}', 400, "invalid_request"),
+        (b'{"text": "hi", "stream": "yes"}', 400, "invalid_request"),
+        (b'{"text": ""}', 400, "empty_text"),
+        (b'{"text": "hi", "voice": "zz_nobody"}', 404, "unknown_voice"),
+        (b'{"text": "' + b"a" * 101 + b'"}', 413, "text_too_long"),
+        (b'{"text": "hi", "pad": "' + b" " * 3000 + b'"}', 413, "text_too_long"),  # body over the byte limit
+    ],
+)
+def test_error_statuses_and_bodies(make_client, body, status, code):
+    with make_client(max_text_chars=100, max_message_bytes=2048) as client:
+        r = client.post("/invocations", content=body)
+        ok = client.post("/invocations", json={"text": "Fine."})
+    assert r.status_code == status
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["error"]["code"] == code and r.json()["error"]["message"]
+    assert ok.status_code == 200
+
+
+def test_overloaded_backend_answers_503(make_client, synth, wait):
+    with make_client(backend_kw={"max_queue": 1}) as client:
+        synth.gate = threading.Event()
+        synth.started.clear()
+        first: dict = {}
+        worker = threading.Thread(target=lambda: first.update(r=client.post("/invocations", json={"text": "Held."})))
+        worker.start()
+        wait(synth.started.is_set)
+        r = client.post("/invocations", json={"text": "Refused."})
+        synth.gate.set()
+        worker.join(10)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
+    assert first["r"].status_code == 200
+
+
+def test_malformed_requests_never_leak_capacity(make_client):
+    with make_client(max_sessions=2) as client:
+        for i in range(200):
+            client.post("/invocations", content=[b"{", b'{"text": 1}', b"\x00", b'{"text": "x", "voice": "zz"}'][i % 4])
+        metrics = client.get("/metrics").text
+        assert 'kokoro_inflight_requests{route="invocations"} 0.0' in metrics
+        assert client.post("/invocations", json={"text": "Still fine."}).status_code == 200
+
+
+def test_metrics_count_requests_by_status(make_client):
+    with make_client() as client:
+        client.post("/invocations", json={"text": "Counted."})
+        client.post("/invocations", content=b"{")
+        text = client.get("/metrics").text
+    assert 'kokoro_requests_total{route="invocations",status="200"} 1.0' in text
+    assert 'kokoro_requests_total{route="invocations",status="400"} 1.0' in text
+    assert 'kokoro_errors_total{code="invalid_json",route="invocations"} 1.0' in text
+    assert 'kokoro_time_to_first_audio_seconds_count{route="invocations"} 1.0' in text
+
+
+def test_unknown_route_is_a_json_404(make_client):
+    with make_client() as client:
+        r = client.get("/nope")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_failure_after_the_first_bytes_truncates_the_body(live_server, synth):
+    """A segment that fails after audio has left cannot change the 200; the body must then end
+    without its final chunk, so the client sees an error instead of a short, 'complete' file."""
+    synth.fail_on = "explodes"
+    url = live_server()
+    with httpx.Client(timeout=10) as http:
+        with pytest.raises(httpx.RemoteProtocolError), http.stream(
+            "POST", f"{url}/invocations", json={"text": "This part is fine. This part explodes.", "format": "pcm"}
+        ) as r:
+            assert r.status_code == 200
+            for _ in r.iter_bytes():
+                pass
+        after = http.post(f"{url}/invocations", content=json.dumps({"text": "Next one."}))
+        metrics = http.get(f"{url}/metrics").text
+    assert after.status_code == 200
+    assert 'kokoro_errors_total{code="backend_error",route="invocations"} 1.0' in metrics

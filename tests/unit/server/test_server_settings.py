@@ -1,0 +1,67 @@
+"""Settings: environment names, SageMaker's port, the README table, CLI overrides."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from server.cli import _parser, _settings
+from server.settings import Settings, markdown_table
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in ("KOKORO_PORT", "SAGEMAKER_BIND_TO_PORT", "KOKORO_HOST", "KOKORO_API_KEY", "KOKORO_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_defaults(clean_env):
+    s = Settings()
+    assert (s.host, s.port, s.backend, s.mode, s.api_key) == ("127.0.0.1", 8080, "onnx", "sequential", None)
+
+
+def test_port_honours_sagemaker_then_kokoro(clean_env):
+    clean_env.setenv("SAGEMAKER_BIND_TO_PORT", "9000")
+    assert Settings().port == 9000
+    clean_env.setenv("KOKORO_PORT", "9001")
+    assert Settings().port == 9001
+    assert Settings(port=9002).port == 9002
+
+
+def test_environment_is_read_and_validated(clean_env):
+    clean_env.setenv("KOKORO_MODE", "concurrent")
+    clean_env.setenv("KOKORO_API_KEY", "zq-secret-9")
+    s = Settings()
+    assert s.mode == "concurrent" and s.api_key.get_secret_value() == "zq-secret-9"
+    assert "zq-secret-9" not in repr(s)
+    clean_env.setenv("KOKORO_MODE", "turbo")
+    with pytest.raises(ValueError):
+        Settings()
+
+
+def test_markdown_table_lists_every_setting():
+    table = markdown_table()
+    for name in Settings.model_fields:
+        assert f"`KOKORO_{name.upper()}`" in table
+    assert "`SAGEMAKER_BIND_TO_PORT`" in table
+
+
+def test_markdown_table_from_the_command_line():
+    out = subprocess.run([sys.executable, "-m", "server.settings", "--markdown"], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == markdown_table()
+
+
+def test_cli_flags_override_the_environment(clean_env):
+    clean_env.setenv("KOKORO_PORT", "9001")
+    args = _parser().parse_args(["serve", "--port", "7000", "--mode", "concurrent", "--host", "0.0.0.0"])
+    s = _settings(args)
+    assert (s.port, s.mode, s.host) == (7000, "concurrent", "0.0.0.0")
+
+
+def test_backend_options_carry_the_settings():
+    options = Settings(mode="concurrent", max_batch_size=4, threads=2).backend_options(observer="obs")
+    assert (options.mode, options.max_batch_size, options.threads, options.observer) == ("concurrent", 4, 2, "obs")
