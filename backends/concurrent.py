@@ -1,0 +1,346 @@
+"""The concurrent backend: one scheduler over every session, forming micro-batches (DESIGN.md §2).
+
+Shape (vLLM's per-request collectors fed by one background loop; LitServe's batch filling):
+
+* ``stream(request)`` admits the request (or raises :class:`Overloaded`), registers a *job* with a
+  per-request collector (an ``asyncio.Queue``) and yields from it, one :class:`AudioChunk` per
+  segment, in text order.
+* Each job offers the scheduler **one segment at a time**: segment ``i + 1`` becomes ready only when
+  segment ``i`` is synthesised, and only while fewer than ``max_ahead`` of its chunks wait unread in
+  the collector (back-pressure against slow readers). So a batch never holds two segments of one
+  request, a request's short first segment never waits behind its own long second one, and a long
+  text cannot crowd out a short one.
+* One background task (on the event loop; it does no inference) forms batches: when a worker slot is
+  free and segments are ready, it waits up to ``max_wait_ms`` for the batch to fill to
+  ``max_batch_size``, then takes segments **round-robin across sessions** (``request.session``,
+  falling back to ``request_id``), the oldest request of a session first, and hands the batch to a
+  worker thread.
+* Runtimes with ``synthesize_batch`` (:class:`~backends.base.BatchSynthesizer`, e.g. torch) get one
+  worker and whole batches. Others fall back to per-segment calls: one segment per worker call, so
+  the scheduler decides with the freshest queue at every step; a ``thread_safe`` runtime (ONNX) gets
+  ``workers`` parallel calls (default: 2 on a machine with 2+ cores) and, when it has not been
+  loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per call
+  (on 2 cores, two 1-thread calls out-run one 2-thread call; see ``benchmarks/concurrent_probe.py``).
+* Failures: if a batch call raises, its segments are retried one by one, so one bad segment fails
+  only its own request (:class:`BackendFault`); the loop survives everything but ``aclose()``.
+
+Admission: ``max_queue`` bounds the requests admitted at once (being answered or waiting). Each
+admitted request holds at most one queued segment and ``max_ahead`` unread chunks, so memory is
+bounded. Beyond it ``stream()`` raises :class:`Overloaded` (503 / ``overloaded`` error event).
+
+Threading: all scheduler state lives on the event loop; worker threads only run the synthesizer and
+call the observer's ``segment_done`` / ``batch_done`` (``queue_depth`` is called from the loop).
+Cancellation: closing or cancelling ``stream()``, or the request timeout, drops the job: its queued
+segment leaves the queue at once and its later segments are never synthesised; a segment already
+inside a running batch finishes and is discarded. ``aclose()`` fails every open stream with
+:class:`NotReady`, drops the queue and stops the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import logging
+import os
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .base import (
+    AudioChunk,
+    BackendFault,
+    KokoroError,
+    NotReady,
+    Overloaded,
+    Segment,
+    SynthesisRequest,
+    clip_audio,
+)
+from .sequential import BaseBackend
+
+log = logging.getLogger("kokoro.backend")
+_Result = tuple[np.ndarray | BaseException, float]
+
+
+@dataclass(eq=False)
+class _Job:
+    """One admitted request: its unsubmitted segments and the collector its stream reads."""
+
+    request: SynthesisRequest
+    key: str
+    seq: int
+    pending: deque[Segment]
+    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    busy: bool = False  # a segment of this job is queued or being synthesised
+    cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    job: _Job
+    segment: Segment
+
+
+class BatchedBackend(BaseBackend):
+    """Cross-session micro-batching scheduler (mode ``concurrent``)."""
+
+    mode = "concurrent"
+
+    def __init__(
+        self,
+        *args: Any,
+        max_batch_size: int = 16,
+        max_wait_ms: float = 5.0,
+        workers: int | None = None,
+        max_ahead: int = 2,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        self.max_batch_size = max(1, int(max_batch_size))
+        self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
+        self.max_ahead = max(1, int(max_ahead))
+        self.batched = callable(getattr(self.synthesizer, "synthesize_batch", None))
+        if workers is None:
+            parallel = bool(getattr(self.synthesizer, "thread_safe", False)) and not self.batched
+            workers = min(2, os.cpu_count() or 1) if parallel else 1
+        self.workers = max(1, int(workers))
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
+        self._free = self.workers
+        self._by_session: OrderedDict[str, list[_Item]] = OrderedDict()  # session -> items by job.seq
+        self._queued = 0
+        self._jobs: set[_Job] = set()
+        self._seq = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def queue_depth(self) -> int:
+        """Segments ready and waiting for a worker (not counting those being synthesised)."""
+        return self._queued
+
+    @property
+    def active_requests(self) -> int:
+        """Requests admitted and not yet finished (what ``max_queue`` bounds)."""
+        return len(self._jobs)
+
+    async def start(self) -> None:
+        self._tune_threads()
+        await super().start()
+
+    def _tune_threads(self) -> None:
+        """Give each parallel call its share of the cores, unless the user chose a thread count
+        or the runtime is already loaded (then its own setting stands)."""
+        synth = self.synthesizer
+        loaded = getattr(synth, "_session", None) is not None
+        if self.workers > 1 and not loaded and getattr(synth, "threads", 0) is None:
+            synth.threads = max(1, (os.cpu_count() or 1) // self.workers)
+            log.info("concurrent mode: %d parallel calls x %d intra-op threads", self.workers, synth.threads)
+
+    async def aclose(self) -> None:
+        self._closing = True
+        for job in list(self._jobs):
+            self._drop(job)
+            job.outbox.put_nowait(NotReady("server is shutting down"))
+        self._by_session.clear()
+        self._set_queued(0)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        await super().aclose()
+
+    def _ensure_loop(self) -> None:
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._schedule(), name="kokoro-scheduler")
+
+    # -- requests -------------------------------------------------------------------------------
+    async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
+        """Yield one chunk per segment of a prepared request, in order (see the module docstring
+        for admission, ordering and cancellation)."""
+        if self._closing:
+            raise NotReady("server is shutting down")
+        if len(self._jobs) >= self.max_queue:
+            raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
+        seq = next(self._seq)
+        key = request.session or request.request_id or f"request-{seq}"
+        job = _Job(request=request, key=key, seq=seq, pending=deque(request.segments))
+        self._jobs.add(job)
+        deadline = self._deadline(request)
+        try:
+            self._ensure_loop()
+            for _ in range(len(request.segments)):
+                self._submit_next(job)
+                out = await self._until(deadline, job.outbox.get())
+                if isinstance(out, BaseException):
+                    raise out
+                self._submit_next(job)  # room in the collector again: let it run ahead
+                yield out
+        finally:
+            self._drop(job)
+
+    def _submit_next(self, job: _Job) -> None:
+        if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
+            return
+        job.busy = True
+        items = self._by_session.get(job.key)
+        if items is None:
+            items = self._by_session[job.key] = []  # a new session joins the end of the round
+        bisect.insort(items, _Item(job, job.pending.popleft()), key=lambda it: it.job.seq)
+        self._set_queued(self._queued + 1)
+        if self._wake is not None:
+            self._wake.set()
+
+    def _drop(self, job: _Job) -> None:
+        """Forget a finished, failed or abandoned job; its queued segment leaves the queue now."""
+        if job.cancelled:
+            return
+        job.cancelled = True
+        job.pending.clear()
+        self._jobs.discard(job)
+        items = self._by_session.get(job.key)
+        if items:
+            kept = [it for it in items if it.job is not job]
+            if len(kept) != len(items):
+                self._set_queued(self._queued - (len(items) - len(kept)))
+                if kept:
+                    self._by_session[job.key] = kept
+                else:
+                    del self._by_session[job.key]
+
+    def _set_queued(self, n: int) -> None:
+        self._queued = n
+        if self.observer is not None and hasattr(self.observer, "queue_depth"):
+            self.observer.queue_depth(n)
+
+    # -- the scheduler loop ---------------------------------------------------------------------
+    async def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        while True:
+            while not (self._queued and self._free):
+                self._wake.clear()
+                await self._wake.wait()
+            if self.batched and self._queued < self.max_batch_size and self.max_wait_s > 0:
+                await self._fill(loop)  # LitServe's collate: up to a size or a timeout
+            items = self._take(self.max_batch_size if self.batched else 1)
+            if not items:
+                continue
+            self._free -= 1
+            try:
+                future = loop.run_in_executor(self._executor, self._run, [it.segment for it in items], items)
+            except Exception as e:  # the executor is shut down: fail these, keep the loop alive
+                self._finish(items, [(e, 0.0)] * len(items))
+                continue
+            future.add_done_callback(lambda f, items=items: self._batch_done(items, f))
+
+    async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._wake is not None
+        deadline = loop.time() + self.max_wait_s
+        while self._queued < self.max_batch_size:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._wake.wait()
+            except TimeoutError:
+                return
+
+    def _take(self, n: int) -> list[_Item]:
+        """Up to ``n`` ready segments, one session at a time in round-robin order."""
+        taken: list[_Item] = []
+        while len(taken) < n and self._by_session:
+            key, items = next(iter(self._by_session.items()))
+            taken.append(items.pop(0))
+            if items:
+                self._by_session.move_to_end(key)
+            else:
+                del self._by_session[key]
+        if taken:
+            self._set_queued(self._queued - len(taken))
+        return taken
+
+    def _batch_done(self, items: list[_Item], future: asyncio.Future) -> None:
+        self._free += 1
+        if future.cancelled():
+            results: list[_Result] = [(NotReady("server is shutting down"), 0.0)] * len(items)
+        elif future.exception() is not None:
+            results = [(future.exception(), 0.0)] * len(items)
+        else:
+            results = future.result()
+        self._finish(items, results)
+
+    def _finish(self, items: list[_Item], results: Sequence[_Result]) -> None:
+        for item, (out, elapsed) in zip(items, results, strict=True):
+            job = item.job
+            job.busy = False
+            if job.cancelled:
+                continue
+            if isinstance(out, BaseException):
+                job.outbox.put_nowait(self._as_error(out, job))
+                job.pending.clear()
+                continue
+            seg = item.segment
+            job.outbox.put_nowait(AudioChunk(
+                audio=out, index=seg.index, count=len(job.request.segments), text=seg.text,
+                synth_seconds=elapsed, phonemes=seg.phonemes,
+            ))
+            self._submit_next(job)
+        if self._wake is not None:
+            self._wake.set()
+
+    def _as_error(self, exc: BaseException, job: _Job) -> KokoroError:
+        if self._closing:
+            return NotReady("server is shutting down")
+        if isinstance(exc, KokoroError):
+            return exc
+        log.error("synthesis failed for request %s: %r", job.request.request_id, exc)
+        return BackendFault(f"synthesis failed: {type(exc).__name__}: {exc}")
+
+    # -- worker threads -------------------------------------------------------------------------
+    def _run(self, segments: list[Segment], items: list[_Item]) -> list[_Result]:
+        """Synthesise one batch (worker thread). Never raises: each result is audio or the error
+        for that segment. A failed batch is retried one segment at a time."""
+        if self.batched and len(segments) > 1:
+            t0 = time.perf_counter()
+            try:
+                outs = self.synthesizer.synthesize_batch(segments)
+                if len(outs) != len(segments):
+                    raise BackendFault(f"synthesize_batch returned {len(outs)} outputs for {len(segments)}")
+                audios = [clip_audio(a) for a in outs]
+            except Exception as e:
+                log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
+            else:
+                elapsed = time.perf_counter() - t0
+                self._observe_batch(len(segments))
+                for audio in audios:  # each segment's share of the runtime's time
+                    self._observe(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
+                return [(a, elapsed) for a in audios]
+        results: list[_Result] = []
+        for seg, item in zip(segments, items, strict=True):
+            if item.job.cancelled:  # dropped while earlier retries ran
+                results.append((NotReady("request cancelled"), 0.0))
+                continue
+            t0 = time.perf_counter()
+            try:
+                audio = clip_audio(self.synthesizer.synthesize(seg))
+            except Exception as e:
+                results.append((e, time.perf_counter() - t0))
+                continue
+            elapsed = time.perf_counter() - t0
+            self._observe_batch(1)
+            self._observe(elapsed, len(audio) / self.synthesizer.sample_rate)
+            results.append((audio, elapsed))
+        return results
+
+    def _observe_batch(self, size: int) -> None:
+        if self.observer is not None and hasattr(self.observer, "batch_done"):
+            self.observer.batch_done(size)

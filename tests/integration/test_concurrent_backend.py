@@ -1,0 +1,367 @@
+"""The concurrent (batched) backend: ordering, batching, fairness, admission, cancellation, faults.
+
+Most tests drive a fake :class:`~backends.base.BatchSynthesizer` (latency, gate and failure knobs;
+its audio encodes the segment, so a mixed-up chunk shows); a few run the real ONNX runtime, and one
+runs the torch runtime's real ``synthesize_batch`` when that runtime is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+from backends.base import (
+    BackendFault,
+    BatchSynthesizer,
+    NotReady,
+    Overloaded,
+    SynthesisRequest,
+    SynthesisTimeout,
+)
+from backends.concurrent import BatchedBackend
+
+SENTENCES = [
+    "Short start, then the rest of the first sentence.",
+    "A second sentence follows it.",
+    "The third one closes the request.",
+]
+LONG_TEXT = " ".join(f"Sentence number {i} of a rather long text goes here." for i in range(12))
+
+
+class FakeBatchSynth:
+    """Implements the BatchSynthesizer protocol. Audio: a constant derived from the segment text,
+    one sample per phoneme x 100, so every chunk can be traced to its segment.
+
+    Knobs: ``latency_s`` per runtime call, ``gate`` (calls wait until it is set), ``fail_on``
+    (a substring: any call containing a segment with it raises, batch or single)."""
+
+    name, sample_rate, thread_safe = "fake", 24_000, False
+
+    def __init__(self, *, latency_s: float = 0.0, fail_on: str | None = None, batch: bool = True):
+        self.latency_s, self.fail_on = latency_s, fail_on
+        self.calls: list[list[str]] = []  # segment texts of every runtime call, in call order
+        self.gate: threading.Event | None = None
+        self.started = threading.Event()
+        self._busy = threading.Lock()
+        if not batch:
+            self.synthesize_batch = None  # a runtime without a batch path
+
+    @staticmethod
+    def expected(segment) -> np.ndarray:
+        level = (zlib.crc32(segment.text.encode()) % 1000) / 1000.0 - 0.5
+        return np.full(100 * len(segment.phonemes), level, dtype=np.float32)
+
+    def load(self) -> None:
+        pass
+
+    def _call(self, segments) -> list[np.ndarray]:
+        if not self._busy.acquire(blocking=False):
+            raise AssertionError("a thread_safe=False runtime was called concurrently")
+        try:
+            self.calls.append([s.text for s in segments])
+            self.started.set()
+            if self.gate is not None:
+                self.gate.wait(10)
+            time.sleep(self.latency_s)
+            if self.fail_on and any(self.fail_on in s.text for s in segments):
+                raise RuntimeError("synthesis exploded")
+            return [self.expected(s) for s in segments]
+        finally:
+            self._busy.release()
+
+    def synthesize(self, segment) -> np.ndarray:
+        return self._call([segment])[0]
+
+    def synthesize_batch(self, segments) -> list[np.ndarray]:
+        return self._call(list(segments))
+
+
+class Recorder:
+    """The observer interface the server's Metrics implements."""
+
+    def __init__(self):
+        self.batches: list[int] = []
+        self.depths: list[int] = []
+        self.segments = 0
+
+    def segment_done(self, synth_s, audio_s):
+        self.segments += 1
+
+    def batch_done(self, size):
+        self.batches.append(size)
+
+    def queue_depth(self, n):
+        self.depths.append(n)
+
+
+@pytest.fixture
+async def make_backend(pipeline, voices):
+    made = []
+
+    def make(synth, **kw) -> BatchedBackend:
+        backend = BatchedBackend(synth, pipeline, voices, **kw)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        await backend.aclose()
+
+
+async def collect(backend, request) -> list:
+    return [chunk async for chunk in backend.stream(request)]
+
+
+async def prepared(backend, text: str, session: str = "", rid: str = "") -> SynthesisRequest:
+    return await backend.prepare(SynthesisRequest(text=text, session=session, request_id=rid, voice="jm_kumo"))
+
+
+async def wait_until(predicate, limit_s: float = 5.0) -> None:
+    end = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < end, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+async def run_sessions(backend, n_sessions: int, per_session: int) -> dict:
+    """Each session pipelines its requests (all streams open at once) and reads them in order."""
+
+    async def session(s: int):
+        texts = [" ".join(SENTENCES[: 1 + (s + r) % 3]) + f" Session {s} request {r}." for r in range(per_session)]
+        requests = [await prepared(backend, t, session=f"s{s}", rid=f"s{s}-r{r}") for r, t in enumerate(texts)]
+        tasks = [asyncio.create_task(collect(backend, req)) for req in requests]
+        return [(req, await task) for req, task in zip(requests, tasks, strict=True)]
+
+    results = await asyncio.gather(*(session(s) for s in range(n_sessions)))
+    return {f"s{s}": r for s, r in enumerate(results)}
+
+
+def test_fake_implements_the_real_protocol():
+    assert isinstance(FakeBatchSynth(), BatchSynthesizer)
+
+
+async def test_many_pipelined_sessions_all_answered_in_order(make_backend):
+    synth, recorder = FakeBatchSynth(latency_s=0.002), Recorder()
+    backend = make_backend(synth, max_batch_size=8, max_wait_ms=2, observer=recorder)
+    await backend.start()
+    results = await run_sessions(backend, n_sessions=12, per_session=3)
+    for answered in results.values():
+        assert len(answered) == 3
+        for request, chunks in answered:
+            assert [c.index for c in chunks] == list(range(len(request.segments)))
+            for chunk, segment in zip(chunks, request.segments, strict=True):
+                np.testing.assert_array_equal(chunk.audio, FakeBatchSynth.expected(segment))
+    total = sum(len(req.segments) for answered in results.values() for req, _ in answered)
+    assert recorder.segments == total + 1  # + the warm-up segment
+    assert np.mean(recorder.batches) > 1
+    assert max(recorder.batches) <= 8
+    assert backend.queue_depth == 0 and recorder.depths[-1] == 0 and backend.active_requests == 0
+
+
+async def test_per_segment_fallback_without_a_batch_path(make_backend):
+    synth, recorder = FakeBatchSynth(batch=False), Recorder()
+    backend = make_backend(synth, observer=recorder)
+    assert not backend.batched and backend.workers == 1  # not thread_safe: one call at a time
+    results = await run_sessions(backend, n_sessions=4, per_session=2)
+    assert all(len(chunks) == len(req.segments) for answered in results.values() for req, chunks in answered)
+    assert set(recorder.batches) == {1}
+
+
+async def test_a_long_text_does_not_starve_a_short_one(make_backend):
+    synth = FakeBatchSynth(latency_s=0.01)
+    backend = make_backend(synth, max_batch_size=1, max_wait_ms=0)
+    long_req = await prepared(backend, LONG_TEXT, session="long")
+    short_req = await prepared(backend, "A short reply.", session="short")
+    long_task = asyncio.create_task(collect(backend, long_req))
+    await asyncio.to_thread(synth.started.wait, 5)
+    short_chunks = await collect(backend, short_req)
+    assert len(short_chunks) == 1
+    order = [texts[0] for texts in synth.calls]
+    assert order.index(short_req.segments[0].text) <= 2  # served within a round, not after 12 segments
+    assert len(await long_task) == len(long_req.segments) >= 3
+
+
+async def test_overloaded_when_the_queue_bound_is_hit_then_serves_again(make_backend):
+    synth = FakeBatchSynth()
+    synth.gate = threading.Event()
+    backend = make_backend(synth, max_queue=2)
+    first = [asyncio.create_task(collect(backend, await prepared(backend, SENTENCES[i], rid=f"r{i}"))) for i in range(2)]
+    await wait_until(lambda: backend.active_requests == 2)
+    extra = await prepared(backend, SENTENCES[2], rid="r2")
+    with pytest.raises(Overloaded) as info:
+        await collect(backend, extra)
+    assert info.value.status == 503 and info.value.retryable
+    synth.gate.set()
+    assert all(len(chunks) >= 1 for chunks in await asyncio.gather(*first))
+    assert len(await collect(backend, extra)) == len(extra.segments)
+    assert backend.active_requests == 0
+
+
+async def test_cancelled_requests_queued_segments_are_never_synthesised(make_backend):
+    synth, recorder = FakeBatchSynth(), Recorder()
+    synth.gate = threading.Event()
+    backend = make_backend(synth, observer=recorder)
+    running = await prepared(backend, " ".join(SENTENCES), session="a")
+    queued = await prepared(backend, "Never say this. Nor this one.", session="b")
+    running_task = asyncio.create_task(collect(backend, running))
+    await asyncio.to_thread(synth.started.wait, 5)  # a's first segment is in the runtime
+    queued_task = asyncio.create_task(collect(backend, queued))
+    await wait_until(lambda: backend.queue_depth == 1)
+    queued_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued_task
+    assert backend.queue_depth == 0 and recorder.depths[-1] == 0
+    running_task.cancel()  # a's first segment is running: it finishes, the rest never start
+    with pytest.raises(asyncio.CancelledError):
+        await running_task
+    synth.gate.set()
+    await asyncio.sleep(0.1)
+    said = [text for call in synth.calls for text in call]
+    assert said == [running.segments[0].text]
+    assert backend.active_requests == 0
+
+
+async def test_closing_the_stream_early_drops_the_rest(make_backend):
+    synth = FakeBatchSynth()
+    backend = make_backend(synth, max_ahead=1)
+    request = await prepared(backend, LONG_TEXT)
+    stream = backend.stream(request)
+    assert (await anext(stream)).index == 0
+    await stream.aclose()
+    await asyncio.sleep(0.05)
+    said = [text for call in synth.calls for text in call]
+    assert len(said) <= 2 < len(request.segments)  # at most one segment ran ahead
+
+
+async def test_one_failing_segment_fails_only_its_request(make_backend):
+    synth, recorder = FakeBatchSynth(fail_on="Broken"), Recorder()
+    synth.gate = threading.Event()
+    backend = make_backend(synth, max_batch_size=8, max_wait_ms=20, observer=recorder)
+    blocker = asyncio.create_task(collect(backend, await prepared(backend, "Hold the line.", session="z")))
+    await asyncio.to_thread(synth.started.wait, 5)
+    bad = await prepared(backend, "Broken glass everywhere.", session="bad", rid="bad")
+    good = [await prepared(backend, SENTENCES[i], session=f"g{i}") for i in range(3)]
+    tasks = {name: asyncio.create_task(collect(backend, req)) for name, req in [("bad", bad), *enumerate(good)]}
+    await wait_until(lambda: backend.queue_depth == 4)
+    synth.gate.set()  # the four queued first segments go as one batch, which fails, then singly
+    with pytest.raises(BackendFault) as info:
+        await tasks.pop("bad")
+    assert info.value.code == "backend_error"
+    for i, task in tasks.items():
+        assert len(await task) == len(good[i].segments)
+    await blocker
+    assert any(len(call) == 4 for call in synth.calls)  # the failed batch, retried one by one
+    again = await prepared(backend, "Fine this time.", session="bad")
+    assert len(await collect(backend, again)) == 1  # the session is still served
+
+
+async def test_request_timeout_when_the_runtime_hangs(make_backend):
+    synth = FakeBatchSynth()
+    synth.gate = threading.Event()
+    backend = make_backend(synth, request_timeout_s=0.2)
+    with pytest.raises(SynthesisTimeout):
+        await collect(backend, await prepared(backend, SENTENCES[1]))
+    assert backend.active_requests == 0 and backend.queue_depth == 0
+    synth.gate.set()
+    assert len(await collect(backend, await prepared(backend, SENTENCES[2]))) == 1
+
+
+async def test_aclose_fails_open_streams_and_refuses_new_ones(pipeline, voices):
+    synth = FakeBatchSynth()
+    synth.gate = threading.Event()
+    backend = BatchedBackend(synth, pipeline, voices)
+    requests = [await prepared(backend, SENTENCES[i], session=f"s{i}") for i in range(3)]
+    tasks = [asyncio.create_task(collect(backend, r)) for r in requests]
+    await wait_until(lambda: backend.active_requests == 3)
+    await backend.aclose()
+    synth.gate.set()
+    for task in tasks:
+        with pytest.raises(NotReady):
+            await task
+    with pytest.raises(NotReady):
+        await collect(backend, requests[0])
+    assert backend.queue_depth == 0
+
+
+# -- the real ONNX runtime ----------------------------------------------------------------------
+class CountingOnnx:
+    """The real ONNX synthesizer, recording which segments it was asked for."""
+
+    def __init__(self, inner):
+        self.inner, self.said = inner, []
+        self.name, self.sample_rate, self.thread_safe = inner.name, inner.sample_rate, inner.thread_safe
+
+    def load(self):
+        pass
+
+    def synthesize(self, segment):
+        self.said.append(segment.text)
+        return self.inner.synthesize(segment)
+
+
+async def test_onnx_sessions_answered_in_order_with_real_audio(make_backend, onnx_synth):
+    synth, recorder = CountingOnnx(onnx_synth), Recorder()
+    backend = make_backend(synth, observer=recorder)
+    assert backend.workers == 2 and not backend.batched  # thread-safe runtime: parallel calls
+    texts = ["Hello there.", "Good morning, everyone.", "See you soon.", "Thanks a lot."]
+
+    async def session(i: int):
+        req = await prepared(backend, texts[i], session=f"s{i}")
+        return req, await collect(backend, req)
+
+    answered = await asyncio.gather(*(session(i) for i in range(4)))
+    asked = [segment.text for req, _ in answered for segment in req.segments]
+    assert sorted(synth.said) == sorted(asked)  # nothing lost, nothing twice
+    for req, chunks in answered:
+        assert [c.index for c in chunks] == list(range(len(req.segments)))
+        assert all(c.seconds > 0.3 for c in chunks)
+    req, chunks = answered[1]  # the chunk is the audio of its own segment, not a neighbour's
+    reference = await asyncio.to_thread(onnx_synth.synthesize, req.segments[-1])
+    assert len(chunks[-1].audio) == len(reference)
+    assert np.corrcoef(chunks[-1].audio, reference)[0, 1] > 0.99
+    assert recorder.segments == len(asked) and backend.active_requests == 0
+
+
+async def test_onnx_cancelled_request_never_synthesised(make_backend, onnx_synth):
+    synth = CountingOnnx(onnx_synth)
+    backend = make_backend(synth, workers=1)
+    first = await prepared(backend, "The first request.", session="a")
+    doomed = await prepared(backend, "This should never be spoken.", session="b")
+    first_task = asyncio.create_task(collect(backend, first))
+    await wait_until(lambda: len(synth.said) == 1)
+    doomed_task = asyncio.create_task(collect(backend, doomed))
+    await wait_until(lambda: backend.queue_depth == 1)
+    doomed_task.cancel()
+    await asyncio.gather(doomed_task, return_exceptions=True)
+    assert len(await first_task) == len(first.segments)
+    assert doomed.segments[0].text not in synth.said
+
+
+# -- the torch runtime's real batch path ---------------------------------------------------------
+@pytest.mark.slow
+async def test_torch_batches_under_load(make_backend, model_dir, voices):
+    torch_runtime = pytest.importorskip("backends.torch_runtime")
+    from backends.assets import ModelFiles
+
+    if ModelFiles.discover(model_dir).torch_checkpoint is None:
+        pytest.skip("no torch checkpoint in the model directory (kokoro-serve assets builds it)")
+    synth = torch_runtime.TorchSynthesizer(model_dir, voices, device="cpu")
+    recorder = Recorder()
+    backend = make_backend(synth, max_batch_size=4, max_wait_ms=20, observer=recorder)
+    await backend.start()
+    recorder.batches.clear()
+    replies = ["Yes.", "No, thanks.", "Maybe later.", "Sounds good."]
+
+    async def session(i: int):
+        req = await prepared(backend, replies[i], session=f"s{i}")
+        return req, await collect(backend, req)
+
+    for req, chunks in await asyncio.gather(*(session(i) for i in range(4))):
+        assert [c.index for c in chunks] == list(range(len(req.segments)))
+        assert all(c.seconds > 0.2 for c in chunks)
+    assert np.mean(recorder.batches) > 1
