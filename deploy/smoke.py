@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 DEFAULT_TEXTS = ("Hello from kokoro serve.", "This is the second sentence on the same stream.")
 
@@ -176,21 +176,24 @@ async def websocket_session(url: str, *, api_key: str | None = None) -> AsyncIte
 
 
 def websocket_smoke(url: str, *, api_key: str | None = None, voice: str | None = None,
-                    timeout_s: float = 120.0) -> SmokeReport:
+                    texts: tuple[str, ...] = DEFAULT_TEXTS, timeout_s: float = 120.0) -> SmokeReport:
     """Blocking helper: connect to ``url`` and run :func:`check_bidi`. Do not call from a running loop."""
 
     async def run() -> SmokeReport:
         async with websocket_session(url, api_key=api_key) as session:
-            return await check_bidi(session, voice=voice, timeout_s=timeout_s)
+            return await check_bidi(session, texts=texts, voice=voice, timeout_s=timeout_s)
 
     return asyncio.run(run())
 
 
-def sagemaker_smoke(endpoint_name: str, region: str, *, boto_session=None, timeout_s: float = 180.0) -> SmokeReport:
+def sagemaker_smoke(endpoint_name: str, region: str, *, texts: tuple[str, ...] = DEFAULT_TEXTS,
+                    timeout_s: float = 180.0, **connector: Any) -> SmokeReport:
     """Blocking: run :func:`check_bidi` through the SageMaker HTTP/2 bidirectional stream.
 
     Uses the agent package's ``SageMakerTransport`` (``aws-sdk-sagemaker-runtime-http2``, Python
-    >= 3.12), imported here and nowhere else in ``deploy``.
+    >= 3.12), imported here and nowhere else in ``deploy``. ``connector`` goes to its
+    ``SageMakerConnector`` (``boto_session``, ``target_variant``, or an SDK stand-in as ``client``
+    and ``models``). Do not call from a running event loop.
     """
     try:
         from agent.sagemaker_transport import SageMakerTransport
@@ -200,7 +203,7 @@ def sagemaker_smoke(endpoint_name: str, region: str, *, boto_session=None, timeo
             f"`pip install kokoro-serve[agent]` with aws-sdk-sagemaker-runtime-http2): {exc}") from exc
 
     async def run() -> SmokeReport:
-        transport = await SageMakerTransport.connect(endpoint_name, region, boto_session=boto_session)
-        return await check_bidi(transport, timeout_s=timeout_s)
+        transport = await SageMakerTransport.connect(endpoint_name, region, **connector)
+        return await check_bidi(transport, texts=texts, timeout_s=timeout_s)
 
     return asyncio.run(run())

@@ -131,7 +131,8 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def spec_from_args(args: argparse.Namespace, model_data_url: str | None) -> EndpointSpec:
-    env = {"KOKORO_BACKEND": args.backend, "KOKORO_MODE": args.mode, **_env_pairs(args.env)}
+    env = {k: v for k, v in (("KOKORO_BACKEND", args.backend), ("KOKORO_MODE", args.mode)) if v}
+    env.update(_env_pairs(args.env))
     ami = args.ami
     if ami == "auto":
         ami = endpoint.DEFAULT_GPU_AMI if args.instance_type.startswith(GPU_FAMILIES) else None
@@ -155,8 +156,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--instance-type", default=endpoint.DEFAULT_INSTANCE_TYPE)
     d.add_argument("--instance-count", type=int, default=1)
     d.add_argument("--ami", default="auto", help="InferenceAmiVersion; 'auto' = a CUDA 13 driver on GPU types")
-    d.add_argument("--backend", default="torch", choices=["torch", "onnx"])
-    d.add_argument("--mode", default="concurrent", choices=["sequential", "concurrent"])
+    d.add_argument("--backend", choices=["torch", "onnx"], help="default: the image's (GPU: torch, CPU: onnx)")
+    d.add_argument("--mode", choices=["sequential", "concurrent"], help="default: the image's")
     d.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra container env")
     d.add_argument("--startup-timeout", type=int, default=endpoint.DEFAULT_STARTUP_TIMEOUT_S)
     d.add_argument("--min-instances", type=int, default=1)

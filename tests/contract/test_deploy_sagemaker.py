@@ -1,11 +1,9 @@
 """boto3 deploy / autoscale / destroy of the SageMaker endpoint, against moto's AWS.
 
-Two gaps in moto are filled here, in the test, never in the code under test:
-* moto's endpoint-config validation lists no ml.g5 instance types (SageMaker's API accepts them),
-* moto has no ``UpdateEndpoint``; the stand-in below does what SageMaker does: the endpoint goes
-  ``Updating`` (seen by the next describe), then ``InService`` on the new config.
-The smoke test is injected (it needs a live endpoint); the real transport is exercised against a
-real server in test_deploy_serve_entry.py.
+moto's two SageMaker gaps (no ml.g5 instance types, no UpdateEndpoint) are filled in the test
+(tests/deploy_support/moto_sagemaker.py), never in the code under test. The smoke test is injected
+here and records what it saw; the real one runs against a real server in
+test_deploy_serve_entry.py.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import io
 import tarfile
 
-import boto3
 import pytest
 
 moto = pytest.importorskip("moto")
@@ -21,65 +18,14 @@ moto = pytest.importorskip("moto")
 from deploy.sagemaker import agent_runtime, endpoint, package_model, teardown  # noqa: E402
 from deploy.sagemaker import deploy as sm_deploy  # noqa: E402
 from deploy.sagemaker.endpoint import DeployError, EndpointSpec  # noqa: E402
+from tests.deploy_support.moto_sagemaker import REGION, mocked_aws  # noqa: E402
 
-REGION = "us-east-1"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-serve:gpu"
-
-
-def _patch_moto(monkeypatch):
-    from moto.sagemaker import models as sm_models
-    from moto.sagemaker import responses as sm_responses
-
-    original = sm_models.FakeEndpointConfig.validate_instance_type
-
-    def validate_instance_type(self, instance_type):
-        if instance_type.startswith(("ml.g5.", "ml.g6.")):
-            return None
-        return original(self, instance_type)
-
-    monkeypatch.setattr(sm_models.FakeEndpointConfig, "validate_instance_type", validate_instance_type)
-
-    def update_endpoint(self, endpoint_name, endpoint_config_name):
-        ep = self.endpoints[endpoint_name]  # KeyError -> moto's generic error, as for describe
-        config = self.describe_endpoint_config(endpoint_config_name)
-        ep.endpoint_config_name = endpoint_config_name
-        ep.production_variants = ep._process_production_variants(config["ProductionVariants"])
-        ep.endpoint_status = "Updating"
-        ep._describes_until_in_service = 1
-        return ep
-
-    original_describe = sm_models.SageMakerModelBackend.describe_endpoint
-
-    def describe_endpoint(self, endpoint_name):
-        ep = self.endpoints.get(endpoint_name)
-        if ep is not None and getattr(ep, "_describes_until_in_service", 0):
-            ep._describes_until_in_service -= 1
-            out = original_describe(self, endpoint_name)
-            ep.endpoint_status = "InService"
-            return out
-        return original_describe(self, endpoint_name)
-
-    def update_endpoint_response(self):
-        ep = self.sagemaker_backend.update_endpoint(self._get_param("EndpointName"),
-                                                    self._get_param("EndpointConfigName"))
-        return sm_responses.ActionResult({"EndpointArn": ep.arn})
-
-    monkeypatch.setattr(sm_models.SageMakerModelBackend, "update_endpoint", update_endpoint, raising=False)
-    monkeypatch.setattr(sm_models.SageMakerModelBackend, "describe_endpoint", describe_endpoint)
-    monkeypatch.setattr(sm_responses.SageMakerResponse, "update_endpoint", update_endpoint_response, raising=False)
 
 
 @pytest.fixture
 def aws(monkeypatch):
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}.items():
-        monkeypatch.setenv(var, value)
-    _patch_moto(monkeypatch)
-    with moto.mock_aws():
-        clients = sm_deploy.AwsClients(session=boto3.session.Session(region_name=REGION))
-        iam = clients.client("iam")
-        role = iam.create_role(RoleName="kokoro-sm", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-        clients.role = role
+    with mocked_aws(monkeypatch) as clients:
         yield clients
 
 

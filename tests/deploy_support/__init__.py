@@ -1,0 +1,1 @@
+"""Test support for the deploy tests: moto's missing SageMaker pieces, real server processes."""
