@@ -92,6 +92,10 @@ class APIError(Exception):
         return JSONResponse(body, status_code=self.status, headers=headers)
 
 
+def _internal_error() -> APIError:
+    return APIError(500, "internal server error", code="internal_error")
+
+
 @dataclass(slots=True)
 class SpeechParams:
     input: str
@@ -210,6 +214,9 @@ class OpenAIRoutes:
             return e.response()
         except KokoroError as e:
             return APIError.from_kokoro(e).response()
+        except Exception:
+            log.exception("speech request failed")
+            return _internal_error().response()
 
         _observe_first_audio(request, received)
         body = self._encoded(first, chunks, encoder)
@@ -272,6 +279,9 @@ class OpenAIRoutes:
             return e.response()
         except KokoroError as e:
             return APIError.from_kokoro(e).response()
+        except Exception:
+            log.exception("timed speech request failed")
+            return _internal_error().response()
         return JSONResponse(result)
 
     def _timed_result(self, p: SpeechParams, chunks: list[AudioChunk], lang: str) -> dict[str, Any]:

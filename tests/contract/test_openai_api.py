@@ -349,3 +349,42 @@ def test_word_timings_follow_speed(timed_server):
             return http.post("/v1/audio/speech/timed", json=body).json()["words"][-1]["end"]
 
     assert last_end(2.0) < last_end(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# a client that goes away stops the work
+# ---------------------------------------------------------------------------------------------
+class SlowSynth(DurationSynth):
+    """Each segment takes a while; counts the segments actually synthesised."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def synthesize(self, segment):
+        self.calls += 1
+        time.sleep(0.3)
+        return super().synthesize(segment)
+
+
+def test_disconnect_cancels_pending_segments(g2p, vocab, voices):
+    from backends.text import TextPipeline
+
+    synth = SlowSynth()
+    backend = SequentialBackend(synth, TextPipeline(g2p.phonemize, vocab, segment_phonemes=20), voices)
+    text = " ".join(f"Sentence number {n} is here." for n in range(1, 11))
+    with LiveServer(make_app(backend)) as server:
+        warmup = synth.calls
+        body = {"model": "kokoro", "input": text, "voice": "jm_kumo", "response_format": "pcm"}
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            with http.stream("POST", "/v1/audio/speech", json=body) as r:
+                assert r.status_code == 200
+                next(r.iter_raw())  # the first segment's audio, then hang up
+        planned = len(backend.pipeline.plan(text, voice="jm_kumo", fast_first=True))
+        deadline = time.monotonic() + 30
+        while backend.queue_depth and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # a stream that were still running would synthesise ~3 more segments by now
+        done = synth.calls - warmup
+    assert planned >= 8
+    assert done < planned, (done, planned)
+    assert done <= 3, (done, planned)
