@@ -53,7 +53,7 @@ def test_audio_duration_matches_the_pcm_sent(make_client, collect):
     done = frames[-1]
     assert done["type"] == "synthesis_complete" and done["request_id"] == 7
     assert done["audio_duration_s"] == pytest.approx(pcm / 2 / 24000, abs=1e-3)
-    assert done["elapsed_s"] > 0 and 0 < done["ttfa_ms"] <= done["elapsed_s"] * 1000
+    assert done["elapsed_s"] > 0 and 0 < done["ttfa_ms"] <= done["elapsed_s"] * 1000 + 0.1
 
 
 @pytest.mark.parametrize(
