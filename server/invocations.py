@@ -69,6 +69,11 @@ class _AudioStream(StreamingResponse):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class Invocations:
     """The ASGI endpoint. In-flight accounting spans the whole response, on every path."""
 
@@ -120,7 +125,7 @@ class _Job:
             )
             self.encoder = make_encoder(fmt, params.sample_rate)
             self.stream = aiter(state.backend.stream(prepared))
-            first = await self._next_chunk()
+            first = await self._first_chunk()
             if first is None:
                 raise BackendFault("the backend produced no audio")
             head = await self._encode(first.audio)
@@ -138,6 +143,27 @@ class _Job:
         response = _AudioStream(self.body_iter, media_type=self.encoder.content_type, headers=headers)
         self.body = response
         return response
+
+    async def _first_chunk(self) -> Any:
+        """The first segment, unless the client goes away first (a client that gave up waiting
+        must not keep the runtime busy): then the stream is closed and ClientDisconnect raised."""
+        first = asyncio.ensure_future(self._next_chunk())
+        gone = asyncio.ensure_future(self._disconnected())
+        try:
+            await asyncio.wait({first, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (first, gone):
+                if not task.done():
+                    task.cancel()
+                    task.add_done_callback(_retrieve)
+        if first.done() and not first.cancelled():
+            return first.result()
+        await asyncio.wait({first})  # let the backend stream unwind before it is closed
+        raise ClientDisconnect()
+
+    async def _disconnected(self) -> None:
+        while (await self.request.receive())["type"] != "http.disconnect":
+            pass
 
     async def _next_chunk(self) -> Any:
         try:

@@ -149,3 +149,23 @@ def test_failure_after_the_first_bytes_truncates_the_body(live_server, synth):
         metrics = http.get(f"{url}/metrics").text
     assert after.status_code == 200
     assert 'kokoro_errors_total{code="backend_error",route="invocations"} 1.0' in metrics
+
+
+def test_a_client_that_leaves_before_the_first_audio_costs_no_synthesis(live_server, synth, wait):
+    url = live_server()
+    synth.gate = threading.Event()
+    synth.started.clear()
+    held: dict = {}
+    worker = threading.Thread(
+        target=lambda: held.update(r=httpx.post(f"{url}/invocations", json={"text": "Held first."}, timeout=30))
+    )
+    worker.start()
+    wait(synth.started.is_set)
+    with pytest.raises(httpx.ReadTimeout):  # gives up while queued behind the held request
+        httpx.post(f"{url}/invocations", json={"text": "Abandoned second."}, timeout=0.5)
+    wait(lambda: 'kokoro_inflight_requests{route="invocations"} 1.0' in httpx.get(f"{url}/metrics").text)
+    synth.gate.set()
+    worker.join(10)
+    assert held["r"].status_code == 200
+    assert "Abandoned second." not in synth.calls
+    assert 'kokoro_requests_total{route="invocations",status="499"} 1.0' in httpx.get(f"{url}/metrics").text
