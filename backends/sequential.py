@@ -143,6 +143,7 @@ class SequentialBackend(BaseBackend):
         super().__init__(*args, **kwargs)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-synth")
         self._waiting = 0
+        self._timed = callable(getattr(self.synthesizer, "synthesize_timed", None))
 
     @property
     def queue_depth(self) -> int:
@@ -152,12 +153,16 @@ class SequentialBackend(BaseBackend):
         await super().aclose()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _run(self, segment: Segment) -> tuple[Any, float]:
+    def _run(self, segment: Segment) -> tuple[Any, Any, float]:
         t0 = time.perf_counter()
-        audio = self.synthesizer.synthesize(segment)
+        durations = None
+        if self._timed:  # the torch runtime reports per-token frame durations at no extra cost
+            audio, durations = self.synthesizer.synthesize_timed(segment)
+        else:
+            audio = self.synthesizer.synthesize(segment)
         elapsed = time.perf_counter() - t0
         self._observe(elapsed, len(audio) / self.synthesizer.sample_rate)
-        return audio, elapsed
+        return audio, durations, elapsed
 
     async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
         if self._waiting >= self.max_queue:
@@ -169,7 +174,7 @@ class SequentialBackend(BaseBackend):
             self._waiting += 1
             try:
                 future = loop.run_in_executor(self._executor, self._run, segment)
-                audio, elapsed = await self._until(deadline, future)
+                audio, durations, elapsed = await self._until(deadline, future)
             except KokoroError:
                 raise
             except Exception as e:
@@ -181,6 +186,6 @@ class SequentialBackend(BaseBackend):
                 self._waiting -= 1
             yield AudioChunk(
                 audio=audio, index=segment.index, count=count, text=segment.text,
-                synth_seconds=elapsed, phonemes=segment.phonemes,
+                synth_seconds=elapsed, phonemes=segment.phonemes, durations=durations,
             )
 
