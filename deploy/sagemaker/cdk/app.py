@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""CDK entry: ``cdk synth`` / ``cdk deploy`` from this directory (see cdk.json), or offline:
+
+    python deploy/sagemaker/cdk/app.py            # writes deploy/sagemaker/cdk/cdk.out
+
+Settings come from context (``cdk deploy -c endpoint_name=kokoro-tts -c image_uri=... ``): every
+field of ``SpeechConfig`` (endpoint_name, image_uri, model_data_url, instance_type,
+inference_ami_version, min_instances, max_instances, target_sessions, backend, mode,
+invoke_principal_arn) plus ``agent_image_uri`` and ``agent_model``. Without ``image_uri`` /
+``agent_image_uri`` the images are built from the Dockerfiles as CDK assets (Docker needed at deploy
+time, not at synth time). The account/region come from the CLI's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root, for `deploy`
+
+import aws_cdk as cdk
+
+from deploy.sagemaker.cdk.stacks import build_app
+
+
+def main() -> None:
+    app = cdk.App()
+    account, region = os.environ.get("CDK_DEFAULT_ACCOUNT"), os.environ.get("CDK_DEFAULT_REGION")
+    env = cdk.Environment(account=account, region=region) if account and region else None
+    build_app(app, env)
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The CDK app synthesised offline and checked with ``aws_cdk.assertions.Template``.
+
+One synthesis per module (aws-cdk-lib runs on node through jsii: ~3 s here). CDK's built-in
+CloudFormation rule validation costs ~12 s per synthesis, so it is switched off here
+(``CDK_VALIDATION=false``) and run once, with findings as errors, by ``deploy/check.sh``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from deploy.dockerfiles import BIDI_LABEL, Dockerfile
+from deploy.sagemaker.endpoint import CONCURRENCY_METRIC, DEFAULT_GPU_AMI
+
+ENV = {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "JSII_DEPRECATED": "quiet", "CDK_VALIDATION": "false"}
+
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("aws_cdk") is None, reason="aws-cdk-lib not installed")
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    # set before aws_cdk is first imported: its node process reads them when it starts
+    old = {k: os.environ.get(k) for k in ENV}
+    os.environ.update(ENV)
+    try:
+        import aws_cdk as cdk
+        from aws_cdk.assertions import Template
+
+        from deploy.sagemaker.cdk.stacks import build_app
+
+        outdir = tmp_path_factory.mktemp("cdk.out")
+        app = cdk.App(outdir=str(outdir), context={"endpoint_name": "kokoro-tts", "max_instances": "5"})
+        speech, agent = build_app(app, cdk.Environment(account="123456789012", region="us-east-1"))
+        assembly = app.synth()
+        yield {"speech": Template.from_stack(speech), "agent": Template.from_stack(agent),
+               "dir": Path(assembly.directory)}
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _only(template, kind):
+    resources = template.find_resources(kind)
+    assert len(resources) == 1, resources
+    return next(iter(resources.values()))["Properties"]
+
+
+def _docker_assets(directory: Path, stack: str) -> dict:
+    manifest = json.loads((directory / f"{stack}.assets.json").read_text())
+    return manifest["dockerImages"]
+
+
+def _statements(template, role_logical_prefix):
+    out = []
+    for res in template.find_resources("AWS::IAM::Policy").values():
+        roles = json.dumps(res["Properties"]["Roles"])
+        if role_logical_prefix in roles:
+            out += res["Properties"]["PolicyDocument"]["Statement"]
+    return out
+
+
+def _actions(statement):
+    a = statement["Action"]
+    return [a] if isinstance(a, str) else a
+
+
+def test_endpoint_config_is_ml_g5_with_a_new_enough_gpu_driver_and_startup_timeout(synth):
+    variant = _only(synth["speech"], "AWS::SageMaker::EndpointConfig")["ProductionVariants"][0]
+    assert variant["InstanceType"] == "ml.g5.xlarge"
+    assert variant["InferenceAmiVersion"] == DEFAULT_GPU_AMI
+    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] >= 600
+    assert _only(synth["speech"], "AWS::SageMaker::Endpoint")["EndpointName"] == "kokoro-tts"
+
+
+def test_the_model_runs_the_image_built_from_the_label_carrying_dockerfile(synth):
+    images = _docker_assets(synth["dir"], "KokoroSpeech")
+    (asset_hash, asset), = images.items()
+    assert asset["source"]["dockerFile"] == "deploy/sagemaker/Dockerfile"
+    assert asset["source"]["platform"] == "linux/amd64"
+    staged = synth["dir"] / asset["source"]["directory"] / asset["source"]["dockerFile"]
+    assert Dockerfile.parse(staged).labels[BIDI_LABEL] == "true"  # in the context CDK will build
+    # the staged context is only what the image copies, never the virtualenv or the caches
+    staged_root = synth["dir"] / asset["source"]["directory"]
+    assert not (staged_root / ".venv").exists() and (staged_root / "server").is_dir()
+
+    container = _only(synth["speech"], "AWS::SageMaker::Model")["PrimaryContainer"]
+    assert asset_hash in json.dumps(container["Image"])
+    assert container["Environment"] == {"KOKORO_BACKEND": "torch", "KOKORO_MODE": "concurrent"}
+
+
+def test_target_tracking_on_concurrent_requests_per_model(synth):
+    target = _only(synth["speech"], "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert target["ResourceId"] == "endpoint/kokoro-tts/variant/AllTraffic"
+    assert (target["MinCapacity"], target["MaxCapacity"]) == (1, 5)
+    assert target["ScalableDimension"] == "sagemaker:variant:DesiredInstanceCount"
+    policy = _only(synth["speech"], "AWS::ApplicationAutoScaling::ScalingPolicy")
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    assert policy["PolicyType"] == "TargetTrackingScaling"
+    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == CONCURRENCY_METRIC
+
+
+def test_invoke_role_may_open_bidirectional_streams_on_this_endpoint_only(synth):
+    statements = [s for s in _statements(synth["speech"], "InvokeRole")
+                  if "sagemaker:InvokeEndpointWithBidirectionalStream" in _actions(s)]
+    assert len(statements) == 1
+    resource = json.dumps(statements[0]["Resource"])
+    assert "endpoint/kokoro-tts" in resource and "*" not in resource
+
+
+def test_agent_runtime_env_names_the_endpoint_and_its_role_reaches_only_it(synth):
+    runtime = _only(synth["agent"], "AWS::BedrockAgentCore::Runtime")
+    assert runtime["EnvironmentVariables"]["KOKORO_SAGEMAKER_ENDPOINT"] == "kokoro-tts"
+    assert runtime["AgentRuntimeName"] == "kokoro_tts_agent"
+    sagemaker_statements = [s for s in _statements(synth["agent"], "RuntimeRole")
+                            if any(a.startswith("sagemaker:") for a in _actions(s))]
+    assert len(sagemaker_statements) == 1
+    assert "sagemaker:InvokeEndpointWithBidirectionalStream" in _actions(sagemaker_statements[0])
+    resource = json.dumps(sagemaker_statements[0]["Resource"])
+    assert "endpoint/kokoro-tts" in resource and "*" not in resource
+
+
+def test_agent_image_is_arm64(synth):
+    (asset_hash, asset), = _docker_assets(synth["dir"], "KokoroAgent").items()
+    assert asset["source"]["platform"] == "linux/arm64"
+    assert asset["source"]["dockerFile"] == "deploy/sagemaker/Dockerfile.agent"
+    artifact = _only(synth["agent"], "AWS::BedrockAgentCore::Runtime")["AgentRuntimeArtifact"]
+    assert asset_hash in json.dumps(artifact["ContainerConfiguration"]["ContainerUri"])
+
+
+def test_agent_stack_deploys_after_the_speech_stack(synth):
+    manifest = json.loads((synth["dir"] / "manifest.json").read_text())
+    assert "KokoroSpeech" in manifest["artifacts"]["KokoroAgent"]["dependencies"]
