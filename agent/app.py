@@ -13,21 +13,30 @@ sentence's first chunk its ``text``), ``audio_stream_end`` (``chunks``, ``bytes`
 ``total_ms``, ``sentences``) or ``error`` (``code``, ``message``, ``fatal``); every event carries
 ``t_ms`` since the turn began.
 
-``BedrockAgentCoreApp`` runs the turn on its worker event loop (so ``/ping`` stays responsive) and
-cancels it when the browser disconnects — which makes the TTS client send ``cancel`` to the server.
+Disconnects: the entrypoint returns the turn as a ``StreamingResponse`` over an async generator
+(formatted as BedrockAgentCoreApp formats an entrypoint's generator) rather than returning the
+generator itself. The SDK's bridge for a returned generator iterates it on a worker loop through a
+queue and only stops it when its synchronous wrapper is garbage-collected; in practice a turn went on
+synthesising to the end after the browser had left. Streamed directly, Starlette's disconnect
+listener cancels the turn at once, and the TTS client sends ``cancel`` to the server. The turn makes
+no blocking calls (the model's HTTP calls run in Strands' worker threads), so ``/ping`` stays
+responsive on the same loop.
+
 The model provider and the TTS client are built once per app and shared by all turns; each turn gets
 its own Strands ``Agent`` (no history between turns) and its own TTS session.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bedrock_agentcore.runtime import BedrockAgentCoreApp
-from starlette.responses import FileResponse, JSONResponse
+from starlette.responses import FileResponse, JSONResponse, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -91,6 +100,15 @@ class TurnRequest:
         return cls(prompt.strip(), mode, voice, speed)
 
 
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """``data: {json}`` blocks, as BedrockAgentCoreApp formats an entrypoint's generator."""
+    async for event in events:
+        yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+
+
 def build_tts(settings: AgentSettings) -> TTSClient:
     if settings.endpoint_name:
         if not settings.region:
@@ -121,8 +139,9 @@ def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCor
             req = TurnRequest.parse(payload)
         except InvalidPayload as exc:
             return JSONResponse({"error": {"code": "invalid_request", "message": str(exc)}}, status_code=400)
-        return converse(build_agent(model), tts, req.prompt, mode=req.mode, voice=req.voice, speed=req.speed,
+        turn = converse(build_agent(model), tts, req.prompt, mode=req.mode, voice=req.voice, speed=req.speed,
                         first_clause_words=settings.first_clause_words)
+        return StreamingResponse(sse(turn), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def index(request: Any) -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")

@@ -49,7 +49,8 @@ def free_port() -> int:
 
 
 class Process:
-    """A server subprocess; ``start`` waits until ``ready_url`` answers 200, ``stop`` ends it."""
+    """A server subprocess (``args`` after the Python executable, or a full command line when
+    ``args[0]`` is a path); ``start`` waits until ``ready_url`` answers 200, ``stop`` ends it."""
 
     def __init__(self, args: list[str], ready_url: str, *, env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:
@@ -61,7 +62,8 @@ class Process:
 
     def start(self, timeout: float = 60.0) -> Process:
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, *self.args], cwd=REPO, env=self.env, stdout=self._log,
+        argv = self.args if os.path.isabs(self.args[0]) else [sys.executable, *self.args]
+        self.proc = subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -89,6 +91,15 @@ class Process:
                 self.proc.wait(5)
         with contextlib.suppress(Exception):
             self._log.close()
+
+
+def tts_server_process(port: int) -> Process:
+    """The real server (``kokoro-serve serve --port P``; ``python -m server`` before the console
+    script is installed)."""
+    script = Path(sys.executable).parent / "kokoro-serve"
+    args = [str(script)] if script.exists() else ["-m", "server"]
+    return Process([*args, "serve", "--port", str(port)], f"http://127.0.0.1:{port}/ping",
+                   env={"HF_HUB_OFFLINE": "1"})
 
 
 def agent_process(tts_url: str, *, tokens_per_second: float, reply: str | None = None,
