@@ -17,6 +17,8 @@ from .voices import VoiceStore
 RUNTIMES = {
     "onnx": "backends.onnx_runtime:OnnxSynthesizer",
     "torch": "backends.torch_runtime:TorchSynthesizer",
+    # For tests, load and soak runs only: no model, tones with latency/failure knobs (backends/fake.py).
+    "fake": "backends.fake:FakeSynthesizer",
 }
 MODES = {
     "sequential": "backends.sequential:SequentialBackend",

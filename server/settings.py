@@ -51,7 +51,11 @@ class Settings(BaseSettings):
     access_log: bool = Field(False, description="Log one line per HTTP request (uvicorn's access log).")
 
     # -- backend ------------------------------------------------------------------------------
-    backend: Literal["onnx", "torch"] = Field("onnx", description="Runtime: `onnx` (CPU) or `torch` (CUDA/CPU).")
+    backend: Literal["onnx", "torch", "fake"] = Field(
+        "onnx",
+        description="Runtime: `onnx` (CPU) or `torch` (CUDA/CPU); `fake` is a model-free stand-in for tests and "
+        "load/soak runs only (`backends/fake.py`).",
+    )
     mode: Literal["sequential", "concurrent"] = Field(
         "sequential",
         description="`sequential`: one synthesis at a time; `concurrent`: micro-batches across sessions.",
