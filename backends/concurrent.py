@@ -155,6 +155,11 @@ class BatchedBackend(BaseBackend):
         self._executor.shutdown(wait=False, cancel_futures=True)
         await super().aclose()
 
+    async def check_health(self) -> None:
+        await super().check_health()
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            raise NotReady("the batch scheduler stopped")  # a bug; the next request restarts it
+
     def _ensure_loop(self) -> None:
         if self._task is None or self._task.done():
             self._wake = asyncio.Event()
@@ -235,10 +240,10 @@ class BatchedBackend(BaseBackend):
             self._free -= 1
             try:
                 future = loop.run_in_executor(self._executor, self._run, [it.segment for it in items], items)
-            except Exception as e:  # the executor is shut down: fail these, keep the loop alive
+                future.add_done_callback(lambda f, items=items: self._batch_done(items, f))
+            except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
+                self._free += 1
                 self._finish(items, [(e, 0.0)] * len(items))
-                continue
-            future.add_done_callback(lambda f, items=items: self._batch_done(items, f))
 
     async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._wake is not None

@@ -275,10 +275,16 @@ async def test_aclose_fails_open_streams_and_refuses_new_ones(pipeline, voices):
     synth = FakeBatchSynth()
     synth.gate = threading.Event()
     backend = BatchedBackend(synth, pipeline, voices)
+    synth.gate.set()
+    await backend.start()
+    await backend.check_health()
+    synth.gate.clear()
     requests = [await prepared(backend, SENTENCES[i], session=f"s{i}") for i in range(3)]
     tasks = [asyncio.create_task(collect(backend, r)) for r in requests]
     await wait_until(lambda: backend.active_requests == 3)
     await backend.aclose()
+    with pytest.raises(NotReady):
+        await backend.check_health()
     synth.gate.set()
     for task in tasks:
         with pytest.raises(NotReady):
