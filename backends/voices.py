@@ -11,6 +11,7 @@ expression is parsed by a regular grammar, never evaluated; each part must be a 
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from pathlib import Path
@@ -47,9 +48,15 @@ def parse_blend(spec: str) -> list[tuple[str, float]]:
         weight = float(m.group(2)) if m.group(2) is not None else 1.0
         out.append((m.group(1), weight))
     total = sum(w for _, w in out)
+    if not math.isfinite(total):  # "a(1e400 digits)" parses to inf; inf/inf would blend to NaN
+        raise InvalidRequest(f"voice weights in {spec[:80]!r} are too large", code="invalid_voice")
     if total <= 0:
         raise InvalidRequest(f"voice weights in {spec!r} must sum to more than 0", code="invalid_voice")
     return [(name, w / total) for name, w in out]
+
+
+def _fixed(weight: float) -> str:
+    return f"{weight:.6f}".rstrip("0").rstrip(".") or "0"
 
 
 def _check_pack(name: str, arr: np.ndarray) -> np.ndarray:
@@ -123,7 +130,8 @@ class VoiceStore:
             )
         if len(parts) == 1:
             return parts[0][0]
-        return "+".join(f"{name}({weight:.6g})" for name, weight in parts)
+        # Fixed-point, never "1e-07": the canonical form must parse again under the same grammar.
+        return "+".join(f"{name}({_fixed(weight)})" for name, weight in parts)
 
     def get(self, spec: str | None) -> np.ndarray:
         name = self.resolve(spec)

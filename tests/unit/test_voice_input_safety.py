@@ -1,0 +1,76 @@
+"""Voice names and blends from clients: only the loaded set, parsed never evaluated, never a path,
+never a NaN voice (issue 9). Each bug fixed here has the test that would have caught it."""
+
+from __future__ import annotations
+
+import builtins
+import string
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.base import InvalidRequest, UnknownVoice
+from backends.voices import MAX_BLEND_PARTS, VoiceStore
+
+NAMES = ("af_one", "am_two", "jf_three")
+
+
+@pytest.fixture(scope="module")
+def store() -> VoiceStore:
+    rng = np.random.default_rng(1)
+    return VoiceStore({n: rng.standard_normal((510, 1, 256)).astype(np.float32) for n in NAMES}, NAMES[0])
+
+
+def test_huge_weights_are_refused_instead_of_blending_to_nan(store):
+    """'a(<400 digits>)' parsed to inf and inf/inf made a NaN voice: silence with a 200."""
+    with pytest.raises(InvalidRequest) as e:
+        store.resolve(f"af_one({'9' * 400})+am_two(1)")
+    assert e.value.code == "invalid_voice"
+
+
+def test_a_tiny_weight_resolves_to_a_form_that_parses_again(store):
+    """The canonical form was written '1e-07', which the blend grammar then refused at synthesis."""
+    canonical = store.resolve("af_one(1)+am_two(0.0000001)")
+    assert "e-" not in canonical
+    assert np.isfinite(store.get(canonical)).all()
+
+
+@pytest.mark.parametrize("spec", [
+    "../voices.npz", "/etc/passwd", "voices/af_one", "af_one.npy", "C:\\af_one", "af_one\x00", "~/af_one",
+    "file://af_one", "af_one;rm -rf /", "__import__('os').system('true')", "af_one(1)*9", "af_one(1e3)",
+    "af_one(-1)", "af_one(nan)", "af_one(inf)", "+".join(["af_one"] * (MAX_BLEND_PARTS + 1)),
+])
+def test_path_like_and_expression_like_voices_never_reach_the_filesystem(store, monkeypatch, spec):
+    def no_files(*args, **kwargs):
+        raise AssertionError(f"voice {spec!r} opened a file")
+
+    monkeypatch.setattr(builtins, "open", no_files)
+    with pytest.raises((InvalidRequest, UnknownVoice)):
+        store.get(spec)
+
+
+voice_like = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet=string.ascii_letters + string.digits + "_-()+.* /\\e", max_size=60),
+    st.lists(
+        st.tuples(st.sampled_from([*NAMES, "zz_none", "", "../x"]),
+                  st.one_of(st.none(), st.floats(min_value=0, allow_nan=False, allow_infinity=False),
+                            st.integers(min_value=0, max_value=10**400))),
+        min_size=1, max_size=MAX_BLEND_PARTS + 2,
+    ).map(lambda parts: "+".join(n if w is None else f"{n}({w})" for n, w in parts)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=voice_like)
+def test_any_voice_string_is_a_typed_error_or_a_finite_loaded_voice(store, spec):
+    try:
+        canonical = store.resolve(spec)
+    except (InvalidRequest, UnknownVoice) as e:
+        assert e.status in (400, 404)
+        return
+    pack = store.get(canonical)  # what the runtime does with the canonical form, later
+    assert pack.shape == (510, 1, 256) and np.isfinite(pack).all()
+    assert store.resolve(canonical) == canonical
