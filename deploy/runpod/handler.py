@@ -1,0 +1,180 @@
+"""RunPod serverless worker: streams Kokoro speech, one base64 audio chunk per synthesised segment.
+
+The worker runs the same server as every other deployment — ``kokoro-serve serve`` on loopback,
+started once per worker as a child process — and talks to it over its bidirectional WebSocket, so
+RunPod, SageMaker and local use share one code path (text splitting, batching across concurrent
+jobs, limits, metrics). Set ``KOKORO_SERVER_URL`` to use a server that is already running instead.
+
+Job input (``job["input"]``)::
+
+    {"text": "One or more sentences."}            # or "texts": ["first", "second", ...]
+    optional: "voice", "speed" (0.5-2.0), "sample_rate"
+
+Each streamed output (an async generator: RunPod's ``/stream`` returns them as they come)::
+
+    {"request": 0, "index": 0, "audio": "<base64 PCM s16le mono>", "sample_rate": 24000,
+     "encoding": "pcm_s16le"}
+
+one per segment — a sentence, or a piece of a long one (the first may be a clause cut early so the
+first audio comes sooner) — followed, per request, by ``{"request": i, "complete": {...}}`` with the
+server's ``audio_duration_s``/``elapsed_s``/``ttfa_ms``. A refused request ends the job with
+``{"error": "<code>: <message>"}``.
+
+Run it locally with RunPod's own worker API (this is what the tests do)::
+
+    python deploy/runpod/handler.py --rp_serve_api --rp_api_port 8000
+    curl -s localhost:8000/runsync -d '{"input": {"text": "Hello there."}}'
+
+Concurrency: jobs run as concurrent coroutines on the worker's event loop, each with its own
+WebSocket session; the server batches their segments together in concurrent mode. Cancelling a job
+(RunPod cancels the generator) closes its session, and the server drops its queued work.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any
+
+WS_PATH = "/invocations-bidirectional-stream"
+_FIELDS = ("voice", "speed", "sample_rate")
+
+
+class LocalServer:
+    """``kokoro-serve serve`` as a child process on 127.0.0.1. Blocking start; call before the loop."""
+
+    def __init__(self, *, port: int | None = None, start_timeout_s: float = 900.0) -> None:
+        self.port = port or _free_port()
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> LocalServer:
+        env = dict(os.environ)
+        env.pop("KOKORO_API_KEY", None)  # loopback only: nothing else can reach it
+        env.setdefault("KOKORO_MODE", "concurrent")
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        cmd = [_kokoro_serve(), "serve", "--host", "127.0.0.1", "--port", str(self.port),
+               "--mode", env["KOKORO_MODE"]]
+        self.proc = subprocess.Popen(cmd, env=env)
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kokoro-serve exited with {self.proc.returncode} while starting")
+            if _ping(self.url):
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"kokoro-serve did not answer /ping within {self.start_timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _kokoro_serve() -> str:
+    beside = os.path.join(os.path.dirname(sys.executable), "kokoro-serve")
+    return beside if os.path.exists(beside) else "kokoro-serve"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ping(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/ping", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def parse_input(job_input: Any) -> tuple[list[str], dict[str, Any]]:
+    """``(texts, options)`` from a job's input; raises ValueError with a message for the caller."""
+    if not isinstance(job_input, dict):
+        raise ValueError("input must be an object with `text` or `texts`")
+    texts = job_input.get("texts", [job_input["text"]] if "text" in job_input else None)
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+        raise ValueError("`text` must be a non-empty string (or `texts` a non-empty list of them)")
+    return texts, {k: job_input[k] for k in _FIELDS if job_input.get(k) is not None}
+
+
+async def stream_speech(server_url: str, texts: list[str], options: dict[str, Any],
+                        *, api_key: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    """Yield the job's outputs (see the module docstring) from one WebSocket session."""
+    from websockets.asyncio.client import connect
+
+    ws_url = "ws" + server_url.rstrip("/")[4:] + WS_PATH
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    async with connect(ws_url, additional_headers=headers, max_size=None, compression=None) as ws:
+        for i, text in enumerate(texts):  # pipelined: the server answers strictly in order
+            await ws.send(json.dumps({"text": text, "request_id": str(i), **options}).encode())
+        await ws.send(json.dumps({"type": "close"}).encode())
+        request, index, rate = 0, 0, 24_000
+        async for frame in ws:
+            if isinstance(frame, bytes):
+                yield {"request": request, "index": index, "audio": base64.b64encode(frame).decode("ascii"),
+                       "sample_rate": rate, "encoding": "pcm_s16le"}
+                index += 1
+                continue
+            event = json.loads(frame)
+            kind = event.get("type")
+            if kind == "synthesis_start":
+                request, index, rate = int(event["request_id"]), 0, event.get("sample_rate", rate)
+            elif kind == "synthesis_complete":
+                done = {k: event.get(k) for k in ("audio_duration_s", "elapsed_s", "ttfa_ms")}
+                yield {"request": int(event["request_id"]), "complete": done}
+            elif kind == "error":
+                yield {"error": f"{event.get('code')}: {event.get('message')}"}
+                return
+
+
+def make_handler(server_url: str, *, api_key: str | None = None):
+    """The RunPod handler (an async generator function) bound to a running server."""
+
+    async def handler(job: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        try:
+            texts, options = parse_input(job.get("input"))
+        except ValueError as exc:
+            yield {"error": f"invalid_request: {exc}"}
+            return
+        async for output in stream_speech(server_url, texts, options, api_key=api_key):
+            yield output
+
+    return handler
+
+
+def main() -> None:
+    import runpod
+
+    server = None
+    url = os.environ.get("KOKORO_SERVER_URL")
+    if not url:
+        server = LocalServer().start()
+        url = server.url
+    try:
+        runpod.serverless.start({"handler": make_handler(url, api_key=os.environ.get("KOKORO_SERVER_API_KEY")),
+                                 "return_aggregate_stream": True})
+    finally:
+        if server:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""The RunPod image's entry: pod mode (the HTTP/WebSocket server) or serverless mode (the handler).
+
+* ``pod`` — ``kokoro-serve serve`` on 0.0.0.0:$KOKORO_PORT (8080) in concurrent mode. A pod's port
+  is public through RunPod's proxy (``https://<pod-id>-8080.proxy.runpod.net``), so an API key is
+  required: it refuses to start without ``KOKORO_API_KEY`` unless ``KOKORO_ALLOW_NO_AUTH=1``.
+* ``serverless`` — ``deploy/runpod/handler.py`` (RunPod's job queue is the only way in).
+
+The mode is ``KOKORO_RUNPOD_MODE`` when set, else ``serverless`` when RunPod's serverless variables
+are present (``RUNPOD_WEBHOOK_GET_JOB``), else ``pod``. The process replaces itself (``exec``) so
+RunPod's stop signal reaches the server directly. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+HANDLER = Path(__file__).with_name("handler.py")
+
+
+def mode_of(environ: Mapping[str, str]) -> str:
+    mode = environ.get("KOKORO_RUNPOD_MODE") or ("serverless" if environ.get("RUNPOD_WEBHOOK_GET_JOB") else "pod")
+    if mode not in ("pod", "serverless"):
+        raise SystemExit(f"KOKORO_RUNPOD_MODE must be pod or serverless, not {mode!r}")
+    return mode
+
+
+def plan(environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` to exec. Raises SystemExit when a pod would start without auth."""
+    env = dict(environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("KOKORO_MODE", "concurrent")
+    if mode_of(env) == "serverless":
+        return [sys.executable, str(HANDLER)], env
+    if not env.get("KOKORO_API_KEY") and env.get("KOKORO_ALLOW_NO_AUTH") != "1":
+        raise SystemExit("pod mode serves a public port: set KOKORO_API_KEY (or KOKORO_ALLOW_NO_AUTH=1)")
+    port = env.get("KOKORO_PORT") or "8080"
+    bindir = Path(sys.executable).parent
+    exe = str(bindir / "kokoro-serve") if (bindir / "kokoro-serve").exists() else "kokoro-serve"
+    return [exe, "serve", "--host", "0.0.0.0", "--port", port, "--mode", env["KOKORO_MODE"]], env
+
+
+def main() -> None:
+    argv, env = plan(os.environ)
+    print(f"start: {mode_of(env)} mode: {' '.join(argv)}", file=sys.stderr, flush=True)
+    os.execvpe(argv[0], argv, env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""RunPod: the serverless handler through RunPod's own local worker API, pod mode as a real process,
+and ``deploy.py`` driving the real ``runpod`` SDK against a local stand-in of RunPod's GraphQL API.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+pytest.importorskip("runpod")
+
+from deploy.runpod import deploy as rp_deploy
+from deploy.runpod import handler as rp_handler
+from deploy.runpod import start as rp_start
+from deploy.smoke import websocket_smoke
+from tests.deploy_support import processes
+
+HANDLER = processes.REPO / "deploy" / "runpod" / "handler.py"
+
+
+# -- input parsing ----------------------------------------------------------------------------
+def test_job_input_accepts_text_or_texts_and_passes_options():
+    assert rp_handler.parse_input({"text": "Hi.", "voice": "jm_kumo", "speed": 1.2}) == (
+        ["Hi."], {"voice": "jm_kumo", "speed": 1.2})
+    assert rp_handler.parse_input({"texts": ["A.", "B."]})[0] == ["A.", "B."]
+    for bad in (None, {}, {"text": ""}, {"texts": []}, {"texts": ["ok", 3]}, "text"):
+        with pytest.raises(ValueError):
+            rp_handler.parse_input(bad)
+
+
+# -- the serverless worker, as RunPod's local test API runs it --------------------------------
+def _post(url, body, timeout=180):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    """``python handler.py --rp_serve_api``: RunPod's FastAPI worker; the handler starts the server."""
+    port = processes.free_port()
+    log = tmp_path_factory.mktemp("logs") / "worker.log"
+    env = processes.base_env(KOKORO_MODEL_DIR=str(processes.model_source_dir()), KOKORO_MODE="concurrent",
+                             RUNPOD_DEBUG_LEVEL="ERROR")
+    with open(log, "wb") as out:
+        # its own process group: the handler's server child goes down with it
+        proc = subprocess.Popen([sys.executable, str(HANDLER), "--rp_serve_api", "--rp_api_port", str(port),
+                                 "--rp_api_host", "127.0.0.1"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=str(processes.REPO), start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        processes.wait_http(f"{url}/docs", proc)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_runsync_streams_base64_pcm_per_segment_then_completion_per_request(worker):
+    result = _post(f"{worker}/runsync", {"input": {"texts": ["Hello there.", "Good bye."]}})
+    assert result["status"] == "COMPLETED", result
+    outputs = result["output"]
+    chunks = [o for o in outputs if "audio" in o]
+    completes = [o for o in outputs if "complete" in o]
+    assert [c["request"] for c in completes] == [0, 1]
+    assert {c["request"] for c in chunks} == {0, 1}
+    # in order: all of request 0's audio, its completion, then request 1
+    assert outputs.index(completes[0]) < min(i for i, o in enumerate(outputs) if o.get("request") == 1)
+    for chunk in chunks:
+        pcm = base64.b64decode(chunk["audio"])
+        assert chunk["sample_rate"] == 24000 and chunk["encoding"] == "pcm_s16le"
+        assert len(pcm) % 2 == 0 and len(pcm) > 2400 and any(pcm)
+    for c in completes:
+        assert c["complete"]["audio_duration_s"] > 0.3
+
+
+def test_stream_endpoint_returns_the_same_chunks(worker):
+    job = _post(f"{worker}/run", {"input": {"text": "Hello there."}})
+    streamed = _post(f"{worker}/stream/{job['id']}", {})
+    assert streamed["status"] == "COMPLETED"
+    assert any("audio" in item["output"] for item in streamed["stream"])
+
+
+def test_refused_requests_end_the_stream_with_the_servers_error_code(worker):
+    """The handler yields ``{"error": ...}`` and stops; RunPod's worker (rp_job.handle_job) fails the
+    job on such an item. The local simulator only collects it, so that is what is checked here."""
+    bad_voice = _post(f"{worker}/runsync", {"input": {"text": "Hello.", "voice": "no_such_voice"}})
+    assert [list(o) for o in bad_voice["output"]] == [["error"]]
+    assert bad_voice["output"][0]["error"].startswith("unknown_voice:")
+    empty = _post(f"{worker}/runsync", {"input": {"text": "  "}})
+    assert empty["output"][0]["error"].startswith("invalid_request:")
+
+
+# -- pod mode -----------------------------------------------------------------------------------
+def test_pod_mode_requires_an_api_key_and_runs_concurrent_mode_on_8080():
+    with pytest.raises(SystemExit, match="KOKORO_API_KEY"):
+        rp_start.plan({"KOKORO_RUNPOD_MODE": "pod"})
+    argv, env = rp_start.plan({"KOKORO_RUNPOD_MODE": "pod", "KOKORO_API_KEY": "k"})
+    assert argv[1:] == ["serve", "--host", "0.0.0.0", "--port", "8080", "--mode", "concurrent"]
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert rp_start.mode_of({"RUNPOD_WEBHOOK_GET_JOB": "https://api.runpod.ai/v2/x/job-take"}) == "serverless"
+    assert rp_start.plan({"RUNPOD_WEBHOOK_GET_JOB": "u"})[0][-1].endswith("handler.py")
+
+
+def test_pod_mode_process_serves_behind_the_api_key():
+    port = processes.free_port()
+    env = processes.base_env(KOKORO_RUNPOD_MODE="pod", KOKORO_API_KEY="pod-secret", KOKORO_PORT=str(port),
+                             KOKORO_MODEL_DIR=str(processes.model_source_dir()))
+    proc = subprocess.Popen([sys.executable, "-m", "deploy.runpod.start"], env=env, cwd=str(processes.REPO),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        processes.wait_http(f"http://127.0.0.1:{port}/ping", proc)  # /ping stays open for health checks
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+        assert denied.value.code == 401
+        ws = f"ws://127.0.0.1:{port}/invocations-bidirectional-stream"
+        with pytest.raises(Exception, match="401"):
+            websocket_smoke(ws, texts=("Hi.",), timeout_s=30)
+        report = websocket_smoke(ws, api_key="pod-secret", texts=("Hello there.", "Good bye."))
+        assert len(report.results) == 2
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5) as r:
+            assert json.loads(r.read())["mode"] == "concurrent"
+    finally:
+        assert processes.stop(proc) == 0
+
+
+# -- deploy.py against a stand-in of RunPod's GraphQL API -------------------------------------------
+class GraphQLStandIn:
+    """Answers the operations the deploy uses the way api.runpod.io does; records every query.
+
+    ``GpuTypes`` knows the GPUs in ``gpus`` (the SDK checks the pod's GPU type exists first)."""
+
+    gpus = ("NVIDIA RTX A5000", "NVIDIA GeForce RTX 4090")
+
+    def __init__(self):
+        self.queries: list[tuple[str, str]] = []
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                query = body["query"]
+                standin.queries.append((self.headers.get("Authorization", ""), query))
+                gpu = next((g for g in standin.gpus if f'gpuTypes(input: {{id: "{g}"}})' in query), None)
+                for mutation, data in (("gpuTypes", [{"id": gpu, "displayName": gpu, "memoryInGb": 24}] if gpu else []),
+                                       ("saveTemplate", {"id": "tpl-123", "name": "kokoro-tts-template"}),
+                                       ("saveEndpoint", {"id": "ep-456", "name": "kokoro-tts", "templateId": "tpl-123"}),
+                                       ("podFindAndDeployOnDemand", {"id": "pod-789", "imageName": "img",
+                                                                     "machineId": "m1"})):
+                    if mutation in query:
+                        answer = {"data": {mutation: data}}
+                        break
+                else:
+                    answer = {"errors": [{"message": "unknown operation"}]}
+                raw = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def runpod_api(monkeypatch):
+    standin = GraphQLStandIn()
+    monkeypatch.setenv("RUNPOD_API_BASE_URL", standin.url)
+    monkeypatch.setenv("RUNPOD_API_KEY", "rp-test-key")
+    yield standin
+    standin.server.shutdown()
+
+
+IMAGE = "docker.io/example/kokoro-serve:runpod"
+
+
+def test_dry_run_prints_the_plan_and_calls_nothing(runpod_api, monkeypatch, capsys):
+    monkeypatch.delenv("RUNPOD_API_KEY")
+    assert rp_deploy.main(["endpoint", "--image", IMAGE, "--dry-run"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [c["call"] for c in plan] == ["runpod.create_template", "runpod.create_endpoint"]
+    assert plan[0]["kwargs"]["is_serverless"] is True and plan[0]["kwargs"]["env"]["KOKORO_RUNPOD_MODE"] == "serverless"
+    assert rp_deploy.main(["pod", "--image", IMAGE, "--dry-run"]) == 0
+    pod = json.loads(capsys.readouterr().out)[0]["kwargs"]
+    assert pod["ports"] == "8080/http" and pod["env"]["KOKORO_API_KEY"] == "<generated at deploy time>"
+    assert runpod_api.queries == []
+
+
+def test_endpoint_creates_the_serverless_template_then_the_endpoint_on_it(runpod_api, capsys):
+    assert rp_deploy.main(["endpoint", "--image", IMAGE, "--workers-max", "2"]) == 0
+    (auth1, template), (auth2, endpoint) = runpod_api.queries
+    assert auth1 == auth2 == "Bearer rp-test-key"
+    assert "saveTemplate" in template and "isServerless: true" in template and f'imageName: "{IMAGE}"' in template
+    assert '{ key: "KOKORO_RUNPOD_MODE", value: "serverless" }' in template
+    assert "saveEndpoint" in endpoint and 'templateId: "tpl-123"' in endpoint and "workersMax: 2" in endpoint
+    assert "ep-456" in capsys.readouterr().out
+
+
+def test_pod_gets_the_port_concurrent_mode_and_a_generated_api_key(runpod_api, capsys):
+    assert rp_deploy.main(["pod", "--image", IMAGE]) == 0
+    (_, gpu_check), (_, query) = runpod_api.queries
+    assert 'gpuTypes(input: {id: "NVIDIA RTX A5000"})' in gpu_check
+    assert "podFindAndDeployOnDemand" in query and 'ports: "8080/http"' in query
+    assert '{ key: "KOKORO_MODE", value: "concurrent" }' in query
+    out = capsys.readouterr()
+    key = out.err.split("API key (shown once): ")[1].strip()
+    assert len(key) >= 32 and f'{{ key: "KOKORO_API_KEY", value: "{key}" }}' in query
+    assert "pod-789" in out.out and "terminate" in out.out
+
+
+def test_an_unknown_gpu_type_is_refused_before_anything_is_created(runpod_api):
+    with pytest.raises(ValueError, match="No GPU found"):
+        rp_deploy.main(["pod", "--image", IMAGE, "--gpu-type", "NVIDIA Imaginary 9000"])
+    assert not any("podFindAndDeployOnDemand" in q for _, q in runpod_api.queries)
+
+
+def test_pod_api_key_can_come_from_a_runpod_secret(runpod_api, capsys):
+    assert rp_deploy.main(["pod", "--image", IMAGE, "--api-key-secret", "kokoro_key"]) == 0
+    query = runpod_api.queries[-1][1]
+    assert "{{ RUNPOD_SECRET_kokoro_key }}" in query
+    assert "API key" not in capsys.readouterr().err
