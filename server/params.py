@@ -108,10 +108,10 @@ def parse_synthesis(obj: dict[str, Any], *, max_text_chars: int, text_field: str
     speed = obj.get("speed")
     if speed is None:
         speed = 1.0
-    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed):
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not _finite(speed):
         raise InvalidRequest(f"'speed' must be a number, got {_kind(speed)}")
     if not MIN_SPEED <= speed <= MAX_SPEED:
-        raise InvalidRequest(f"'speed' must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}")
+        raise InvalidRequest(f"'speed' must be between {MIN_SPEED} and {MAX_SPEED}, got {str(speed)[:40]}")
 
     rate = obj.get("sample_rate")
     if rate is not None:
@@ -166,11 +166,16 @@ def _timestamp(value: Any) -> Any:
     """Echo a client timestamp only when it is a plain number or a short string."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)) and math.isfinite(value):
+    if isinstance(value, (int, float)) and _finite(value) and abs(value) < 2**63:
         return value
     if isinstance(value, str) and len(value) <= 64:
         return value
     return None
+
+
+def _finite(value: int | float) -> bool:
+    """math.isfinite without its OverflowError on ints of hundreds of digits (valid JSON)."""
+    return isinstance(value, int) or math.isfinite(value)
 
 
 def _kind(value: Any) -> str:
