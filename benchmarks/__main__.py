@@ -1,0 +1,80 @@
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, all.
+
+Each benchmark writes ``benchmarks/results/<name>.{json,md,png}``. ``all`` runs them in turn and
+carries on past one that fails (the failure is printed and the exit status is 1 at the end).
+``--quick`` is a short run (``make bench``: the whole ``all --quick`` in about ten minutes on a
+2-core machine); the full runs are what the README quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from . import results
+
+TITLES = {
+    "ttfa": "Time to first audio: batch vs streaming (267-character paragraph)",
+    "throughput": "Throughput: audio-hours per hour by concurrency",
+    "payload": "Payload size by wire format",
+    "overhead": "Serving overhead vs the raw runtime",
+    "e2e": "End to end: first audio through the agent, bidi vs batch",
+}
+NAMES = tuple(TITLES)
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path) -> dict:
+    module = importlib.import_module(f"benchmarks.{name}")
+    t0 = time.perf_counter()
+    _log(f"== {name} ({'quick' if quick else 'full'}) ==")
+    result = module.run(quick=quick, model_dir=model_dir, log=_log)
+    result.config.setdefault("benchmark_wall_s", round(time.perf_counter() - t0, 1))
+    data = results.write(
+        result, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None), out_dir=out_dir, log=_log
+    )
+    for t in data["targets"]:
+        mark = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
+        _log(f"  target {t['name']}: {t['value']} (goal {t['goal']}) — {mark}")
+    _log(f"== {name} done in {time.perf_counter() - t0:.0f} s ==")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("name", choices=[*NAMES, "all"])
+    parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
+    parser.add_argument("--model-dir", type=Path, default=None, help="model directory (default: KOKORO_MODEL_DIR or the user cache)")
+    parser.add_argument("--out", type=Path, default=results.RESULTS_DIR, help="where the result files go")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model_dir = args.model_dir or (Path(os.environ["KOKORO_MODEL_DIR"]) if os.environ.get("KOKORO_MODEL_DIR") else None)
+    names = NAMES if args.name == "all" else (args.name,)
+    failed = []
+    t0 = time.perf_counter()
+    for name in names:
+        try:
+            data = run_one(name, quick=args.quick, model_dir=model_dir, out_dir=args.out)
+            if data.get("status") != "ok":
+                failed.append(name)
+        except KeyboardInterrupt:
+            raise
+        except Exception:
+            traceback.print_exc()
+            _log(f"== {name} FAILED ==")
+            failed.append(name)
+    if len(names) > 1:
+        _log(f"all done in {time.perf_counter() - t0:.0f} s" + (f"; failed or not run: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""End to end: first audio through the agent, ``bidi`` vs ``batch``, with the scripted model
+streaming a fixed reply at a fixed token rate (so runs compare), against a live TTS server.
+
+Preferred path: the AgentCore app as a subprocess (``kokoro-agent serve --model scripted
+--tokens-per-second R --tts-url URL``), ``POST /invocations`` with ``{"prompt", "mode", "voice"}``,
+reading its SSE events; first audio is when the first ``audio_chunk`` event reaches this client.
+When the app has not landed but ``agent.agent.converse`` has, the same turn runs in this process
+through ``converse`` (the SSE hop is then missing; the result says so). When neither exists the
+benchmark writes a ``not_run`` result with the reason and exits non-zero.
+
+Modes alternate run by run, so load drift hits both alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from . import prom
+from .live import LiveServer, ServerFailed
+from .raw import VOICE
+from .results import Result, command_line, load_average, markdown_table, median, rnd
+
+TOKENS_PER_SECOND = 30.0
+PROMPT = "Tell me about Kokoro, briefly."
+MODES = ("bidi", "batch")
+AWS_REFERENCE_SPEEDUP = 2.4
+
+
+def _agent_command() -> list[str] | None:
+    script = Path(sys.executable).with_name("kokoro-agent")
+    if script.is_file():
+        return [str(script)]
+    found = shutil.which("kokoro-agent")
+    if found:
+        return [found]
+    if importlib.util.find_spec("agent.app") is not None:
+        return [sys.executable, "-m", "agent.app"]
+    return None
+
+
+def _has(module: str, attr: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None and hasattr(importlib.import_module(module), attr)
+    except Exception:
+        return False
+
+
+def _turn_stats(events: list[tuple[float, dict]], t0: float) -> dict:
+    """Client-side milliseconds of the first/last text delta and the first audio chunk."""
+    def first(kind: str) -> float | None:
+        return next((round((t - t0) * 1000, 1) for t, e in events if e.get("type") == kind), None)
+
+    texts = [t for t, e in events if e.get("type") == "text_delta"]
+    audio_bytes = 0
+    for _, e in events:
+        if e.get("type") == "audio_chunk":
+            audio_bytes += len(e.get("audio", "")) * 3 // 4
+    errors = [e for _, e in events if e.get("type") == "error"]
+    end = next((e for _, e in events if e.get("type") == "agent_end"), {})
+    return {
+        "first_text_ms": first("text_delta"),
+        "last_text_ms": round((texts[-1] - t0) * 1000, 1) if texts else None,
+        "first_audio_ms": first("audio_chunk"),
+        "end_ms": round((events[-1][0] - t0) * 1000, 1) if events else None,
+        "audio_s": round(audio_bytes / 48_000, 3),
+        "agent_reported_first_audio_ms": end.get("first_audio_ms"),
+        "errors": [f"{e.get('code')}: {e.get('message')}" for e in errors],
+    }
+
+
+async def _sse_turn(client: httpx.AsyncClient, url: str, mode: str) -> dict:
+    events: list[tuple[float, dict]] = []
+    t0 = time.perf_counter()
+    async with client.stream("POST", f"{url}/invocations", json={"prompt": PROMPT, "mode": mode, "voice": VOICE}) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"agent answered HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+        async for line in r.aiter_lines():
+            if line.startswith("data:"):
+                payload = line[5:].strip()
+                if payload:
+                    events.append((time.perf_counter(), json.loads(payload)))
+    return _turn_stats(events, t0)
+
+
+async def _inprocess_turn(tts_url: str, mode: str) -> dict:
+    from agent.agent import build_agent, build_model, converse
+    from agent.tts_client import TTSClient
+
+    agent = build_agent(build_model("scripted", tokens_per_second=TOKENS_PER_SECOND))
+    tts = TTSClient.websocket(tts_url, voice=VOICE)
+    events: list[tuple[float, dict]] = []
+    t0 = time.perf_counter()
+    async for event in converse(agent, tts, PROMPT, mode=mode, voice=VOICE):
+        events.append((time.perf_counter(), event))
+    return _turn_stats(events, t0)
+
+
+async def _measure(turn, runs: int, log) -> list[dict]:
+    samples = []
+    for run in range(1, runs + 1):
+        for mode in MODES:
+            s = await turn(mode)
+            s.update({"mode": mode, "run": run, "load_1m": (load_average() or [None])[0]})
+            samples.append(s)
+            log(
+                f"  run {run}/{runs} {mode:<5} first text {s['first_text_ms']} ms  last text {s['last_text_ms']} ms  "
+                f"first audio {s['first_audio_ms']} ms  audio {s['audio_s']} s" + (f"  errors {s['errors']}" if s["errors"] else "")
+            )
+            await asyncio.sleep(0.3)
+    return samples
+
+
+def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+    runs = 2 if quick else 5
+    result = Result(
+        "e2e", quick, command_line("e2e", quick),
+        config={"prompt": PROMPT, "tokens_per_second": TOKENS_PER_SECOND, "model": "scripted", "voice": VOICE,
+                "modes": list(MODES), "runs_per_mode": runs, "aws_reference_speedup": AWS_REFERENCE_SPEEDUP},
+    )
+    app = _agent_command()
+    inprocess = app is None and _has("agent.agent", "converse") and _has("agent.tts_client", "TTSClient")
+    if app is None and not inprocess:
+        return _not_run(result, "the agent has not landed: neither `kokoro-agent` (agent/app.py) nor agent.agent.converse exists")
+    with LiveServer(model_dir=model_dir, log=log) as tts:
+        before = tts.scrape()
+        if app is not None:
+            result.config["path"] = "AgentCore app subprocess, POST /invocations, SSE"
+            argv = [*app, "serve", "--model", "scripted", "--tokens-per-second", str(TOKENS_PER_SECOND), "--tts-url", tts.url]
+            result.config["agent_command"] = " ".join(argv)
+            try:
+                with LiveServer(argv=argv, name="kokoro-agent (scripted)", log=log, startup_timeout_s=120) as agent:
+
+                    async def main() -> list[dict]:
+                        async with httpx.AsyncClient(timeout=600) as client:
+                            return await _measure(lambda m: _sse_turn(client, agent.url, m), runs, log)
+
+                    result.samples = asyncio.run(main())
+            except ServerFailed as e:
+                return _not_run(result, f"the agent app did not start: {str(e)[:600]}")
+        else:
+            result.config["path"] = "in-process agent.agent.converse (the AgentCore app has not landed; no SSE hop)"
+            result.notes.append(result.config["path"])
+            result.samples = asyncio.run(_measure(lambda m: _inprocess_turn(tts.url, m), runs, log))
+        result.server_view = {"tts": prom.server_view(before, tts.scrape())}
+    summarize(result)
+    return result
+
+
+def _not_run(result: Result, why: str) -> Result:
+    result.status = "not_run"
+    result.notes.append(why)
+    result.target("bidi first audio before batch", f"batch/bidi first audio (AWS: {AWS_REFERENCE_SPEEDUP}x)", None, None)
+    print(f"  e2e not run: {why}", flush=True)
+    return result
+
+
+def summarize(result: Result) -> None:
+    for mode in MODES:
+        xs = [s for s in result.samples if s["mode"] == mode]
+        result.medians[mode] = {
+            key: rnd(median(s[key] for s in xs), 1)
+            for key in ("first_text_ms", "last_text_ms", "first_audio_ms", "end_ms")
+        } | {"audio_s": rnd(median(s["audio_s"] for s in xs), 3), "runs": len(xs)}
+    bidi = result.medians["bidi"]["first_audio_ms"]
+    batch = result.medians["batch"]["first_audio_ms"]
+    speedup = round(batch / bidi, 3) if bidi and batch else None
+    before_last_text = all(
+        s["first_audio_ms"] is not None and s["last_text_ms"] is not None and s["first_audio_ms"] < s["last_text_ms"]
+        for s in result.samples if s["mode"] == "bidi"
+    )
+    result.summary = {"bidi_first_audio_ms": bidi, "batch_first_audio_ms": batch, "speedup": speedup,
+                      "bidi_audio_before_last_text": before_last_text}
+    result.target("bidi speedup in first audio", f"> 1x (AWS measured {AWS_REFERENCE_SPEEDUP}x locally)", speedup,
+                  None if speedup is None else speedup > 1.0)
+
+
+def body(data: dict[str, Any]) -> str:
+    if data.get("status") == "not_run":
+        return "**Not run.** " + " ".join(data["notes"])
+    m, s = data["medians"], data["summary"]
+    rows = [[mode, v["first_text_ms"], v["last_text_ms"], v["first_audio_ms"], v["end_ms"], v["audio_s"], v["runs"]]
+            for mode, v in m.items()]
+    table = markdown_table(["mode", "first text ms", "last text ms", "first audio ms", "turn ends ms", "audio s", "runs"], rows)
+    return (
+        f"First audio through the agent ({data['config']['path']}; scripted model at "
+        f"{data['config']['tokens_per_second']:.0f} tokens/s): bidi **{s['bidi_first_audio_ms']} ms** vs batch "
+        f"**{s['batch_first_audio_ms']} ms** ({s['speedup']}x; AWS reports {data['config']['aws_reference_speedup']}x). "
+        f"Medians.\n\n{table}"
+    )
+
+
+def plot(data: dict[str, Any], path) -> None:
+    if data.get("status") == "not_run":
+        return
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    for i, mode in enumerate(data["medians"]):
+        v = data["medians"][mode]
+        ax.barh(i, v["last_text_ms"] or 0, color="#d9d9d9", label="text generation" if i == 0 else None)
+        ax.scatter([v["first_audio_ms"]], [i], color="#3b7dd8", s=60, zorder=3, label="first audio" if i == 0 else None)
+    ax.set_yticks(range(len(data["medians"])), list(data["medians"]))
+    ax.set_xlabel("ms since the prompt was sent")
+    ax.set_title(f"Agent first audio ({data['command']})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,175 @@
+"""Serving overhead: the server against the raw runtime on identical segments, at concurrency 1.
+
+Each segment is one sentence, sent as its own request over one open WebSocket session to a server
+with ``KOKORO_FAST_FIRST_SEGMENT=false`` (so a sentence is exactly one server segment; the
+``kokoro_segment_synthesis_seconds`` count delta confirms it), and given to
+``Kokoro.create()`` in this process. Raw and server alternate segment by segment, so load drift
+hits both alike.
+
+* first-audio overhead = server first audio (client-measured, first byte sent -> first PCM frame)
+  minus the raw ``create()`` time of the same segment; the median of the paired differences.
+* serving overhead = server first audio minus the server's own runtime time for that segment
+  (the ``kokoro_segment_synthesis_seconds_sum`` delta around the request): what the server adds
+  around the model call (G2P, planning, queueing, framing, loopback), free of the noise that two
+  different runtimes on shared cores put into the paired difference.
+* throughput ratio = raw wall time / server wall time over all segments (identical work; the
+  audio each side returns differs slightly, since kokoro-onnx trims silence); the audio-seconds
+  per second ratio is reported beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from . import prom
+from .clients import WsSession
+from .live import LiveServer
+from .raw import VOICE, RawRuntime
+from .results import Result, command_line, markdown_table, median, rnd
+from .texts import SENTENCES, THROUGHPUT_TEXTS
+
+TARGET_MS, TARGET_RATIO = 10.0, 0.97
+
+
+def segments(quick: bool) -> list[str]:
+    from backends.text import split_sentences
+
+    pool = [s for text in THROUGHPUT_TEXTS for s in split_sentences(text)] + list(SENTENCES)
+    return pool[:4] if quick else pool[:12]
+
+
+async def _measure(srv: LiveServer, raw: RawRuntime, texts: list[str], reps: int, log) -> list[dict]:
+    samples = []
+    async with WsSession(srv.ws_url, voice=VOICE) as ws:
+        await ws.synthesize(["Warming up the session."])
+        for rep in range(1, reps + 1):
+            for i, text in enumerate(texts):
+                r = await asyncio.to_thread(raw.create, text)
+                before = await asyncio.to_thread(srv.scrape)
+                (t,) = await ws.synthesize([text])
+                after = await asyncio.to_thread(srv.scrape)
+                runtime_s = prom.value(prom.delta(before, after), "kokoro_segment_synthesis_seconds_sum")
+                sample = {
+                    "segment": i, "rep": rep, "text": text,
+                    "raw_ms": rnd(r.complete_s * 1000.0, 2), "raw_audio_s": rnd(r.audio_s, 3),
+                    "server_first_audio_ms": rnd(t.first_audio_s * 1000.0, 2),
+                    "server_complete_ms": rnd(t.complete_s * 1000.0, 2),
+                    "server_audio_s": rnd(t.audio_s, 3),
+                    "server_reported_ttfa_ms": t.server_ttfa_ms,
+                    "server_runtime_ms": rnd(runtime_s * 1000.0, 2),
+                }
+                sample["first_audio_overhead_ms"] = rnd(sample["server_first_audio_ms"] - sample["raw_ms"], 2)
+                sample["serving_overhead_ms"] = rnd(sample["server_first_audio_ms"] - sample["server_runtime_ms"], 2)
+                samples.append(sample)
+                log(
+                    f"  rep {rep} segment {i:>2}: raw {sample['raw_ms']:8.1f} ms   server first audio "
+                    f"{sample['server_first_audio_ms']:8.1f} ms (runtime {sample['server_runtime_ms']:8.1f} ms)   "
+                    f"vs raw {sample['first_audio_overhead_ms']:+7.1f} ms   serving {sample['serving_overhead_ms']:+6.1f} ms"
+                )
+    return samples
+
+
+def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+    texts = segments(quick)
+    reps = 1 if quick else 3
+    result = Result(
+        "overhead", quick, command_line("overhead", quick),
+        config={
+            "segments": texts, "reps": reps, "voice": VOICE, "concurrency": 1,
+            "server": "KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend onnx --mode sequential",
+            "raw": "kokoro_onnx.Kokoro.create(text, voice, lang='en-us') in the benchmark process",
+        },
+    )
+    log(f"overhead: {len(texts)} segments x {reps} reps, raw and server alternating")
+    raw = RawRuntime(model_dir)
+    with LiveServer(model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log) as srv:
+        before = srv.scrape()
+        t0 = time.perf_counter()
+        result.samples = asyncio.run(_measure(srv, raw, texts, reps, log))
+        result.config["wall_s"] = rnd(time.perf_counter() - t0, 1)
+        after = srv.scrape()
+        result.server_view = {"plain": prom.server_view(before, after)}
+        d = prom.delta(before, after)
+        result.config["server_segments_synthesised"] = prom.value(d, "kokoro_segment_synthesis_seconds_count")
+    summarize(result)
+    return result
+
+
+def summarize(result: Result) -> None:
+    s = result.samples
+    overhead = median(x["first_audio_overhead_ms"] for x in s)
+    serving = median(x["serving_overhead_ms"] for x in s)
+    raw_total = sum(x["raw_ms"] for x in s)
+    server_total = sum(x["server_complete_ms"] for x in s)
+    ratio = round(raw_total / server_total, 4) if server_total else None
+    raw_rate = sum(x["raw_audio_s"] for x in s) / (raw_total / 1000.0) if raw_total else None
+    server_rate = sum(x["server_audio_s"] for x in s) / (server_total / 1000.0) if server_total else None
+    view = result.server_view.get("plain", {})
+    result.medians = {
+        "raw_ms": rnd(median(x["raw_ms"] for x in s), 2),
+        "server_first_audio_ms": rnd(median(x["server_first_audio_ms"] for x in s), 2),
+        "server_complete_ms": rnd(median(x["server_complete_ms"] for x in s), 2),
+        "first_audio_overhead_ms": rnd(overhead, 2),
+        "serving_overhead_ms": rnd(serving, 2),
+        "server_runtime_ms": rnd(median(x["server_runtime_ms"] for x in s), 2),
+        "server_segment_synthesis_ms_mean": view.get("segment_synthesis_ms", {}).get("mean"),
+    }
+    result.summary = {
+        "first_audio_overhead_ms": rnd(overhead, 2),
+        "serving_overhead_ms": rnd(serving, 2),
+        "throughput_ratio": ratio,
+        "audio_rate_ratio": round(server_rate / raw_rate, 4) if raw_rate and server_rate else None,
+        "raw_audio_s_per_s": rnd(raw_rate, 3),
+        "server_audio_s_per_s": rnd(server_rate, 3),
+        "pairs": len(s),
+        "expected_segments": len(s) + 1,  # the pairs and one session warm-up
+        "server_segments": result.config.get("server_segments_synthesised"),
+    }
+    result.target(
+        "first-audio overhead vs raw", f"<= {TARGET_MS:.0f} ms", rnd(overhead, 2),
+        None if overhead is None else overhead <= TARGET_MS,
+    )
+    result.target(
+        "serving overhead around the server's own model call (supplementary)", f"<= {TARGET_MS:.0f} ms",
+        rnd(serving, 2), None if serving is None else serving <= TARGET_MS,
+    )
+    result.target(
+        "throughput vs raw at concurrency 1", f">= {TARGET_RATIO}x", ratio, None if ratio is None else ratio >= TARGET_RATIO
+    )
+
+
+def body(data: dict[str, Any]) -> str:
+    s, m = data["summary"], data["medians"]
+    rows = [
+        ["raw kokoro-onnx create()", m["raw_ms"], m["raw_ms"], s["raw_audio_s_per_s"]],
+        ["server (WebSocket, one segment)", m["server_first_audio_ms"], m["server_complete_ms"], s["server_audio_s_per_s"]],
+        ["server's own model call (metrics)", m["server_runtime_ms"], m["server_runtime_ms"], None],
+    ]
+    table = markdown_table(["path", "first audio ms (median)", "complete ms (median)", "audio s per s"], rows)
+    return (
+        f"{s['pairs']} identical segments at concurrency 1: first-audio overhead **{s['first_audio_overhead_ms']} ms** "
+        f"(median of paired differences with the raw runtime); serving overhead around the server's own model call "
+        f"**{s['serving_overhead_ms']} ms** (median); throughput ratio **{s['throughput_ratio']}x** raw (wall time over the same "
+        f"segments; audio-rate ratio {s['audio_rate_ratio']}x). Server segments synthesised: {s['server_segments']} "
+        f"(expected {s['expected_segments']}: the pairs plus one session warm-up); the server's own mean runtime time "
+        f"per segment: {m['server_segment_synthesis_ms_mean']} ms.\n\n{table}"
+    )
+
+
+def plot(data: dict[str, Any], path) -> None:
+    import matplotlib.pyplot as plt
+
+    s = data["samples"]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.scatter([x["raw_ms"] for x in s], [x["first_audio_overhead_ms"] for x in s], s=14)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.axhline(TARGET_MS, color="#c55", linestyle="--", linewidth=0.8, label=f"target {TARGET_MS:.0f} ms")
+    ax.set_xlabel("raw create() ms (segment length)")
+    ax.set_ylabel("server first audio - raw, ms")
+    ax.set_title(f"Serving overhead per segment ({data['command']})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

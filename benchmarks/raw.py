@@ -1,0 +1,89 @@
+"""The raw runtime a user would otherwise call: ``kokoro_onnx.Kokoro(...).create()`` /
+``create_stream()`` on the same model file, voice pack and config as the server, in this process.
+
+Threading: ``create()`` blocks (call it from a thread when on an event loop); the ONNX Runtime
+session inside is shared and thread-safe, so N threads calling ``create()`` is how a user gets
+concurrency out of the raw runtime. ``create_stream()`` runs each of its batches on the default
+executor. Nothing here starts a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SAMPLE_RATE = 24_000
+VOICE = "jm_kumo"
+LANG = "en-us"
+
+
+def model_files(model_dir: Path | None = None, *, torch: bool = False):
+    """Build/verify the offline assets (idempotent) and return :class:`backends.assets.ModelFiles`."""
+    from backends.assets import build_assets, default_model_dir
+
+    return build_assets(Path(model_dir or default_model_dir()), torch=torch)
+
+
+@dataclass
+class RawTiming:
+    first_audio_s: float
+    complete_s: float
+    audio_s: float
+
+    def to_dict(self) -> dict:
+        return {
+            "first_audio_s": round(self.first_audio_s, 5),
+            "complete_s": round(self.complete_s, 5),
+            "audio_s": round(self.audio_s, 4),
+        }
+
+
+class RawRuntime:
+    """kokoro-onnx on our model directory. ``voice``/``lang`` default to the benchmark's."""
+
+    def __init__(self, model_dir: Path | None = None, *, voice: str = VOICE, lang: str = LANG):
+        from kokoro_onnx import Kokoro
+
+        files = model_files(model_dir)
+        if files.onnx is None:
+            raise FileNotFoundError(f"no ONNX model in {files.root}")
+        self.model_path = files.onnx
+        self.voice, self.lang = voice, lang
+        t0 = time.perf_counter()
+        self.kokoro = Kokoro(str(files.onnx), str(files.voices), vocab_config=str(files.config))
+        self.load_s = time.perf_counter() - t0
+        self.create("Warming up.")  # the server warms up too; compare warm against warm
+
+    def create(self, text: str) -> RawTiming:
+        """Whole text at once: first audio is the whole audio (blocking)."""
+        t0 = time.perf_counter()
+        audio, sr = self.kokoro.create(text, voice=self.voice, lang=self.lang)
+        elapsed = time.perf_counter() - t0
+        return RawTiming(elapsed, elapsed, len(audio) / sr)
+
+    def create_sentences(self, sentences: list[str] | tuple[str, ...]) -> RawTiming:
+        """The raw runtime's sentence-first: ``create()`` per sentence, first audio after the first."""
+        t0 = time.perf_counter()
+        first, audio_s = None, 0.0
+        for sentence in sentences:
+            audio, sr = self.kokoro.create(sentence, voice=self.voice, lang=self.lang)
+            audio_s += len(audio) / sr
+            if first is None:
+                first = time.perf_counter() - t0
+        return RawTiming(first or 0.0, time.perf_counter() - t0, audio_s)
+
+    async def create_stream(self, text: str) -> RawTiming:
+        """``create_stream()``: first audio when its first batch arrives."""
+        t0 = time.perf_counter()
+        first, audio_s = None, 0.0
+        async for audio, sr in self.kokoro.create_stream(text, voice=self.voice, lang=self.lang):
+            if first is None:
+                first = time.perf_counter() - t0
+            audio_s += len(audio) / sr
+        return RawTiming(first or 0.0, time.perf_counter() - t0, audio_s)
+
+    def stream_first(self, text: str) -> RawTiming:
+        """Blocking wrapper over :meth:`create_stream` (runs its own event loop)."""
+        return asyncio.run(self.create_stream(text))

@@ -1,0 +1,257 @@
+"""Result files: ``benchmarks/results/<name>.json`` (machine, versions, configuration, load,
+every raw sample, medians, the server's own view, targets), ``<name>.md`` (a table and the
+command that made it) and, where a picture helps, ``<name>.png``.
+
+Every benchmark builds a :class:`Result`; :func:`validate` is the schema the files follow (the
+unit tests hold the writer to it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = (
+    "kokoro-serve", "kokoro-onnx", "onnxruntime", "numpy", "torch", "starlette", "uvicorn",
+    "websockets", "httpx", "prometheus-client", "lameenc", "av", "psutil", "matplotlib",
+)
+REQUIRED_KEYS = {
+    "benchmark": str, "schema_version": int, "command": str, "quick": bool, "started": str,
+    "finished": str, "machine": dict, "versions": dict, "config": dict, "samples": list,
+    "medians": dict, "summary": dict, "server_view": dict, "targets": list, "notes": list,
+}
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def rnd(x: float | None, digits: int = 1) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _memory_gib() -> float | None:
+    try:
+        import psutil
+
+        return round(psutil.virtual_memory().total / (1 << 30), 1)
+    except ImportError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "python": sys.version.split()[0],
+        "load_average_at_start": load_average(),
+        "shared_cpu_note": (
+            "other processes may share these cores; load_average_* (1/5/15 min) is recorded at the "
+            "start and end of the run, and per phase where a benchmark records it"
+        ),
+    }
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    try:
+        out["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        out["git_commit"] = None
+    return out
+
+
+def command_line(name: str, quick: bool, extra: list[str] | None = None) -> str:
+    parts = ["python", "-m", "benchmarks", name, *(["--quick"] if quick else []), *(extra or [])]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Result:
+    """What one benchmark run produced; ``to_dict()`` follows :data:`REQUIRED_KEYS`."""
+
+    benchmark: str
+    quick: bool
+    command: str
+    config: dict[str, Any] = field(default_factory=dict)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    medians: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    server_view: dict[str, Any] = field(default_factory=dict)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    started: str = field(default_factory=now_iso)
+    finished: str = ""
+    machine: dict[str, Any] = field(default_factory=machine_info)
+    status: str = "ok"
+
+    def target(self, name: str, goal: str, value: Any, met: bool | None) -> None:
+        self.targets.append({"name": name, "goal": goal, "value": value, "met": met})
+
+    def to_dict(self) -> dict[str, Any]:
+        machine = dict(self.machine)
+        machine["load_average_at_end"] = load_average()
+        return {
+            "benchmark": self.benchmark,
+            "schema_version": SCHEMA_VERSION,
+            "status": self.status,
+            "command": self.command,
+            "quick": self.quick,
+            "started": self.started,
+            "finished": self.finished or now_iso(),
+            "machine": machine,
+            "versions": versions(),
+            "config": self.config,
+            "samples": self.samples,
+            "medians": self.medians,
+            "summary": self.summary,
+            "server_view": self.server_view,
+            "targets": self.targets,
+            "notes": self.notes,
+        }
+
+
+def validate(data: dict[str, Any]) -> list[str]:
+    """Problems with a result dict (empty when it follows the schema)."""
+    problems = []
+    for key, kind in REQUIRED_KEYS.items():
+        if key not in data:
+            problems.append(f"missing {key!r}")
+        elif not isinstance(data[key], kind):
+            problems.append(f"{key!r} is {type(data[key]).__name__}, expected {kind.__name__}")
+    if data.get("schema_version") not in (None, SCHEMA_VERSION):
+        problems.append(f"schema_version {data.get('schema_version')} != {SCHEMA_VERSION}")
+    for i, t in enumerate(data.get("targets") or []):
+        if not isinstance(t, dict) or not {"name", "goal", "value", "met"} <= set(t):
+            problems.append(f"targets[{i}] lacks name/goal/value/met")
+    machine = data.get("machine")
+    if isinstance(machine, dict) and not {"cpu_count", "load_average_at_start"} <= set(machine):
+        problems.append("machine lacks cpu_count/load_average_at_start")
+    for i, s in enumerate(data.get("samples") or []):
+        if not isinstance(s, dict):
+            problems.append(f"samples[{i}] is not an object")
+            break
+    return problems
+
+
+def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if v is None:
+            return "—"
+        if isinstance(v, float):
+            return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:,}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown_doc(result: dict[str, Any], title: str, body: str) -> str:
+    m = result["machine"]
+    v = result["versions"]
+    lines = [
+        f"# {title}",
+        "",
+        body.strip(),
+        "",
+        f"Command: `{result['command']}` ({'quick' if result['quick'] else 'full'} run, "
+        f"finished {result['finished']}, commit {v.get('git_commit') or '?'})",
+        "",
+        f"Machine: {m.get('cpu')} × {m.get('cpu_count')} cores, {m.get('memory_gib')} GiB; load average "
+        f"{m.get('load_average_at_start')} at start, {m.get('load_average_at_end')} at end (1/5/15 min) — "
+        "the cores are shared with other work, so absolute times carry that noise.",
+        f"Versions: kokoro-onnx {v.get('kokoro-onnx')}, onnxruntime {v.get('onnxruntime')}, torch {v.get('torch')}.",
+    ]
+    if result["targets"]:
+        lines += ["", "Targets:", ""]
+        for t in result["targets"]:
+            mark = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
+            lines.append(f"- {t['name']}: goal {t['goal']}; measured {t['value']} — **{mark}**")
+    if result["notes"]:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write(
+    result: Result,
+    *,
+    title: str,
+    body: Callable[[dict[str, Any]], str],
+    plot: Callable[[dict[str, Any], Path], None] | None = None,
+    out_dir: Path = RESULTS_DIR,
+    log=print,
+) -> dict[str, Any]:
+    """Write ``<name>.json``, ``<name>.md`` and (with ``plot``) ``<name>.png``; returns the dict."""
+    data = result.to_dict()
+    problems = validate(data)
+    if problems:
+        raise ValueError(f"result does not follow the schema: {problems}")
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:
+        data["notes"].append("matplotlib is not installed: no PNG")
+        plot = None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = result.benchmark
+    (out_dir / f"{name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    (out_dir / f"{name}.md").write_text(markdown_doc(data, title, body(data)))
+    written = [f"{name}.json", f"{name}.md"]
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        png = out_dir / f"{name}.png"
+        png.unlink(missing_ok=True)
+        plot(data, png)
+        if png.exists():
+            written.append(png.name)
+    log(f"wrote {', '.join(str(out_dir / w) for w in written)}")
+    return data

@@ -1,0 +1,240 @@
+"""Throughput: audio-hours synthesised per hour of wall time at concurrency 1, 2, 4, 8 — sequential
+vs concurrent mode, ONNX vs torch (when the torch runtime and its checkpoint are available), and the
+raw runtime (N threads calling ``Kokoro.create()`` on one shared session) in the same run.
+
+Each of N clients loops until the level's deadline: one WebSocket session, one request at a time
+(a text from :data:`~benchmarks.texts.THROUGHPUT_TEXTS`), waiting for its audio before sending the
+next; a request in flight at the deadline is finished and counted, and the wall time runs until the
+last one is done. Audio-hours per hour = audio seconds received / wall seconds. Servers run one at a
+time; peak RSS is the server process's high-water mark over all its levels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+import time
+from typing import Any
+
+from . import prom
+from .clients import WsSession
+from .live import LiveServer, ServerFailed
+from .raw import VOICE, RawRuntime, model_files
+from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .texts import THROUGHPUT_TEXTS
+
+TARGET_GAIN = 1.2
+RAW = "raw kokoro-onnx"
+
+
+def _text(client: int, n: int) -> str:
+    return THROUGHPUT_TEXTS[(client + n) % len(THROUGHPUT_TEXTS)]
+
+
+async def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
+    deadline_holder: dict[str, float] = {}
+    per_client: list[dict] = []
+
+    async def client(i: int) -> None:
+        done = {"requests": 0, "audio_s": 0.0, "errors": 0, "first_audio_s": []}
+        async with WsSession(srv.ws_url, voice=VOICE) as ws:
+            n = 0
+            while time.perf_counter() < deadline_holder["t"]:
+                (t,) = await ws.synthesize([_text(i, n)], raise_on_error=False)
+                n += 1
+                if t.error:
+                    done["errors"] += 1
+                    await asyncio.sleep(0.1)
+                    continue
+                done["requests"] += 1
+                done["audio_s"] += t.audio_s
+                done["first_audio_s"].append(t.first_audio_s)
+        per_client.append(done)
+
+    t0 = time.perf_counter()
+    deadline_holder["t"] = t0 + duration_s
+    await asyncio.gather(*(client(i) for i in range(concurrency)))
+    wall = time.perf_counter() - t0
+    return _level_stats(per_client, wall)
+
+
+def _raw_level(raw: RawRuntime, concurrency: int, duration_s: float) -> dict:
+    per_client: list[dict] = []
+    lock = threading.Lock()
+    t0 = time.perf_counter()
+    deadline = t0 + duration_s
+
+    def client(i: int) -> None:
+        done = {"requests": 0, "audio_s": 0.0, "errors": 0, "first_audio_s": []}
+        n = 0
+        while time.perf_counter() < deadline:
+            t = raw.create(_text(i, n))
+            n += 1
+            done["requests"] += 1
+            done["audio_s"] += t.audio_s
+            done["first_audio_s"].append(t.first_audio_s)
+        with lock:
+            per_client.append(done)
+
+    threads = [threading.Thread(target=client, args=(i,), name=f"raw-client-{i}") for i in range(concurrency)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return _level_stats(per_client, time.perf_counter() - t0)
+
+
+def _level_stats(per_client: list[dict], wall: float) -> dict:
+    audio = sum(c["audio_s"] for c in per_client)
+    firsts = [x for c in per_client for x in c["first_audio_s"]]
+    return {
+        "wall_s": rnd(wall, 3),
+        "audio_s": rnd(audio, 3),
+        "requests": sum(c["requests"] for c in per_client),
+        "errors": sum(c["errors"] for c in per_client),
+        "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
+        "first_audio_ms_p50": rnd((median(firsts) or 0.0) * 1000.0, 1) if firsts else None,
+        "first_audio_ms_max": rnd(max(firsts) * 1000.0, 1) if firsts else None,
+    }
+
+
+def torch_available(model_dir=None) -> tuple[bool, str]:
+    """Whether the torch runtime can serve here; the reason when not."""
+    if importlib.util.find_spec("torch") is None:
+        return False, "torch is not installed"
+    if importlib.util.find_spec("backends.torch_runtime") is None:
+        return False, "backends/torch_runtime.py has not landed"
+    try:
+        files = model_files(model_dir, torch=True)
+    except Exception as e:  # the checkpoint rebuild is someone else's code: report, don't crash
+        return False, f"torch checkpoint could not be built: {type(e).__name__}: {str(e)[:200]}"
+    if files.torch_checkpoint is None:
+        return False, "no torch checkpoint in the model directory"
+    return True, ""
+
+
+def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = None) -> Result:
+    levels = [1, 4] if quick else [1, 2, 4, 8]
+    duration = 12.0 if quick else 40.0
+    configs: list[tuple[str, str]] = [("onnx", "sequential"), ("onnx", "concurrent")]
+    result = Result("throughput", quick, command_line("throughput", quick))
+    want_torch = (not quick) if torch is None else torch
+    if want_torch:
+        ok, why = torch_available(model_dir)
+        if ok:
+            configs += [("torch", "sequential"), ("torch", "concurrent")]
+        else:
+            result.notes.append(f"torch runtime skipped: {why}")
+            log(f"  torch skipped: {why}")
+    else:
+        result.notes.append("torch runtime not run (quick run; the full run includes it when available)")
+    result.config = {
+        "concurrency_levels": levels, "duration_per_level_s": duration, "voice": VOICE,
+        "texts": list(THROUGHPUT_TEXTS), "configs": [RAW, *(f"{b}/{m}" for b, m in configs)],
+        "client": "one WebSocket session per client, one request at a time",
+        "raw_client": "one thread per client calling Kokoro.create() on one shared instance",
+    }
+    log(f"throughput: levels {levels}, {duration:.0f} s each, configs {result.config['configs']}")
+
+    raw = RawRuntime(model_dir)
+    for c in levels:
+        load = load_average()
+        stats = _raw_level(raw, c, duration)
+        result.samples.append({"config": RAW, "concurrency": c, "load_before": load, **stats})
+        log(f"  {RAW:<18} c={c}: {stats['audio_hours_per_hour']:.3f} audio-h/h ({stats['requests']} requests, {stats['wall_s']:.1f} s)")
+    del raw
+
+    peak_rss: dict[str, float | None] = {}
+    for backend, mode in configs:
+        name = f"{backend}/{mode}"
+        srv = LiveServer(backend=backend, mode=mode, model_dir=model_dir, log=log)
+        try:
+            srv.start()
+        except ServerFailed as e:
+            result.notes.append(f"{name} did not start: {str(e)[:300]}")
+            log(f"  {name} did not start")
+            continue
+        try:
+            for c in levels:
+                before, load = srv.scrape(), load_average()
+                stats = asyncio.run(_server_level(srv, c, duration))
+                view = prom.server_view(before, srv.scrape())
+                result.samples.append({"config": name, "concurrency": c, "load_before": load, **stats, "server_view": view})
+                result.server_view[f"{name} c={c}"] = view
+                log(
+                    f"  {name:<18} c={c}: {stats['audio_hours_per_hour']:.3f} audio-h/h ({stats['requests']} requests, "
+                    f"{stats['errors']} errors, batch mean {view['batch_size']['mean']}, RTF mean {view['realtime_factor']['mean']})"
+                )
+        finally:
+            srv.stop()
+            peak_rss[name] = srv.peak_rss_mib
+    result.summary["peak_rss_mib"] = peak_rss
+    summarize(result)
+    return result
+
+
+def summarize(result: Result) -> None:
+    table: dict[str, dict[str, float]] = {}
+    for s in result.samples:
+        table.setdefault(s["config"], {})[str(s["concurrency"])] = s["audio_hours_per_hour"]
+    result.medians = {"audio_hours_per_hour": table}
+    raw4 = table.get(RAW, {}).get("4")
+    best_name, best4 = None, None
+    for name, row in table.items():
+        if name != RAW and row.get("4") is not None and (best4 is None or row["4"] > best4):
+            best_name, best4 = name, row["4"]
+    gain = round(best4 / raw4, 3) if best4 and raw4 else None
+    result.summary.update({"best_at_4": best_name, "best_at_4_audio_hours_per_hour": best4, "raw_at_4": raw4, "gain_at_4": gain})
+    result.target(
+        "best mode vs raw runtime at concurrency 4", f">= {TARGET_GAIN}x", gain,
+        None if gain is None else gain >= TARGET_GAIN,
+    )
+
+
+def body(data: dict[str, Any]) -> str:
+    levels = data["config"]["concurrency_levels"]
+    rss = data["summary"].get("peak_rss_mib", {})
+    rows = []
+    for name, row in data["medians"]["audio_hours_per_hour"].items():
+        rows.append([name, *(row.get(str(c)) for c in levels), rss.get(name)])
+    table = markdown_table(["config", *(f"c={c}" for c in levels), "peak RSS MiB"], rows)
+    s = data["summary"]
+    head = (
+        f"Audio-hours per hour of wall time ({data['config']['duration_per_level_s']:.0f} s per level). At concurrency 4 the "
+        f"best server mode ({s.get('best_at_4')}) gives {s.get('best_at_4_audio_hours_per_hour')} vs the raw runtime's "
+        f"{s.get('raw_at_4')} ({s.get('gain_at_4')}x)."
+    )
+    detail = markdown_table(
+        ["config", "c", "requests", "errors", "first audio p50 ms", "server RTF mean", "batch size mean", "load 1m"],
+        [
+            [
+                x["config"], x["concurrency"], x["requests"], x["errors"], x["first_audio_ms_p50"],
+                (x.get("server_view") or {}).get("realtime_factor", {}).get("mean"),
+                (x.get("server_view") or {}).get("batch_size", {}).get("mean"),
+                (x.get("load_before") or [None])[0],
+            ]
+            for x in data["samples"]
+        ],
+    )
+    return f"{head}\n\n{table}\n\n{detail}"
+
+
+def plot(data: dict[str, Any], path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    levels = data["config"]["concurrency_levels"]
+    for name, row in data["medians"]["audio_hours_per_hour"].items():
+        xs = [c for c in levels if row.get(str(c)) is not None]
+        ax.plot(xs, [row[str(c)] for c in xs], marker="o", label=name, linestyle="--" if name == RAW else "-")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel("audio-hours per hour")
+    ax.set_title(f"Throughput ({data['command']})", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,207 @@
+"""Time to first audio on the 267-character, 4-sentence paragraph: batch vs streaming, against
+live servers, with the raw runtime (kokoro-onnx) side by side in the same run.
+
+Modes (each run goes through every mode in turn, so load drift hits all modes alike):
+
+* ``batch`` — ``POST /invocations`` with ``stream: false``; first audio is when the whole audio
+  has arrived (the AWS sample handler's behaviour).
+* ``streamed`` — the whole text over the WebSocket to a server with
+  ``KOKORO_FAST_FIRST_SEGMENT=false``: server-side sentence segments, first audio after the first
+  whole sentence.
+* ``sentence_first`` — the four sentences sent at once over the WebSocket, pipelined, as a
+  sentence chunker hands them over (default server).
+* ``fast_first`` — the whole text over the WebSocket to the default server, whose first segment
+  is cut at the first clause boundary. This is the default client path: ``streaming_ttfa_ms``.
+* ``raw_batch`` / ``raw_stream`` / ``raw_sentence_first`` — ``Kokoro.create()``,
+  ``Kokoro.create_stream()`` (first batch) and ``create()`` per sentence, in this process.
+
+Server-side first audio is measured from the first byte sent (the WebSocket session is opened
+before the clock starts; its connect time is recorded apart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from . import prom
+from .clients import WsSession, http_synthesize
+from .live import LiveServer
+from .raw import VOICE, RawRuntime
+from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .texts import PARAGRAPH, SENTENCES, check_paragraph
+
+SERVER_MODES = ("batch", "streamed", "sentence_first", "fast_first")
+RAW_MODES = ("raw_batch", "raw_stream", "raw_sentence_first")
+STREAMING_MODE = "fast_first"
+TARGET_RATIO, TARGET_MS = 0.15, 1000.0
+
+
+async def _server_sample(mode: str, default: LiveServer, plain: LiveServer, http: httpx.AsyncClient) -> dict:
+    if mode == "batch":
+        t = await http_synthesize(http, default.url, PARAGRAPH, stream=False, voice=VOICE)
+        # The whole audio is the first audio a batch client can play.
+        return {"first_audio_s": t.complete_s, "complete_s": t.complete_s, "audio_s": t.audio_s, "connect_s": None}
+    srv = plain if mode == "streamed" else default
+    texts = list(SENTENCES) if mode == "sentence_first" else [PARAGRAPH]
+    async with WsSession(srv.ws_url, voice=VOICE) as ws:
+        timings = await ws.synthesize(texts)
+    return {
+        "first_audio_s": timings[0].first_audio_s,
+        "complete_s": timings[-1].complete_s,
+        "audio_s": sum(t.audio_s for t in timings),
+        "connect_s": ws.connect_s,
+        "server_ttfa_ms": timings[0].server_ttfa_ms,
+    }
+
+
+async def _raw_sample(mode: str, raw: RawRuntime) -> dict:
+    if mode == "raw_batch":
+        t = await asyncio.to_thread(raw.create, PARAGRAPH)
+    elif mode == "raw_stream":
+        t = await raw.create_stream(PARAGRAPH)
+    else:
+        t = await asyncio.to_thread(raw.create_sentences, SENTENCES)
+    return {"first_audio_s": t.first_audio_s, "complete_s": t.complete_s, "audio_s": t.audio_s}
+
+
+async def _measure(modes: list[str], runs: int, default: LiveServer, plain: LiveServer, raw: RawRuntime, log) -> list[dict]:
+    samples = []
+    async with httpx.AsyncClient(timeout=600) as http:
+        for run in range(1, runs + 1):
+            for mode in modes:
+                if mode.startswith("raw_"):
+                    s = await _raw_sample(mode, raw)
+                else:
+                    s = await _server_sample(mode, default, plain, http)
+                sample = {
+                    "mode": mode,
+                    "run": run,
+                    "first_audio_ms": rnd(s["first_audio_s"] * 1000.0, 1),
+                    "complete_ms": rnd(s["complete_s"] * 1000.0, 1),
+                    "audio_s": rnd(s["audio_s"], 3),
+                    "connect_ms": rnd((s.get("connect_s") or 0.0) * 1000.0, 2) if s.get("connect_s") else None,
+                    "server_ttfa_ms": s.get("server_ttfa_ms"),
+                    "load_1m": (load_average() or [None])[0],
+                }
+                samples.append(sample)
+                log(
+                    f"  run {run}/{runs} {mode:<19} first audio {sample['first_audio_ms']:>8.1f} ms   "
+                    f"complete {sample['complete_ms']:>8.1f} ms   audio {sample['audio_s']:.2f} s"
+                )
+                await asyncio.sleep(0.3)
+    return samples
+
+
+def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+    check_paragraph()
+    runs = 2 if quick else 5
+    modes = [*SERVER_MODES, *(RAW_MODES[:2] if quick else RAW_MODES)]
+    result = Result(
+        "ttfa", quick, command_line("ttfa", quick),
+        config={
+            "paragraph": PARAGRAPH, "paragraph_chars": len(PARAGRAPH), "sentences": list(SENTENCES),
+            "voice": VOICE, "lang": "en-us", "runs_per_mode": runs, "modes": modes,
+            "servers": {
+                "default": "kokoro-serve serve --backend onnx --mode sequential",
+                "plain": "KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend onnx --mode sequential",
+            },
+            "streaming_mode": STREAMING_MODE,
+        },
+    )
+    log(f"ttfa: {runs} runs x {len(modes)} modes on a {len(PARAGRAPH)}-character paragraph")
+    raw = RawRuntime(model_dir)
+    result.config["raw_runtime"] = {"model": str(raw.model_path.name), "load_s": rnd(raw.load_s, 2)}
+    default = LiveServer(model_dir=model_dir, log=log)
+    plain = LiveServer(model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log)
+    with default, plain:
+        before = {"default": default.scrape(), "plain": plain.scrape()}
+        t0 = time.perf_counter()
+        result.samples = asyncio.run(_measure(modes, runs, default, plain, raw, log))
+        result.config["wall_s"] = rnd(time.perf_counter() - t0, 1)
+        result.server_view = {
+            "default": prom.server_view(before["default"], default.scrape()),
+            "plain": prom.server_view(before["plain"], plain.scrape()),
+        }
+        result.config["server_startup_s"] = {"default": rnd(default.startup_s, 1), "plain": rnd(plain.startup_s, 1)}
+    summarize(result)
+    return result
+
+
+def summarize(result: Result) -> None:
+    by_mode: dict[str, list[dict]] = {}
+    for s in result.samples:
+        by_mode.setdefault(s["mode"], []).append(s)
+    result.medians = {
+        mode: {
+            "first_audio_ms": rnd(median(x["first_audio_ms"] for x in xs), 1),
+            "complete_ms": rnd(median(x["complete_ms"] for x in xs), 1),
+            "audio_s": rnd(median(x["audio_s"] for x in xs), 3),
+            "runs": len(xs),
+        }
+        for mode, xs in by_mode.items()
+    }
+    batch = (result.medians.get("batch") or {}).get("first_audio_ms")
+    streaming = (result.medians.get(STREAMING_MODE) or {}).get("first_audio_ms")
+    ratio = round(streaming / batch, 4) if batch and streaming else None
+    raw_stream = (result.medians.get("raw_stream") or {}).get("first_audio_ms")
+    result.summary = {
+        "batch_ttfa_ms": batch,
+        "streaming_ttfa_ms": streaming,
+        "ratio": ratio,
+        "streaming_vs_raw_stream": round(streaming / raw_stream, 4) if streaming and raw_stream else None,
+        "median_first_audio_ms": {m: v["first_audio_ms"] for m, v in result.medians.items()},
+        "median_complete_ms": {m: v["complete_ms"] for m, v in result.medians.items()},
+    }
+    result.target("streaming first audio / batch", f"<= {TARGET_RATIO}x", ratio, None if ratio is None else ratio <= TARGET_RATIO)
+    result.target(
+        "streaming first audio", f"<= {TARGET_MS:.0f} ms on this machine", streaming,
+        None if streaming is None else streaming <= TARGET_MS,
+    )
+    result.notes.append(
+        "streaming_ttfa_ms is the fast_first mode: the whole text over the WebSocket to a server with "
+        "default settings (first segment cut at the first clause boundary)."
+    )
+
+
+def body(data: dict[str, Any]) -> str:
+    s, m = data["summary"], data["medians"]
+    rows = [
+        [mode, v["first_audio_ms"], v["complete_ms"], v["audio_s"], v["runs"]]
+        for mode, v in m.items()
+    ]
+    head = (
+        f"Streaming first audio **{s['streaming_ttfa_ms']} ms** vs batch **{s['batch_ttfa_ms']} ms** "
+        f"(ratio {s['ratio']}) on the {data['config']['paragraph_chars']}-character paragraph, "
+        f"voice {data['config']['voice']}; medians of {data['config']['runs_per_mode']} runs per mode."
+    )
+    table = markdown_table(["mode", "first audio ms (median)", "complete ms (median)", "audio s", "runs"], rows)
+    view = data["server_view"].get("default", {}).get("time_to_first_audio_ms", {})
+    server = "Server's own view (default server, kokoro_time_to_first_audio_seconds delta): " + ", ".join(
+        f"{route}: n={v['count']:.0f} mean {v['mean']} ms p50 {v['p50']} ms" for route, v in view.items() if v["count"]
+    )
+    return f"{head}\n\n{table}\n\n{server}"
+
+
+def plot(data: dict[str, Any], path) -> None:
+    import matplotlib.pyplot as plt
+
+    modes = list(data["medians"])
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(modes) + 1.5))
+    y = range(len(modes))
+    ax.barh(y, [data["medians"][m]["complete_ms"] for m in modes], color="#d9d9d9", label="complete (median)")
+    ax.barh(y, [data["medians"][m]["first_audio_ms"] for m in modes], color="#3b7dd8", height=0.5, label="first audio (median)")
+    for i, m in enumerate(modes):
+        xs = [s["first_audio_ms"] for s in data["samples"] if s["mode"] == m]
+        ax.scatter(xs, [i] * len(xs), color="black", s=8, zorder=3)
+    ax.set_yticks(list(y), modes)
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds")
+    ax.set_title(f"Time to first audio, {data['config']['paragraph_chars']}-char paragraph ({data['command']})", fontsize=9)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
