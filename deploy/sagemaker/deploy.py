@@ -30,7 +30,6 @@ from deploy.sagemaker.endpoint import DeployError, EndpointSpec
 
 # smoke(endpoint_name, region) -> report with .summary(); raises on failure.
 SmokeTest = Callable[[str, str], Any]
-GPU_FAMILIES = ("ml.g4dn.", "ml.g5.", "ml.g6.", "ml.g6e.", "ml.p3.", "ml.p4d.", "ml.p4de.", "ml.p5.")
 
 
 class AwsClients:
@@ -135,7 +134,7 @@ def spec_from_args(args: argparse.Namespace, model_data_url: str | None) -> Endp
     env.update(_env_pairs(args.env))
     ami = args.ami
     if ami == "auto":
-        ami = endpoint.DEFAULT_GPU_AMI if args.instance_type.startswith(GPU_FAMILIES) else None
+        ami = endpoint.default_ami(args.instance_type)
     return EndpointSpec(name=args.name, image_uri=args.image, role_arn=args.role, model_data_url=model_data_url,
                         instance_type=args.instance_type, initial_instance_count=args.instance_count,
                         environment=env, startup_timeout_s=args.startup_timeout, inference_ami_version=ami or None)

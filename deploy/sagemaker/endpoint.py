@@ -23,6 +23,7 @@ DEFAULT_INSTANCE_TYPE = "ml.g5.xlarge"
 # ml.g5's default GPU driver is 470 (CUDA 11.4); the image's CUDA 12/13 PyTorch needs a newer one.
 # This AMI brings NVIDIA driver 580 (CUDA 13.0), which runs CUDA 12.x and 13.0 builds alike.
 DEFAULT_GPU_AMI = "al2023-ami-sagemaker-inference-gpu-4-1"
+GPU_FAMILIES = ("ml.g4dn.", "ml.g5.", "ml.g6.", "ml.g6e.", "ml.p3.", "ml.p4d.", "ml.p4de.", "ml.p5.")
 # Model load + warm-up (and, without an official .pth, the ONNX -> PyTorch rebuild) before /ping
 # answers 200. SageMaker's default is too short for a cold GPU start.
 DEFAULT_STARTUP_TIMEOUT_S = 900
@@ -32,6 +33,11 @@ SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 # Concurrent requests per model copy, sampled every 10 s: a bidirectional stream counts as one
 # request for as long as it is open, so this tracks live sessions, which is what loads the GPU.
 CONCURRENCY_METRIC = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+
+
+def default_ami(instance_type: str) -> str | None:
+    """The InferenceAmiVersion to ask for: the CUDA 13 driver AMI on GPU types, none on CPU types."""
+    return DEFAULT_GPU_AMI if instance_type.startswith(GPU_FAMILIES) else None
 
 
 class DeployError(RuntimeError):

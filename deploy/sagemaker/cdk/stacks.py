@@ -30,11 +30,11 @@ from constructs import Construct
 from deploy.sagemaker import agent_runtime
 from deploy.sagemaker.endpoint import (
     CONCURRENCY_METRIC,
-    DEFAULT_GPU_AMI,
     DEFAULT_INSTANCE_TYPE,
     DEFAULT_STARTUP_TIMEOUT_S,
     SCALABLE_DIMENSION,
     VARIANT,
+    default_ami,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -52,7 +52,7 @@ class SpeechConfig:
     dockerfile: str = "deploy/sagemaker/Dockerfile"
     model_data_url: str | None = None
     instance_type: str = DEFAULT_INSTANCE_TYPE
-    inference_ami_version: str | None = DEFAULT_GPU_AMI
+    inference_ami_version: str = "auto"  # auto: a CUDA 13 driver AMI on GPU types, none on CPU types
     initial_instance_count: int = 1
     startup_timeout_s: int = DEFAULT_STARTUP_TIMEOUT_S
     min_instances: int = 1
@@ -125,7 +125,8 @@ class SpeechStack(cdk.Stack):
             initial_instance_count=config.initial_instance_count, initial_variant_weight=1.0,
             container_startup_health_check_timeout_in_seconds=config.startup_timeout_s,
             model_data_download_timeout_in_seconds=config.startup_timeout_s,
-            inference_ami_version=config.inference_ami_version)
+            inference_ami_version=(default_ami(config.instance_type) if config.inference_ami_version == "auto"
+                                   else config.inference_ami_version or None))
         endpoint_config = sagemaker.CfnEndpointConfig(self, "EndpointConfig", production_variants=[variant])
         self.endpoint = sagemaker.CfnEndpoint(self, "Endpoint", endpoint_name=config.endpoint_name,
                                               endpoint_config_name=endpoint_config.attr_endpoint_config_name)
