@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# The variables the agent app reads (agent/ — kept in one place here and in the CDK agent stack).
-ENDPOINT_ENV = "KOKORO_SAGEMAKER_ENDPOINT"
-REGION_ENV = "AWS_REGION"
+# The variables `kokoro-agent serve` reads (agent/cli.py); used here and by the CDK agent stack.
+ENDPOINT_ENV = "KOKORO_AGENT_ENDPOINT_NAME"
+REGION_ENV = "KOKORO_AGENT_REGION"
 
 
 def runtime_name(endpoint: str) -> str:

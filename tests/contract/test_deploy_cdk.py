@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.dockerfiles import BIDI_LABEL, Dockerfile
+from deploy.dockerfiles import BIDI_LABEL, REPO, Dockerfile
 from deploy.sagemaker.endpoint import CONCURRENCY_METRIC, DEFAULT_GPU_AMI
 
 ENV = {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "JSII_DEPRECATED": "quiet", "CDK_VALIDATION": "false"}
@@ -118,7 +118,8 @@ def test_invoke_role_may_open_bidirectional_streams_on_this_endpoint_only(synth)
 
 def test_agent_runtime_env_names_the_endpoint_and_its_role_reaches_only_it(synth):
     runtime = _only(synth["agent"], "AWS::BedrockAgentCore::Runtime")
-    assert runtime["EnvironmentVariables"]["KOKORO_SAGEMAKER_ENDPOINT"] == "kokoro-tts"
+    assert runtime["EnvironmentVariables"]["KOKORO_AGENT_ENDPOINT_NAME"] == "kokoro-tts"
+    assert runtime["EnvironmentVariables"]["KOKORO_AGENT_REGION"] == "us-east-1"
     assert runtime["AgentRuntimeName"] == "kokoro_tts_agent"
     sagemaker_statements = [s for s in _statements(synth["agent"], "RuntimeRole")
                             if any(a.startswith("sagemaker:") for a in _actions(s))]
@@ -139,3 +140,13 @@ def test_agent_image_is_arm64(synth):
 def test_agent_stack_deploys_after_the_speech_stack(synth):
     manifest = json.loads((synth["dir"] / "manifest.json").read_text())
     assert "KokoroSpeech" in manifest["artifacts"]["KokoroAgent"]["dependencies"]
+
+
+def test_the_agent_cli_reads_the_environment_the_runtime_is_given(synth):
+    """What the stack puts in the runtime's environment is what `kokoro-agent serve` reads."""
+    cli = pytest.importorskip("agent.cli")
+    runtime_env = _only(synth["agent"], "AWS::BedrockAgentCore::Runtime")["EnvironmentVariables"]
+    image_env = Dockerfile.parse(REPO / "deploy/sagemaker/Dockerfile.agent").env
+    args = cli._parser({**image_env, **runtime_env}).parse_args(["serve"])
+    assert (args.endpoint_name, args.region, args.host, args.port) == ("kokoro-tts", "us-east-1", "0.0.0.0", 8080)
+
