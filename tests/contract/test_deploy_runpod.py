@@ -238,3 +238,79 @@ def test_pod_api_key_can_come_from_a_runpod_secret(runpod_api, capsys):
     query = runpod_api.queries[-1][1]
     assert "{{ RUNPOD_SECRET_kokoro_key }}" in query
     assert "API key" not in capsys.readouterr().err
+
+
+# -- the production worker loop (runpod.serverless.worker) against a stand-in job queue ------------
+class JobQueueStandIn:
+    """RunPod's job API as a worker sees it: job-take hands out queued jobs (then 204), job-stream and
+    job-done receive the worker's posts (a JSON body), job-stop returns no stop signals."""
+
+    def __init__(self, jobs):
+        self.jobs, self.streamed, self.done = list(jobs), {}, {}
+        self.finished = threading.Event()
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, status, body=None):
+                raw = b"" if body is None else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self):
+                if "/job-take/" in self.path and standin.jobs:
+                    return self._reply(200, standin.jobs.pop(0))
+                if "/job-stop/" in self.path:
+                    return self._reply(200, [])
+                return self._reply(204)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                job_id = self.path.split("?")[0].rsplit("/", 1)[1]
+                if "/job-stream/" in self.path:
+                    standin.streamed.setdefault(job_id, []).append(body)
+                elif "/job-done/" in self.path:
+                    standin.done[job_id] = body
+                    if len(standin.done) == 2:
+                        standin.finished.set()
+                self._reply(200, {})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_production_worker_streams_each_chunk_and_fails_a_refused_job():
+    queue = JobQueueStandIn([{"id": "job-ok", "input": {"texts": ["Hello there.", "Good bye."]}},
+                             {"id": "job-bad", "input": {"text": "Hello.", "voice": "no_such_voice"}}])
+    base = f"{queue.url}/v2/kokoro-endpoint"
+    env = processes.base_env(
+        KOKORO_MODEL_DIR=str(processes.model_source_dir()), RUNPOD_POD_ID="worker-1",
+        RUNPOD_WEBHOOK_GET_JOB=f"{base}/job-take/$RUNPOD_POD_ID?gpu=none",
+        RUNPOD_WEBHOOK_POST_OUTPUT=f"{base}/job-done/$RUNPOD_POD_ID/$ID?gpu=none",
+        RUNPOD_WEBHOOK_POST_STREAM=f"{base}/job-stream/$RUNPOD_POD_ID/$ID?gpu=none",
+        RUNPOD_SKIP_GPU_CHECK="true")
+    # exactly as the image starts a serverless worker (KOKORO_RUNPOD_MODE unset: detected from the env)
+    proc = subprocess.Popen([sys.executable, "-m", "deploy.runpod.start"], env=env, cwd=str(processes.REPO),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert queue.finished.wait(240), (queue.done, proc.poll())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        queue.server.shutdown()
+
+    chunks = [item["output"] for item in queue.streamed["job-ok"]]
+    assert [c["request"] for c in chunks if "complete" in c] == [0, 1]
+    assert all(len(base64.b64decode(c["audio"])) > 2400 for c in chunks if "audio" in c)
+    assert "error" not in queue.done["job-ok"]
+    assert "unknown_voice" in queue.done["job-bad"]["error"]  # RunPod reports this job FAILED
