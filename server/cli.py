@@ -8,7 +8,8 @@
   the model directory.
 * ``kokoro-serve voices`` — list the loaded voices (the default is marked).
 * ``kokoro-serve say TEXT -o FILE [--voice V] [--speed S]`` — synthesise to a file; the format
-  comes from the extension (wav, mp3, pcm, opus, aac, flac). ``TEXT`` ``-`` reads stdin.
+  comes from the extension (wav, mp3, pcm, opus, aac, flac; see ``server/say.py``). ``TEXT``
+  ``-`` reads stdin; ``-o -`` writes to stdout.
 
 Signals (serve): the first SIGTERM/SIGINT drains (``/ping`` 503, new work refused, in-flight
 requests and queued WebSocket requests finish, sockets close 1001, at most
@@ -146,40 +147,28 @@ def voices(settings: Settings) -> int:
     return 0
 
 
-async def _say(settings: Settings, text: str, fmt: str, voice: str | None, speed: float) -> tuple[bytes, float]:
-    from backends.audio import make_encoder
-    from backends.base import SynthesisRequest
+async def _say(settings: Settings, args: argparse.Namespace, text: str) -> Any:
+    from .say import say as synthesise_to
 
     backend = build_backend(settings)
     await backend.start()
     try:
-        request = await backend.prepare(SynthesisRequest(text=text, voice=voice, speed=speed, request_id="say"))
-        encoder = make_encoder(fmt)
-        parts: list[bytes] = []
-        seconds = 0.0
-        async for chunk in backend.stream(request):
-            parts.append(await asyncio.to_thread(encoder.encode, chunk.audio))
-            seconds += chunk.seconds
-        parts.append(encoder.flush())
+        return await synthesise_to(
+            backend, text, str(args.output), args.format, voice=args.voice, speed=args.speed,
+            sample_rate=args.sample_rate, lang=args.lang, progress=sys.stderr.isatty(),
+        )
     finally:
         await backend.aclose()
-    data = b"".join(parts)
-    if fmt == "wav":
-        from backends.audio import wav_header
-
-        data = wav_header(encoder.sample_rate, data_size=len(data) - 44) + data[44:]
-    return data, seconds
 
 
 def say(settings: Settings, args: argparse.Namespace) -> int:
+    from .say import format_for
+
+    format_for(str(args.output), args.format)  # a bad format fails before the model loads
     text = sys.stdin.read() if args.text == "-" else args.text
-    fmt = args.format or (args.output.suffix.lstrip(".").lower() if args.output.suffix else "wav")
-    data, seconds = asyncio.run(_say(settings, text, fmt, args.voice, args.speed))
-    if str(args.output) == "-":
-        sys.stdout.buffer.write(data)
-    else:
-        args.output.write_bytes(data)
-    print(f"wrote {seconds:.2f}s of audio to {args.output}", file=sys.stderr)
+    result = asyncio.run(_say(settings, args, text))
+    print(f"wrote {result.seconds:.2f}s of {result.format} audio ({result.segments} segments) to {args.output}",
+          file=sys.stderr)
     return 0
 
 
@@ -216,7 +205,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, help="output file ('-' for stdout)")
     p.add_argument("--voice", help="voice name or blend")
     p.add_argument("--speed", type=float, default=1.0)
-    p.add_argument("--format", choices=["wav", "mp3", "pcm", "opus", "aac", "flac"])
+    p.add_argument("--format", choices=["wav", "mp3", "pcm", "opus", "aac", "flac"],
+                   help="default: from the file's extension, else wav")
+    p.add_argument("--sample-rate", type=int, help="8000, 16000, 22050, 24000 (default), 44100 or 48000")
+    p.add_argument("--lang", help="language code, e.g. en-us (default: the voice's)")
     p.add_argument("--backend", choices=["onnx", "torch"])
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     return parser

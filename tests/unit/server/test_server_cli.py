@@ -1,0 +1,39 @@
+"""The kokoro-serve command: voices, say, and argument handling (serve runs in tests/e2e)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import wave
+
+from server.cli import _parser, main
+
+
+def test_serve_is_the_default_command():
+    assert _parser().parse_args(["serve"]).command == "serve"
+    args = _parser().parse_args(["serve", "--backend", "torch", "--device", "cuda"])
+    assert (args.backend, args.device) == ("torch", "cuda")
+
+
+def test_voices_lists_the_loaded_voices_and_marks_the_default(model_dir, capsys):
+    assert main(["voices", "--model-dir", str(model_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "jm_kumo  (default)" in lines and "jf_alpha" in lines
+
+
+def test_missing_assets_exit_2_with_a_hint(tmp_path, capsys):
+    assert main(["voices", "--model-dir", str(tmp_path)]) == 2
+    assert "kokoro-serve assets" in capsys.readouterr().err
+
+
+def test_say_rejects_an_unknown_format_before_loading_anything(tmp_path, capsys):
+    assert main(["say", "Hi.", "-o", str(tmp_path / "x.xyz"), "--model-dir", str(tmp_path)]) == 2
+    assert "unsupported audio format" in capsys.readouterr().err
+
+
+def test_say_writes_a_wav_file(model_dir, tmp_path):
+    out = tmp_path / "hi.wav"
+    subprocess.run([sys.executable, "-m", "server", "say", "Hi.", "-o", str(out), "--speed", "2",
+                    "--model-dir", str(model_dir)], check=True, capture_output=True, timeout=120)
+    with wave.open(str(out)) as w:
+        assert w.getframerate() == 24000 and w.getnframes() > 2400
