@@ -1,7 +1,7 @@
 """End to end: first audio through the agent, ``bidi`` vs ``batch``, with the scripted model
 streaming a fixed reply at a fixed token rate (so runs compare), against a live TTS server.
 
-Preferred path: the AgentCore app as a subprocess (``kokoro-agent serve --model scripted
+Preferred path: the AgentCore app as a subprocess (``kokoro-agent serve`` / ``python -m agent serve`` ``--model scripted
 --tokens-per-second R --tts-url URL``), ``POST /invocations`` with ``{"prompt", "mode", "voice"}``,
 reading its SSE events; first audio is when the first ``audio_chunk`` event reaches this client.
 When the app has not landed but ``agent.agent.converse`` has, the same turn runs in this process
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -28,9 +29,12 @@ from . import prom
 from .live import LiveServer, ServerFailed
 from .raw import VOICE
 from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
-PROMPT = "Tell me about Kokoro, briefly."
+PROMPT = "Why does streaming speech feel faster?"
+#: The scripted reply: the TTFA paragraph (267 characters, 4 sentences), so the two benchmarks compare.
+REPLY = PARAGRAPH
 MODES = ("bidi", "batch")
 AWS_REFERENCE_SPEEDUP = 2.4
 
@@ -42,8 +46,8 @@ def _agent_command() -> list[str] | None:
     found = shutil.which("kokoro-agent")
     if found:
         return [found]
-    if importlib.util.find_spec("agent.app") is not None:
-        return [sys.executable, "-m", "agent.app"]
+    if importlib.util.find_spec("agent.app") is not None and importlib.util.find_spec("agent.__main__") is not None:
+        return [sys.executable, "-m", "agent"]
     return None
 
 
@@ -95,7 +99,7 @@ async def _inprocess_turn(tts_url: str, mode: str) -> dict:
     from agent.agent import build_agent, build_model, converse
     from agent.tts_client import TTSClient
 
-    agent = build_agent(build_model("scripted", tokens_per_second=TOKENS_PER_SECOND))
+    agent = build_agent(build_model("scripted", tokens_per_second=TOKENS_PER_SECOND, reply=REPLY))
     tts = TTSClient.websocket(tts_url, voice=VOICE)
     events: list[tuple[float, dict]] = []
     t0 = time.perf_counter()
@@ -123,7 +127,7 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
     runs = 2 if quick else 5
     result = Result(
         "e2e", quick, command_line("e2e", quick),
-        config={"prompt": PROMPT, "tokens_per_second": TOKENS_PER_SECOND, "model": "scripted", "voice": VOICE,
+        config={"prompt": PROMPT, "reply": REPLY, "tokens_per_second": TOKENS_PER_SECOND, "model": "scripted", "voice": VOICE,
                 "modes": list(MODES), "runs_per_mode": runs, "aws_reference_speedup": AWS_REFERENCE_SPEEDUP},
     )
     app = _agent_command()
@@ -134,8 +138,9 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
         before = tts.scrape()
         if app is not None:
             result.config["path"] = "AgentCore app subprocess, POST /invocations, SSE"
-            argv = [*app, "serve", "--model", "scripted", "--tokens-per-second", str(TOKENS_PER_SECOND), "--tts-url", tts.url]
-            result.config["agent_command"] = " ".join(argv)
+            argv = [*app, "serve", "--model", "scripted", "--tokens-per-second", str(TOKENS_PER_SECOND),
+                    "--reply", REPLY, "--tts-url", tts.url, "--voice", VOICE]
+            result.config["agent_command"] = " ".join(shlex.quote(a) for a in argv)
             try:
                 with LiveServer(argv=argv, name="kokoro-agent (scripted)", log=log, startup_timeout_s=120) as agent:
 
