@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.stamp-install
 EXTRAS ?= dev,torch,agent,deploy,s3
+# pyenv's python3.12 shim can fail when 3.12 is not the selected version: prefer the real binary.
+PY312 ?= $(shell ls ~/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1 || command -v python3.12)
+STAMP312 := .venv312/.stamp-install
 export KOKORO_PORT ?= 8080
 export KOKORO_HOST ?= 127.0.0.1
 
@@ -35,9 +38,18 @@ assets: install
 serve: install
 	$(VENV)/bin/kokoro-serve serve --host $(KOKORO_HOST) --port $(KOKORO_PORT)
 
-test: install
+# The SageMaker HTTP/2 client (aws-sdk-sagemaker-runtime-http2) needs Python >= 3.12: its tests run
+# in a venv of their own.
+$(STAMP312): Makefile
+	test -x .venv312/bin/python || $(PY312) -m venv .venv312
+	.venv312/bin/python -m pip install -q 'aws-sdk-sagemaker-runtime-http2[awscrt]>=0.12,<0.13' boto3 websockets \
+		pytest pytest-asyncio pytest-timeout
+	touch $(STAMP312)
+
+test: install $(STAMP312)
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests
 	$(VENV)/bin/pytest -q -p no:cacheprovider
+	.venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312
 
 lint: install
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests
