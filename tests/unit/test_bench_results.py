@@ -52,6 +52,7 @@ def test_throughput_gain_compares_the_best_mode_with_raw_at_concurrency_4():
     assert r.summary["best_at_4"] == "onnx/concurrent"
     assert r.summary["gain_at_4"] == pytest.approx(1.5)
     assert r.targets[0]["met"] is True
+    assert r.summary["gain_at_4_equal_work"] is None  # no chars_per_s in these samples
     assert r.medians["audio_hours_per_hour"]["onnx/concurrent"] == {"4": 1.5, "1": 0.9}
 
 
