@@ -4,7 +4,7 @@ Each segment is one sentence, sent as its own request over one open WebSocket se
 with ``KOKORO_FAST_FIRST_SEGMENT=false`` (so a sentence is exactly one server segment; the
 ``kokoro_segment_synthesis_seconds`` count delta confirms it), and given to
 ``Kokoro.create()`` in this process. Raw and server alternate segment by segment, so load drift
-hits both alike.
+hits both alike (and who goes first alternates).
 
 * first-audio overhead = server first audio (client-measured, first byte sent -> first PCM frame)
   minus the raw ``create()`` time of the same segment; the median of the paired differences.
@@ -46,11 +46,15 @@ async def _measure(srv: LiveServer, raw: RawRuntime, texts: list[str], reps: int
         await ws.synthesize(["Warming up the session."])
         for rep in range(1, reps + 1):
             for i, text in enumerate(texts):
-                r = await asyncio.to_thread(raw.create, text)
+                raw_first = (rep + i) % 2 == 0  # alternate who goes first, so neither always follows the other
+                if raw_first:
+                    r = await asyncio.to_thread(raw.create, text)
                 before = await asyncio.to_thread(srv.scrape)
                 (t,) = await ws.synthesize([text])
                 after = await asyncio.to_thread(srv.scrape)
                 runtime_s = prom.value(prom.delta(before, after), "kokoro_segment_synthesis_seconds_sum")
+                if not raw_first:
+                    r = await asyncio.to_thread(raw.create, text)
                 sample = {
                     "segment": i, "rep": rep, "text": text,
                     "raw_ms": rnd(r.complete_s * 1000.0, 2), "raw_audio_s": rnd(r.audio_s, 3),

@@ -7,13 +7,16 @@ Each of N clients loops until the level's deadline: one WebSocket session, one r
 next; a request in flight at the deadline is finished and counted, and the wall time runs until the
 last one is done. Audio-hours per hour = audio seconds received / wall seconds. Because
 ``Kokoro.create()`` trims leading/trailing silence, the raw runtime returns less audio for the same
-text; text characters per second is reported beside it as the equal-work measure. Servers run one
-at a time; peak RSS is the server process's high-water mark over all its levels.
+text; text characters per second is reported beside it as the equal-work measure. All servers are up
+at once (idle ones cost no CPU) and the configs take turns level by level, rotating, with the raw
+runtime among them, so load drift on shared cores hits all alike; with several rounds the medians
+are reported. Peak RSS is each server process's high-water mark (``VmHWM``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import threading
 import time
@@ -123,7 +126,8 @@ def torch_available(model_dir=None) -> tuple[bool, str]:
 
 def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = None) -> Result:
     levels = [1, 4] if quick else [1, 2, 4, 8]
-    duration = 12.0 if quick else 40.0
+    duration = 12.0 if quick else 25.0
+    rounds = 1 if quick else 2
     configs: list[tuple[str, str]] = [("onnx", "sequential"), ("onnx", "concurrent")]
     result = Result("throughput", quick, command_line("throughput", quick))
     want_torch = (not quick) if torch is None else torch
@@ -137,45 +141,52 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
     else:
         result.notes.append("torch runtime not run (quick run; the full run includes it when available)")
     result.config = {
-        "concurrency_levels": levels, "duration_per_level_s": duration, "voice": VOICE,
+        "concurrency_levels": levels, "duration_per_level_s": duration, "rounds": rounds, "voice": VOICE,
         "texts": list(THROUGHPUT_TEXTS), "configs": [RAW, *(f"{b}/{m}" for b, m in configs)],
         "client": "one WebSocket session per client, one request at a time",
         "raw_client": "one thread per client calling Kokoro.create() on one shared instance",
+        "order": "every server is up (idle) at once; each round runs every level through every config in "
+                 "turn, the config order rotating by round, so load drift on shared cores hits all alike",
     }
-    log(f"throughput: levels {levels}, {duration:.0f} s each, configs {result.config['configs']}")
+    log(f"throughput: levels {levels}, {duration:.0f} s each, {rounds} round(s), configs {result.config['configs']}")
 
     raw = RawRuntime(model_dir)
-    for c in levels:
-        load = load_average()
-        stats = _raw_level(raw, c, duration)
-        result.samples.append({"config": RAW, "concurrency": c, "load_before": load, **stats})
-        log(f"  {RAW:<18} c={c}: {stats['audio_hours_per_hour']:.3f} audio-h/h ({stats['requests']} requests, {stats['wall_s']:.1f} s)")
-    del raw
-
-    peak_rss: dict[str, float | None] = {}
-    for backend, mode in configs:
-        name = f"{backend}/{mode}"
-        srv = LiveServer(backend=backend, mode=mode, model_dir=model_dir, log=log)
-        try:
-            srv.start()
-        except ServerFailed as e:
-            result.notes.append(f"{name} did not start: {str(e)[:300]}")
-            log(f"  {name} did not start")
-            continue
-        try:
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, LiveServer | None] = {RAW: None}
+        for backend, mode in configs:
+            name = f"{backend}/{mode}"
+            srv = LiveServer(backend=backend, mode=mode, model_dir=model_dir, log=log)
+            try:
+                stack.enter_context(srv)
+            except ServerFailed as e:
+                result.notes.append(f"{name} did not start: {str(e)[:300]}")
+                log(f"  {name} did not start")
+                continue
+            servers[name] = srv
+        names = list(servers)
+        for rnd_i in range(rounds):
             for c in levels:
-                before, load = srv.scrape(), load_average()
-                stats = asyncio.run(_server_level(srv, c, duration))
-                view = prom.server_view(before, srv.scrape())
-                result.samples.append({"config": name, "concurrency": c, "load_before": load, **stats, "server_view": view})
-                result.server_view[f"{name} c={c}"] = view
-                log(
-                    f"  {name:<18} c={c}: {stats['audio_hours_per_hour']:.3f} audio-h/h ({stats['requests']} requests, "
-                    f"{stats['errors']} errors, batch mean {view['batch_size']['mean']}, RTF mean {view['realtime_factor']['mean']})"
-                )
-        finally:
-            srv.stop()
-            peak_rss[name] = srv.peak_rss_mib
+                shift = (rnd_i + levels.index(c)) % len(names)
+                for name in names[shift:] + names[:shift]:
+                    srv = servers[name]
+                    load = load_average()
+                    sample: dict[str, Any] = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load}
+                    if srv is None:
+                        sample.update(_raw_level(raw, c, duration))
+                    else:
+                        before = srv.scrape()
+                        sample.update(asyncio.run(_server_level(srv, c, duration)))
+                        sample["server_view"] = prom.server_view(before, srv.scrape())
+                        result.server_view[f"{name} c={c} round {rnd_i + 1}"] = sample["server_view"]
+                    result.samples.append(sample)
+                    view = sample.get("server_view") or {}
+                    log(
+                        f"  round {rnd_i + 1} {name:<18} c={c}: {sample['audio_hours_per_hour']:.3f} audio-h/h, "
+                        f"{sample['chars_per_s']:.1f} chars/s ({sample['requests']} requests, {sample['errors']} errors"
+                        + (f", batch mean {view['batch_size']['mean']}, RTF mean {view['realtime_factor']['mean']}" if view else "")
+                        + f", load {load[0] if load else '?'})"
+                    )
+    peak_rss = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
     result.summary["peak_rss_mib"] = peak_rss
     summarize(result)
     return result
@@ -191,11 +202,14 @@ def _gain_at_4(table: dict[str, dict[str, float]]) -> tuple[str | None, float | 
 
 
 def summarize(result: Result) -> None:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for s in result.samples:
+        groups.setdefault((s["config"], str(s["concurrency"])), []).append(s)
     audio: dict[str, dict[str, float]] = {}
     chars: dict[str, dict[str, float]] = {}
-    for s in result.samples:
-        audio.setdefault(s["config"], {})[str(s["concurrency"])] = s["audio_hours_per_hour"]
-        chars.setdefault(s["config"], {})[str(s["concurrency"])] = s.get("chars_per_s")
+    for (config, c), xs in groups.items():
+        audio.setdefault(config, {})[c] = rnd(median(x["audio_hours_per_hour"] for x in xs), 4)
+        chars.setdefault(config, {})[c] = rnd(median(x.get("chars_per_s") for x in xs), 3)
     result.medians = {"audio_hours_per_hour": audio, "chars_per_s": chars}
     best_name, best4, raw4, gain = _gain_at_4(audio)
     work_name, _, _, work_gain = _gain_at_4(chars)
@@ -222,16 +236,17 @@ def body(data: dict[str, Any]) -> str:
     table = markdown_table(["config", *(f"c={c}" for c in levels), "peak RSS MiB"], rows)
     s = data["summary"]
     head = (
-        f"Audio-hours per hour of wall time ({data['config']['duration_per_level_s']:.0f} s per level). At concurrency 4 the "
+        f"Audio-hours per hour of wall time ({data['config']['duration_per_level_s']:.0f} s per level, median of "
+        f"{data['config'].get('rounds', 1)} round(s)). At concurrency 4 the "
         f"best server mode ({s.get('best_at_4')}) gives {s.get('best_at_4_audio_hours_per_hour')} vs the raw runtime's "
         f"{s.get('raw_at_4')} ({s.get('gain_at_4')}x; at equal work, text characters per second, "
         f"{s.get('gain_at_4_equal_work')}x)."
     )
     detail = markdown_table(
-        ["config", "c", "requests", "errors", "chars/s", "first audio p50 ms", "server RTF mean", "batch size mean", "load 1m"],
+        ["config", "c", "round", "requests", "errors", "chars/s", "first audio p50 ms", "server RTF mean", "batch size mean", "load 1m"],
         [
             [
-                x["config"], x["concurrency"], x["requests"], x["errors"], x.get("chars_per_s"), x["first_audio_ms_p50"],
+                x["config"], x["concurrency"], x.get("round", 1), x["requests"], x["errors"], x.get("chars_per_s"), x["first_audio_ms_p50"],
                 (x.get("server_view") or {}).get("realtime_factor", {}).get("mean"),
                 (x.get("server_view") or {}).get("batch_size", {}).get("mean"),
                 (x.get("load_before") or [None])[0],
