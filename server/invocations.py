@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -67,6 +68,14 @@ class _AudioStream(StreamingResponse):
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         if not self.failed:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def header_value(text: str) -> str:
+    """A client-chosen id as a header value: printable ASCII as is, anything else (non-Latin-1
+    characters, CR/LF) percent-encoded — it used to fail the response with a 500."""
+    if all(" " <= c <= "~" for c in text):
+        return text
+    return quote(text, safe="")
 
 
 def _retrieve(task: asyncio.Task) -> None:
@@ -134,8 +143,8 @@ class _Job:
             return Response(status_code=CANCELLED_STATUS)
         except KokoroError as e:
             self.record(e.status, e.code)
-            return error_response(e, {"X-Request-Id": self.request_id} if self.request_id else None)
-        headers = {"X-Request-Id": self.request_id, "Cache-Control": "no-store"}
+            return error_response(e, {"X-Request-Id": header_value(self.request_id)} if self.request_id else None)
+        headers = {"X-Request-Id": header_value(self.request_id), "Cache-Control": "no-store"}
         if not streamed:
             return await self._buffered(fmt, head, headers)
         state.metrics.first_audio(ROUTE, time.perf_counter() - self.received)

@@ -29,7 +29,7 @@ EVIL = [
     "af_test(2)+am_other(1)", "af_test(1e400)", f"af_test({'9' * 400})+am_other(1)", "af_test+" * 12,
     "af_test(0)+am_other(0)", "(" * 200, "af_test(-1)", "__import__('os')", "{}", "[]", "null",
     "Infinity", "NaN", "-0", "1e999", "en-us", "xx-bogus", "ja", "cancel", "synthesize", "x" * (MAX_TEXT + 1),
-    "Hello there.", "Ok.",
+    "Hello there.", "Ok.", "\u0100\u00e9\r\nSet-Cookie: x=1",
 ]
 NUMBERS = [0, -1, 0.5, 2.0, 2.5, 1e308, -1e308, 2**63, -(2**63), 10**400, -(10**400), 24000, 16000, 1e-320]
 
@@ -47,6 +47,12 @@ good_ish = st.fixed_dictionaries(
     optional={k: json_values for k in ("voice", "speed", "sample_rate", "request_id", "lang", "type")},
 )
 
+# A valid request with one field replaced: where a decoder's type and range checks are tested.
+one_bad_field = st.builds(
+    lambda field, value, rid: {"text": "Hi.", "request_id": rid, field: value},
+    st.sampled_from(FIELDS), st.sampled_from(NUMBERS) | st.sampled_from(EVIL) | json_values, st.text(max_size=8),
+)
+
 
 def _with_bad_utf8(obj: dict, junk: bytes) -> bytes:
     raw = json.dumps(obj).encode()
@@ -61,6 +67,8 @@ payloads = st.one_of(
     objects.map(lambda o: json.dumps(o).encode()),
     good_ish.map(json.dumps),
     good_ish.map(lambda o: json.dumps(o).encode()),
+    one_bad_field.map(json.dumps),
+    one_bad_field.map(lambda o: json.dumps(o).encode()),
     st.builds(_with_bad_utf8, good_ish, st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80"])),
     st.integers(min_value=1, max_value=5000).map(lambda n: "[" * n + "]" * n),
     st.sampled_from([b"\x00" * 64, b"\xef\xbb\xbf{}", b'{"text": "Hi."', b'{"text": "Hi."}}', b"\x80" * 10]),
@@ -152,6 +160,7 @@ def _check_answer(frames: list[dict]) -> None:
         assert e["type"] in ("synthesis_start", "synthesis_complete", "error"), e
         if e["type"] == "error":
             assert e["code"] in ERROR_CODES and isinstance(e["message"], str) and e["message"], e
+    assert frames[0]["kind"] == "text", f"the session ended: {frames}"
     if frames[0].get("type") == "synthesis_start":
         assert frames[-1]["type"] in ("synthesis_complete", "error")
         if frames[-1]["type"] == "synthesis_complete":
@@ -166,6 +175,13 @@ def test_websocket_every_message_gets_a_typed_answer_and_the_session_keeps_worki
     @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
     @given(payload=payloads)
     def one(payload):
+        try:
+            exchange(payload)
+        except BaseException:
+            session.reset()  # a failed example must not leave the next one on a dead socket
+            raise
+
+    def exchange(payload):
         ws = session.get()
         session.n += 1
         _send(ws, payload)
@@ -211,3 +227,34 @@ def test_post_every_body_gets_a_typed_status_and_the_server_keeps_working(app_cl
     text = app_client.get("/metrics").text
     assert metric(text, 'kokoro_inflight_requests{route="invocations"}') == 0
     assert app_client.post("/invocations", json={"text": "Still serving."}).status_code == 200
+
+
+def test_websocket_every_known_nasty_value_in_every_field(app_client):
+    """The deterministic corpus behind the random one: each number and string above in each field
+    of an otherwise valid request (hypothesis may not draw, say, a 400-digit speed every run)."""
+    nasty = [(field, {"text": "Hi.", "request_id": f"n{i}", field: value})
+             for i, (field, value) in enumerate((f, v) for f in FIELDS for v in [*NUMBERS, *EVIL])
+             if not (field == "type" and value == "close")]
+    with app_client.websocket_connect(WS) as ws:
+        for field, obj in nasty:
+            ws.send_text(json.dumps(obj))
+            if obj.get("type") == "cancel":
+                continue
+            frames = answer(ws)
+            _check_answer(frames)
+            if field != "request_id":
+                assert frames[-1]["request_id"] == obj["request_id"]  # the answer is this request's
+        ws.send_text(json.dumps({"text": "Ok.", "request_id": "last"}))
+        assert answer(ws)[-1]["type"] == "synthesis_complete"
+
+
+def test_post_every_known_nasty_value_in_every_field(app_client):
+    for field in FIELDS:
+        for value in [*NUMBERS, *EVIL]:
+            r = app_client.post("/invocations", json={"text": "Hi.", field: value, "format": "pcm"})
+            assert r.status_code in (200, 400, 404, 413), (field, value, r.status_code)
+            if r.status_code == 200:
+                assert len(r.content) > 0
+            else:
+                assert r.json()["error"]["code"] in ERROR_CODES
+            assert "set-cookie" not in r.headers  # an id with CR/LF never splits a header
