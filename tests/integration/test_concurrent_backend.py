@@ -8,6 +8,7 @@ runs the torch runtime's real ``synthesize_batch`` when that runtime is installe
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import zlib
@@ -42,8 +43,10 @@ class FakeBatchSynth:
 
     name, sample_rate, thread_safe = "fake", 24_000, False
 
-    def __init__(self, *, latency_s: float = 0.0, fail_on: str | None = None, batch: bool = True):
-        self.latency_s, self.fail_on = latency_s, fail_on
+    def __init__(
+        self, *, latency_s: float = 0.0, fail_on: str | None = None, batch: bool = True, thread_safe: bool = False
+    ):
+        self.latency_s, self.fail_on, self.thread_safe = latency_s, fail_on, thread_safe
         self.calls: list[list[str]] = []  # segment texts of every runtime call, in call order
         self.gate: threading.Event | None = None
         self.started = threading.Event()
@@ -60,7 +63,7 @@ class FakeBatchSynth:
         pass
 
     def _call(self, segments) -> list[np.ndarray]:
-        if not self._busy.acquire(blocking=False):
+        if not self._busy.acquire(blocking=self.thread_safe):
             raise AssertionError("a thread_safe=False runtime was called concurrently")
         try:
             self.calls.append([s.text for s in segments])
@@ -170,6 +173,20 @@ async def test_per_segment_fallback_without_a_batch_path(make_backend):
     results = await run_sessions(backend, n_sessions=4, per_session=2)
     assert all(len(chunks) == len(req.segments) for answered in results.values() for req, chunks in answered)
     assert set(recorder.batches) == {1}
+
+
+async def test_thread_safe_runtime_gets_parallel_calls_and_its_share_of_cores(make_backend):
+    synth = FakeBatchSynth(batch=False, thread_safe=True)
+    synth.threads = None  # like OnnxSynthesizer(threads=None): not chosen by the user
+    backend = make_backend(synth)
+    await backend.start()
+    assert backend.workers == min(2, os.cpu_count() or 1)
+    if backend.workers > 1:  # (a 1-core machine: one call at a time, the runtime's own default)
+        assert synth.threads == (os.cpu_count() or 1) // backend.workers
+    chosen = FakeBatchSynth(batch=False, thread_safe=True)
+    chosen.threads = 3
+    await make_backend(chosen, workers=2).start()
+    assert chosen.threads == 3  # a thread count the user chose stands
 
 
 async def test_a_long_text_does_not_starve_a_short_one(make_backend):
@@ -313,7 +330,7 @@ class CountingOnnx:
 async def test_onnx_sessions_answered_in_order_with_real_audio(make_backend, onnx_synth):
     synth, recorder = CountingOnnx(onnx_synth), Recorder()
     backend = make_backend(synth, observer=recorder)
-    assert backend.workers == 2 and not backend.batched  # thread-safe runtime: parallel calls
+    assert backend.workers == min(2, os.cpu_count() or 1) and not backend.batched  # thread-safe: parallel calls
     texts = ["Hello there.", "Good morning, everyone.", "See you soon.", "Thanks a lot."]
 
     async def session(i: int):
