@@ -321,6 +321,8 @@ class BatchedBackend(BaseBackend):
                 if len(outs) != len(segments):
                     raise BackendFault(f"synthesize_batch returned {len(outs)} outputs for {len(segments)}")
                 audios = [clip_audio(a) for a in outs]
+                if any(a.size == 0 for a in audios):  # retried one by one: only that segment fails
+                    raise BackendFault("the runtime produced no audio for a segment")
             except Exception as e:
                 log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
             else:
@@ -337,6 +339,8 @@ class BatchedBackend(BaseBackend):
             t0 = time.perf_counter()
             try:
                 audio = clip_audio(self.synthesizer.synthesize(seg))
+                if audio.size == 0:  # a segment with phonemes always has sound: never pass silence
+                    raise BackendFault(f"the runtime produced no audio for segment {seg.index}")
             except Exception as e:
                 results.append((e, time.perf_counter() - t0))
                 continue

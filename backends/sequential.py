@@ -160,6 +160,8 @@ class SequentialBackend(BaseBackend):
             audio, durations = self.synthesizer.synthesize_timed(segment)
         else:
             audio = self.synthesizer.synthesize(segment)
+        if len(audio) == 0:  # a segment with phonemes always has sound: never pass silence as success
+            raise BackendFault(f"the runtime produced no audio for segment {segment.index}")
         elapsed = time.perf_counter() - t0
         self._observe(elapsed, len(audio) / self.synthesizer.sample_rate)
         return audio, durations, elapsed
