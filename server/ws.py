@@ -182,6 +182,10 @@ class Session:
         except KokoroError as e:
             await self._enqueue(_Item(rid, received, error=e))
             return
+        except Exception:  # a decoder bug costs this one message, not the session (it closed 1011)
+            log.exception("session %s: could not process a message", self.id)
+            await self._enqueue(_Item(rid, received, error=KokoroError("the server could not process this message")))
+            return
         await self._enqueue(_Item(params.request_id, received, params=params))
 
     async def _enqueue(self, item: _Item) -> None:
