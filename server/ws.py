@@ -63,6 +63,7 @@ class _Item:
     params: SynthesisParams | None = None
     error: KokoroError | None = None
     cancelled: bool = False
+    recorded: bool = False  # counted in the metrics
 
 
 _CLOSE = object()
@@ -113,6 +114,11 @@ class Session:
                 # asyncio.wait, not gather: when this task is cancelled itself, the CancelledError
                 # that surfaces is its own (anyio/TestClient match it by message), not a child's.
                 await asyncio.wait(children)
+                # Accepted but never answered (the client left, or the session was cut): counted
+                # as 499 so that requests_total accounts for every request.
+                for item in self._queue:
+                    if item is not _CLOSE:
+                        self._record(CANCELLED_STATUS, Cancelled.code)
                 await self._close_socket()
             finally:
                 self._finished.set()
@@ -238,6 +244,10 @@ class Session:
             self._current = item
             try:
                 await self._answer(item)
+            except BaseException:
+                if not item.recorded:  # cut short before its answer was counted
+                    self._record(CANCELLED_STATUS, Cancelled.code, item=item)
+                raise
             finally:
                 self._current = None
                 self._touch()
@@ -245,7 +255,7 @@ class Session:
     async def _answer(self, item: _Item) -> None:
         if item.error is not None or item.cancelled:
             error = item.error or Cancelled("cancelled by the client")
-            self._record(error.status, error.code)
+            self._record(error.status, error.code, item=item)
             await self._send_error(item.request_id, error)
             return
         task = asyncio.create_task(self._synthesize(item), name=f"ws-{self.id}-synth")
@@ -258,7 +268,7 @@ class Session:
                 task.add_done_callback(_retrieve)
             self._synth_task = None
         if task.cancelled():
-            self._record(CANCELLED_STATUS, Cancelled.code)
+            self._record(CANCELLED_STATUS, Cancelled.code, item=item)
             await self._send_error(item.request_id, Cancelled("cancelled by the client"))
             return
         task.result()  # re-raises WebSocketDisconnect: the session ends
@@ -297,7 +307,7 @@ class Session:
                 await self.ws.send_bytes(tail)
                 samples += len(tail) // 2
         except KokoroError as e:
-            self._record(e.status, e.code)
+            self._record(e.status, e.code, item=item)
             await self._send_error(p.request_id, e)
             return
         except (WebSocketDisconnect, asyncio.CancelledError):
@@ -305,7 +315,7 @@ class Session:
         except Exception as e:
             log.exception("session %s: request %s failed", self.id, p.request_id)
             fault = BackendFault(f"synthesis failed: {type(e).__name__}")
-            self._record(fault.status, fault.code)
+            self._record(fault.status, fault.code, item=item)
             await self._send_error(p.request_id, fault)
             return
         finally:
@@ -313,7 +323,7 @@ class Session:
                 await _aclose(stream)
             encoder.close()
         done = time.perf_counter()
-        self._record(200)
+        self._record(200, item=item)
         await self._send_json({
             "type": "synthesis_complete",
             "request_id": p.request_id,
@@ -338,7 +348,9 @@ class Session:
     def _touch(self) -> None:
         self._last_activity = time.monotonic()
 
-    def _record(self, status: int, code: str | None = None) -> None:
+    def _record(self, status: int, code: str | None = None, item: _Item | None = None) -> None:
+        if item is not None:
+            item.recorded = True
         self.state.metrics.request_done(ROUTE, status, code)
 
     async def _send_json(self, event: dict[str, Any]) -> None:
