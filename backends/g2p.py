@@ -8,6 +8,7 @@ language and reused. Call from a worker thread (``Backend.prepare`` does), never
 from __future__ import annotations
 
 import threading
+import unicodedata
 
 from .base import InvalidRequest
 
@@ -28,6 +29,45 @@ VOICE_LANG_PREFIX = {
     "a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi",
     "i": "it", "p": "pt-br", "j": "ja", "z": "cmn",
 }
+
+
+#: The scripts each language's espeak-ng voice reads. A letter of another script it would read
+#: out as its name ("Japanese letter", "Arabic mim", ...): a request with one is refused
+#: (``language_mismatch``) instead of being answered with that audio. Unlisted scripts and
+#: symbols are left alone.
+_LATIN = frozenset({"LATIN", "GREEK"})  # Greek letters are read by their names (alpha, beta)
+LANGUAGE_SCRIPTS = {
+    **{lang: _LATIN for lang in ("en-us", "en-gb", "es", "fr-fr", "it", "pt-br")},
+    "ja": _LATIN | {"HIRAGANA", "KATAKANA", "CJK"},
+    "cmn": _LATIN | {"CJK", "BOPOMOFO"},
+    "hi": _LATIN | {"DEVANAGARI"},
+}
+#: Scripts checked, and the language that reads each (None: no Kokoro language does).
+SCRIPT_LANGUAGE: dict[str, tuple[str, ...]] = {
+    "HIRAGANA": ("ja",), "KATAKANA": ("ja",), "CJK": ("ja", "cmn"), "BOPOMOFO": ("cmn",), "DEVANAGARI": ("hi",),
+    **{s: () for s in ("HANGUL", "CYRILLIC", "ARABIC", "HEBREW", "THAI", "GEORGIAN", "ARMENIAN", "BENGALI",
+                       "TAMIL", "ETHIOPIC")},
+}
+
+
+def check_script(text: str, lang: str) -> None:
+    """Raise ``InvalidRequest`` (``language_mismatch``) when ``text`` has letters of a script that
+    ``lang`` cannot read — e.g. Japanese text with the default ``en-us``, which the offline
+    (Japanese) voices make an easy mistake."""
+    allowed = LANGUAGE_SCRIPTS.get(lang, _LATIN)
+    for char in text:
+        if char.isascii() or not char.isalpha():
+            continue
+        words = unicodedata.name(char, "").replace("-", " ").split()
+        script = words[1] if len(words) > 1 and words[0] in ("FULLWIDTH", "HALFWIDTH") else words[0] if words else ""
+        if script in SCRIPT_LANGUAGE and script not in allowed:
+            readers = " or ".join(f'"{r}"' for r in SCRIPT_LANGUAGE[script])
+            hint = f'; send "lang": {readers}' if readers else "; no supported language reads it"
+            name = "CJK" if script == "CJK" else script.title()
+            raise InvalidRequest(
+                f"the text has {name} script ({char!r}), which lang {lang!r} cannot read{hint}",
+                code="language_mismatch",
+            )
 
 
 class EspeakG2P:
@@ -61,6 +101,7 @@ class EspeakG2P:
             )
         if not text.strip():
             return ""
+        check_script(text, lang)
         with self._lock:
             out = self._backend(lang).phonemize([text], strip=True)
         return " ".join(out[0].split()) if out else ""

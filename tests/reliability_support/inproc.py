@@ -29,7 +29,8 @@ WS = "/invocations-bidirectional-stream"
 VOICES = ("af_test", "am_other", "jf_third")
 #: Every error code the wire contract (and this server) may send.
 ERROR_CODES = frozenset({
-    "invalid_json", "invalid_request", "empty_text", "invalid_voice", "invalid_language", "unknown_voice",
+    "invalid_json", "invalid_request", "empty_text", "invalid_voice", "invalid_language", "language_mismatch",
+    "unknown_voice",
     "text_too_long", "not_ready", "overloaded", "timeout", "backend_error", "cancelled", "internal_error",
 })
 TERMINAL = ("synthesis_complete", "error")
