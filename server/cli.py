@@ -185,7 +185,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the server (default)")
     common(p)
-    p.add_argument("--backend", choices=["onnx", "torch"], help="runtime (KOKORO_BACKEND)")
+    p.add_argument("--backend", choices=["onnx", "torch", "fake"],
+                   help="runtime (KOKORO_BACKEND); fake: a model-free stand-in for tests and load runs")
     p.add_argument("--mode", choices=["sequential", "concurrent"], help="scheduling (KOKORO_MODE)")
     p.add_argument("--host", help="interface (KOKORO_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (KOKORO_PORT / SAGEMAKER_BIND_TO_PORT, default 8080)")
