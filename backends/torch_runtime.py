@@ -1,0 +1,232 @@
+"""PyTorch synthesizer on the `kokoro` package's ``KModel`` (CUDA or CPU), with a batched path.
+
+Weights: the official ``kokoro-v1_0.pth`` when it is in the model directory, else
+``kokoro-v1_0.rebuilt.pth`` (rebuilt offline from the int8 ONNX export by
+:mod:`backends.torch_convert`; built on first load when missing and the directory is writable).
+Either is loaded strictly. The config (vocab, dims) is the model directory's ``config.json``;
+nothing is fetched from a model hub.
+
+Tokens are the config vocabulary's ids of the segment's phoneme characters (unknown characters
+dropped, at most 510), and the style is row ``len(tokens) - 1`` of the voice pack, as in
+kokoro-onnx, so both runtimes read the same inputs.
+
+``synthesize_batch`` runs one forward pass over segments of different lengths (see
+:mod:`backends.torch_forward`): each item gets the durations and audio it would get alone, up to
+float rounding. The model is sensitive to rounding (the phase of near-silent STFT bins feeds the
+vocoder), so in float32 a batched item differs from its unbatched synthesis by a few percent of
+waveform energy in scattered bursts while durations, length and spectrum agree; in float64 they
+agree to ~1e-11. ``deterministic=True`` drops the sine source's random phases and noise (the ONNX
+export has neither); the default keeps them, as the official PyTorch model does.
+
+Threading: calls are serialised by an internal lock (one forward at a time per synthesizer;
+``thread_safe`` is False because a second thread gains nothing). A call cannot be interrupted
+once started; cancel by not submitting work. ``threads`` sets torch's intra-op thread count, which
+is process-wide. Blocking: call from a worker thread, never the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from .base import MAX_PHONEMES, SAMPLE_RATE, BackendFault, NotReady, Segment, clip_audio
+from .torch_model import REBUILT_PTH, build_kmodel, find_checkpoint, load_checkpoint, read_config
+
+log = logging.getLogger(__name__)
+
+OFFLINE_ONNX = "kokoro-v1.0.int8.onnx"
+WARMUP_PHONEMES = "həlˈoʊ wˈɜːld."
+
+
+class VoiceSource(Protocol):
+    def get(self, spec: str) -> np.ndarray: ...
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; ``cuda`` without one is an error."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch sees no CUDA device")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, not {device!r}")
+    return device
+
+
+class TorchSynthesizer:
+    """Kokoro-82M on PyTorch. ``load()`` once (seconds; may rebuild the checkpoint), then
+    ``synthesize``, ``synthesize_timed`` or ``synthesize_batch`` from worker threads."""
+
+    name = "torch"
+    sample_rate = SAMPLE_RATE
+    thread_safe = False
+
+    def __init__(
+        self,
+        model_dir: Path,
+        voices: VoiceSource,
+        *,
+        device: str = "auto",
+        half: bool = False,
+        threads: int | None = None,
+        deterministic: bool = False,
+        warmup: bool = True,
+    ):
+        self.model_dir = Path(model_dir)
+        self.voices = voices
+        self.requested_device = device
+        self.half = half
+        self.threads = threads
+        self.deterministic = deterministic
+        self.warmup = warmup
+        self.device: str | None = None
+        self.checkpoint: Path | None = None
+        self.model_name = "kokoro-v1_0"
+        self.load_seconds: float | None = None
+        self._model: Any = None
+        self._vocab: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------------------------- loading
+    def load(self) -> None:
+        import torch
+
+        started = time.perf_counter()
+        self.device = resolve_device(self.requested_device)
+        if self.half and not self.device.startswith("cuda"):
+            log.warning("half precision needs CUDA; running float32 on %s", self.device)
+            self.half = False
+        if self.device == "cpu" and self.threads:
+            torch.set_num_threads(self.threads)
+        config = read_config(self.model_dir / "config.json")
+        self._vocab = config["vocab"]
+        self.checkpoint = find_checkpoint(self.model_dir) or self._rebuild()
+        self.model_name = self.checkpoint.name
+        model = build_kmodel(config)
+        load_checkpoint(model, self.checkpoint)
+        _remove_weight_norm(model)
+        self._model = model.to(self.device).eval()
+        if self.warmup:
+            self.synthesize_batch(
+                [Segment(text="warm-up", phonemes=WARMUP_PHONEMES, voice="")] * 2, _warmup=True
+            )
+        self.load_seconds = time.perf_counter() - started
+        log.info(
+            "torch runtime: %s on %s%s in %.1fs",
+            self.model_name,
+            self.device,
+            " (fp16)" if self.half else "",
+            self.load_seconds,
+        )
+
+    def _rebuild(self) -> Path:
+        from .torch_convert import rebuild_checkpoint
+
+        onnx = self.model_dir / OFFLINE_ONNX
+        if not onnx.is_file():
+            raise FileNotFoundError(
+                f"{self.model_dir} has neither kokoro-v1_0.pth nor {REBUILT_PTH} nor {OFFLINE_ONNX} to "
+                "rebuild it from; run `kokoro-serve assets`"
+            )
+        if not os.access(self.model_dir, os.W_OK):
+            raise PermissionError(
+                f"{self.model_dir} is read-only; run `kokoro-serve assets` to add {REBUILT_PTH}"
+            )
+        log.info("rebuilding %s from %s (once)", REBUILT_PTH, onnx.name)
+        report = rebuild_checkpoint(onnx, self.model_dir / "config.json", self.model_dir / REBUILT_PTH)
+        log.info("rebuilt: %s/%s keys in %.1fs", report["mapped"], report["total"], report["seconds"])
+        return self.model_dir / REBUILT_PTH
+
+    # ------------------------------------------------------------------------------- synthesis
+    def tokens(self, phonemes: str) -> list[int]:
+        return [self._vocab[c] for c in phonemes if c in self._vocab][:MAX_PHONEMES]
+
+    def _style(self, voice: str, n_tokens: int) -> np.ndarray:
+        pack = np.asarray(self.voices.get(voice), dtype=np.float32).reshape(-1, 256)
+        return pack[max(1, min(n_tokens, len(pack))) - 1]
+
+    def synthesize(self, segment: Segment) -> np.ndarray:
+        """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary)."""
+        return self.synthesize_batch_timed([segment])[0][0]
+
+    def synthesize_timed(self, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
+        """(audio, frame durations per token: bos, each vocabulary phoneme, eos; 600 samples each)."""
+        return self.synthesize_batch_timed([segment])[0]
+
+    def synthesize_batch(self, segments: Sequence[Segment], *, _warmup: bool = False) -> list[np.ndarray]:
+        """One forward pass over all ``segments`` (any lengths, voices, speeds); outputs in order."""
+        return [audio for audio, _ in self.synthesize_batch_timed(segments, _warmup=_warmup)]
+
+    def synthesize_batch_timed(
+        self, segments: Sequence[Segment], *, _warmup: bool = False
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        import torch
+
+        from .torch_forward import forward_batch
+
+        if self._model is None:
+            raise NotReady("torch runtime used before load()")
+        empty = (np.zeros(0, np.float32), np.zeros(0, np.int64))
+        results: list[tuple[np.ndarray, np.ndarray]] = [empty] * len(segments)
+        work = []
+        for i, seg in enumerate(segments):
+            toks = self.tokens(seg.phonemes)
+            if toks:
+                work.append((i, toks, seg))
+        if not work:
+            return results
+        if _warmup:
+            styles = np.zeros((len(work), 256), np.float32)
+        else:
+            styles = np.stack([self._style(seg.voice, len(toks)) for _, toks, seg in work])
+        speeds = [float(seg.speed) for _, _, seg in work]
+        try:
+            with self._lock, torch.inference_mode(), self._autocast():
+                out = forward_batch(
+                    self._model,
+                    [toks for _, toks, _ in work],
+                    torch.from_numpy(styles).to(self.device),
+                    torch.tensor(speeds, dtype=torch.float32, device=self.device),
+                    deterministic=self.deterministic,
+                )
+                audio = out.audio.float().cpu().numpy()
+                lengths = out.audio_lengths.cpu().numpy()
+                durations = out.durations.cpu().numpy()
+                token_lengths = out.token_lengths.cpu().numpy()
+        except torch.cuda.OutOfMemoryError as e:
+            raise BackendFault(f"out of GPU memory for a batch of {len(work)}: {e}") from e
+        for row, (i, _, _) in enumerate(work):
+            results[i] = (
+                clip_audio(audio[row, : lengths[row]]),
+                durations[row, : token_lengths[row]].astype(np.int64),
+            )
+        return results
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        import torch
+
+        if self.half and self.device and self.device.startswith("cuda"):
+            return torch.autocast("cuda", dtype=torch.float16)
+        return contextlib.nullcontext()
+
+
+def _remove_weight_norm(model: Any) -> None:
+    """Fold weight norm into plain weights once: the forward pass then skips recomputing it."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        for module in model.modules():
+            if hasattr(module, "weight_g") and hasattr(module, "weight_v"):
+                torch.nn.utils.remove_weight_norm(module)
