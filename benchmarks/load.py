@@ -1,0 +1,234 @@
+"""Load: many WebSocket sessions at once, each pipelining several sentences, against a live server —
+0 lost, 0 misordered, every request answered — with ``/ping`` latency measured throughout (issue 9).
+
+``python -m benchmarks.load [--quick]`` writes ``benchmarks/results/load.{json,md}``:
+
+* the fake runtime (``--backend fake``, a fixed latency per segment) in both modes, 50 sessions x 4
+  pipelined sentences: the server's own machinery under full concurrency, at a speed where the
+  runtime is not the bottleneck;
+* the real ONNX runtime, 4 sessions x 2 sentences (quick) or 8 x 2: the same checks with real
+  inference holding the cores, which is where a blocked event loop would show in ``/ping``.
+
+The drivers (:func:`run_sessions`, :class:`PingProbe`) are also what tests/e2e/test_load_*.py run.
+Timing claims live here; the tests assert only counts and order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A journey of a thousand miles begins with a single step.",
+    "Every request is answered in the order it was sent.",
+    "Pipelined sentences never interleave on one session.",
+]
+
+
+@dataclass
+class SessionOutcome:
+    """What one session saw: its answers in arrival order, and any contract violation."""
+
+    session: int
+    sent: list[str]
+    answered: list[str] = field(default_factory=list)
+    completed: int = 0
+    errors: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    audio_bytes: int = 0
+    ttfa_ms: list[float] = field(default_factory=list)
+    closed_normally: bool = False
+
+
+async def _session(ws_url: str, sid: int, texts: list[str], *, speed: float, headers: dict | None) -> SessionOutcome:
+    sent = [f"s{sid}-r{j}" for j in range(len(texts))]
+    out = SessionOutcome(sid, sent)
+    async with connect(ws_url, max_size=None, open_timeout=120, close_timeout=30,
+                       additional_headers=headers or {}) as ws:
+        for rid, text in zip(sent, texts, strict=True):  # pipelined: all sent before any answer
+            await ws.send(json.dumps({"text": text, "request_id": rid, "speed": speed}))
+        current: str | None = None
+        while len(out.answered) < len(sent):
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                if current is None:
+                    out.violations.append("audio outside a request")
+                out.audio_bytes += len(message)
+                continue
+            event = json.loads(message)
+            kind, rid = event.get("type"), event.get("request_id")
+            if kind == "synthesis_start":
+                if current is not None:
+                    out.violations.append(f"{rid} started inside {current}")
+                current = rid
+            elif kind in ("synthesis_complete", "error"):
+                if current is not None and rid != current:
+                    out.violations.append(f"{kind} of {rid} inside {current}")
+                out.answered.append(rid)
+                if kind == "synthesis_complete":
+                    out.completed += 1
+                    out.ttfa_ms.append(event["ttfa_ms"])
+                else:
+                    out.errors.append(event.get("code", "?"))
+                current = None
+        await ws.send(json.dumps({"type": "close"}))
+        await ws.wait_closed()
+        out.closed_normally = ws.close_code == 1000
+    return out
+
+
+async def run_sessions(ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0,
+                       headers: dict | None = None) -> list[SessionOutcome]:
+    """``sessions`` WebSocket sessions at once, each pipelining ``per_session`` sentences."""
+
+    def texts(i: int) -> list[str]:
+        return [SENTENCES[(i + j) % len(SENTENCES)] for j in range(per_session)]
+
+    return list(await asyncio.gather(*(
+        _session(ws_url, i, texts(i), speed=speed, headers=headers) for i in range(sessions))))
+
+
+def tally(outcomes: list[SessionOutcome]) -> dict[str, Any]:
+    """Counts over all sessions: what a load test asserts and a benchmark reports."""
+    sent = sum(len(o.sent) for o in outcomes)
+    answered = sum(len(o.answered) for o in outcomes)
+    return {
+        "sessions": len(outcomes),
+        "requests": sent,
+        "answered": answered,
+        "completed": sum(o.completed for o in outcomes),
+        "errors": sum(len(o.errors) for o in outcomes),
+        "error_codes": sorted({c for o in outcomes for c in o.errors}),
+        "lost": sent - answered,
+        "misordered_sessions": sum(o.answered != o.sent for o in outcomes),
+        "violations": sum(len(o.violations) for o in outcomes),
+        "closed_normally": sum(o.closed_normally for o in outcomes),
+        "audio_s": round(sum(o.audio_bytes for o in outcomes) / 48_000, 2),
+        "ttfa_ms_p50": _pct([t for o in outcomes for t in o.ttfa_ms], 50),
+        "ttfa_ms_p99": _pct([t for o in outcomes for t in o.ttfa_ms], 99),
+    }
+
+
+def _pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return round(values[0], 2)
+    return round(statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1], 2)
+
+
+class PingProbe(threading.Thread):
+    """GET /ping every ``interval`` seconds on its own thread (its own connection), until stopped:
+    the latency a load balancer's health check sees while the load runs."""
+
+    def __init__(self, url: str, interval: float = 0.02):
+        super().__init__(name="ping-probe", daemon=True)
+        self.url, self.interval = url, interval
+        self.latencies_ms: list[float] = []
+        self.statuses: dict[int, int] = {}
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=10) as client:
+            while not self._halt.is_set():
+                t0 = time.perf_counter()
+                try:
+                    status = client.get(f"{self.url}/ping").status_code
+                except httpx.HTTPError:
+                    status = 0
+                self.latencies_ms.append((time.perf_counter() - t0) * 1000)
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+                self._halt.wait(self.interval)
+
+    def stop(self) -> dict[str, Any]:
+        self._halt.set()
+        self.join(15)
+        return {"probes": len(self.latencies_ms), "statuses": self.statuses,
+                "p50_ms": _pct(self.latencies_ms, 50), "p99_ms": _pct(self.latencies_ms, 99),
+                "max_ms": round(max(self.latencies_ms), 2) if self.latencies_ms else None}
+
+
+def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0) -> dict[str, Any]:
+    """One load run with the ping probe around it (blocking)."""
+    probe = PingProbe(url)
+    probe.start()
+    t0 = time.perf_counter()
+    try:
+        outcomes = asyncio.run(run_sessions(ws_url, sessions, per_session, speed=speed))
+    finally:
+        ping = probe.stop()
+    return {**tally(outcomes), "wall_s": round(time.perf_counter() - t0, 2), "ping": ping}
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+# ---------------------------------------------------------------------------------------------
+def run(*, quick: bool = False, model_dir=None, log=print) -> Any:
+    from . import prom
+    from .live import LiveServer
+    from .results import Result, command_line
+
+    result = Result(benchmark="load", quick=quick, command=command_line("load", quick))
+    plans = [
+        ("fake", "sequential", 50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}, 1.0),
+        ("fake", "concurrent", 50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}, 1.0),
+        ("onnx", "sequential", 4 if quick else 8, 2, {}, 1.0),
+        ("onnx", "concurrent", 4 if quick else 8, 2, {}, 1.0),
+    ]
+    result.config = {"plans": [{"runtime": r, "mode": m, "sessions": s, "per_session": n, "env": e}
+                               for r, m, s, n, e, _ in plans], "ping_interval_s": 0.02}
+    for runtime, mode, sessions, per_session, env, speed in plans:
+        with LiveServer(backend=runtime, mode=mode, env=env, model_dir=model_dir, log=log) as srv:
+            stats = load_run(srv.url, srv.ws_url, sessions, per_session, speed=speed)
+            metrics = srv.scrape()
+        stats.update(runtime=runtime, mode=mode, per_session=per_session,
+                     server_requests_ok=prom.value(metrics, "kokoro_requests_total", {"route": "ws", "status": "200"}),
+                     active_sessions_after=prom.value(metrics, "kokoro_active_sessions"))
+        log(f"  {runtime}/{mode} {sessions}x{per_session}: answered {stats['answered']}/{stats['requests']}, "
+            f"lost {stats['lost']}, misordered {stats['misordered_sessions']}, ping p99 {stats['ping']['p99_ms']} ms")
+        result.samples.append(stats)
+        label = f"{runtime}/{mode} {sessions}x{per_session}"
+        result.target(f"{label}: lost / misordered / violations", "0 / 0 / 0",
+                      f"{stats['lost']} / {stats['misordered_sessions']} / {stats['violations']}",
+                      stats["lost"] == stats["misordered_sessions"] == stats["violations"] == 0)
+        result.target(f"{label}: /ping p99 under load", "< 100 ms", f"{stats['ping']['p99_ms']} ms",
+                      (stats["ping"]["p99_ms"] or 0) < 100)
+    result.notes.append("The load generator, the ping probe and the server share the same cores; /ping "
+                        "latency includes the probe's own scheduling delay.")
+    return result
+
+
+def body(data: dict[str, Any]) -> str:
+    from .results import markdown_table
+
+    rows = [[s["runtime"], s["mode"], f"{s['sessions']}x{s['per_session']}", s["requests"], s["completed"],
+             s["lost"], s["misordered_sessions"], s["violations"], s["ttfa_ms_p50"], s["ping"]["p50_ms"],
+             s["ping"]["p99_ms"], s["ping"]["max_ms"], s["wall_s"]] for s in data["samples"]]
+    return ("Pipelined WebSocket sessions, all at once, against a live server; /ping probed every 20 ms "
+            "on its own connection throughout.\n\n" + markdown_table(
+                ["runtime", "mode", "sessions x sentences", "requests", "completed", "lost", "misordered",
+                 "violations", "TTFA p50 ms", "ping p50 ms", "ping p99 ms", "ping max ms", "wall s"], rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .results import write
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    data = write(run(quick=args.quick), title="Load: pipelined sessions, ordering and /ping under load", body=body)
+    return 0 if all(t["met"] is not False for t in data["targets"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
