@@ -1,0 +1,31 @@
+"""The load check with real inference (issue 9): ``python -m server serve`` with the real ONNX
+runtime, 4 sessions x 2 pipelined sentences at once — 0 lost, 0 misordered, every request answered
+with speech, /ping answered 200 throughout while inference holds the cores (p99 printed; the
+numbers live in benchmarks/results/load.json)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from benchmarks.load import load_run
+from tests.reliability_support.inproc import metric
+from tests.reliability_support.live import ServerProcess
+
+
+@pytest.mark.slow
+def test_four_sessions_of_two_pipelined_sentences_with_real_inference(model_dir, tmp_path):
+    server = ServerProcess(tmp_path / "server.log", KOKORO_MODEL_DIR=str(model_dir), KOKORO_MODE="concurrent")
+    try:
+        server.wait_ready()
+        stats = load_run(server.url, server.ws_url, sessions=4, per_session=2, speed=1.5)
+        text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    finally:
+        assert server.stop() == 0, server.log()
+    print(f"\n[load onnx concurrent] 4x2: ping p50 {stats['ping']['p50_ms']} ms, p99 {stats['ping']['p99_ms']} ms "
+          f"over {stats['ping']['probes']} probes; TTFA p50 {stats['ttfa_ms_p50']} ms; wall {stats['wall_s']} s")
+    assert (stats["requests"], stats["completed"], stats["lost"]) == (8, 8, 0)
+    assert stats["misordered_sessions"] == 0 and stats["violations"] == 0 and stats["closed_normally"] == 4
+    assert stats["audio_s"] > 8 * 1.0  # speech, not slivers: each sentence is a couple of seconds
+    assert set(stats["ping"]["statuses"]) == {200}
+    assert metric(text, 'kokoro_requests_total{route="ws",status="200"}') == 8
