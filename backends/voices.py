@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,9 @@ DEFAULT_PREFERENCE = ("af_heart", "jm_kumo")
 _NAME = r"[A-Za-z0-9][A-Za-z0-9_\-]{0,63}"
 _PART = re.compile(rf"^\s*({_NAME})\s*(?:\(\s*([0-9]+(?:\.[0-9]+)?)\s*\))?\s*$")
 MAX_BLEND_PARTS = 8
+#: Blended packs kept (least recently used dropped): clients choose the weights, so without a
+#: bound every distinct blend would stay in memory for good.
+MAX_CACHED_BLENDS = 32
 
 
 def parse_blend(spec: str) -> list[tuple[str, float]]:
@@ -101,7 +105,7 @@ class VoiceStore:
         if default not in self._packs:
             raise UnknownVoice(f"default voice {default!r} is not loaded; available: {', '.join(self.names())}")
         self.default = default
-        self._blends: dict[str, np.ndarray] = {}
+        self._blends: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most MAX_CACHED_BLENDS
         self._lock = threading.Lock()
 
     @classmethod
@@ -142,6 +146,10 @@ class VoiceStore:
             if pack is None:
                 pack = sum(w * self._packs[n] for n, w in parse_blend(name)).astype(np.float32)
                 self._blends[name] = pack
+                if len(self._blends) > MAX_CACHED_BLENDS:  # every distinct weight is a new 0.5 MB pack
+                    self._blends.popitem(last=False)
+            else:
+                self._blends.move_to_end(name)
             return pack
 
     def style(self, spec: str | None, n_tokens: int) -> np.ndarray:

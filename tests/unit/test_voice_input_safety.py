@@ -74,3 +74,16 @@ def test_any_voice_string_is_a_typed_error_or_a_finite_loaded_voice(store, spec)
     pack = store.get(canonical)  # what the runtime does with the canonical form, later
     assert pack.shape == (510, 1, 256) and np.isfinite(pack).all()
     assert store.resolve(canonical) == canonical
+
+
+def test_distinct_blends_do_not_grow_memory_without_bound(store):
+    """Each distinct blend is a new 0.5 MB pack; the cache used to keep every one a client asked for."""
+    from backends.voices import MAX_CACHED_BLENDS
+
+    for i in range(MAX_CACHED_BLENDS * 4):
+        store.get(f"af_one({i + 1})+am_two(1)")
+    assert len(store._blends) <= MAX_CACHED_BLENDS
+    recent = store.resolve(f"af_one({MAX_CACHED_BLENDS * 4})+am_two(1)")
+    assert recent in store._blends  # the most recent ones stay
+    np.testing.assert_allclose(store.get("af_one(1)+am_two(1)"),
+                               0.5 * store.get("af_one") + 0.5 * store.get("am_two"), rtol=1e-6)
