@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -173,12 +174,12 @@ def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: f
 # ---------------------------------------------------------------------------------------------
 # The benchmark
 # ---------------------------------------------------------------------------------------------
-def run(*, quick: bool = False, model_dir=None, log=print) -> Any:
+def run(*, quick: bool = False, model_dir=None, log=print, command: str | None = None) -> Any:
     from . import prom
     from .live import LiveServer
     from .results import Result, command_line
 
-    result = Result(benchmark="load", quick=quick, command=command_line("load", quick))
+    result = Result(benchmark="load", quick=quick, command=command or command_line("load", quick))
     plans = [
         ("fake", "sequential", 50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}, 1.0),
         ("fake", "concurrent", 50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}, 1.0),
@@ -226,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    data = write(run(quick=args.quick), title="Load: pipelined sessions, ordering and /ping under load", body=body)
+    command = " ".join(["python -m benchmarks.load", *(argv if argv is not None else sys.argv[1:])])
+    data = write(run(quick=args.quick, command=command), title="Load: pipelined sessions, ordering and /ping under load", body=body)
     return 0 if all(t["met"] is not False for t in data["targets"]) else 1
 
 
