@@ -1,0 +1,314 @@
+"""The PyTorch runtime on one device: batched-vs-single correctness, then throughput and first audio
+under closed-loop load with micro-batching (issue 4's GPU benchmark; it runs on CPU too).
+
+    python -m benchmarks.gpu [--device auto|cuda|cpu] [--half] [--quick] [--max-batch N]
+                             [--levels 1,8,32,128,256] [--requests-per-client N] [--onnx]
+
+1. Correctness: a batch of segments of different lengths, voices and speeds against each segment
+   synthesised alone (deterministic mode): durations and lengths must be identical; the per-frame
+   log-mel difference (dB) and the waveform error are recorded. Batch vs singles time too.
+2. Load: at each concurrency level C, C clients each send one sentence, wait for its audio and send
+   the next (zero think time) until each has had ``--requests-per-client`` answers. One worker runs
+   ``synthesize_batch`` on up to ``--max-batch`` queued requests (oldest first) whenever it is free:
+   the micro-batching a concurrent server does at saturation, without the server around it.
+   Recorded: audio-seconds per second of wall time, and each request's first audio (its segment's
+   audio is its first audio: submit -> audio on the host), p50/p95. Requests are the 24 payload
+   clips (one sentence each, ~2 s of audio: the size of a request's first segment).
+
+Writes ``benchmarks/results/gpu-<device>.{json,md}``. Offline: the model directory must hold the
+int8 ONNX (the checkpoint is rebuilt from it when missing) or an official ``kokoro-v1_0.pth``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import results
+from .texts import CLIPS
+
+LEVELS = (1, 8, 32, 128, 256)
+QUICK_LEVELS = (1, 2, 4)
+VOICE = "jm_kumo"
+GOAL_AUDIO_S_PER_S = 1000.0
+GOAL_P95_MS = 150.0
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def _log_mel_db(audio: np.ndarray, n_fft: int = 1024, hop: int = 240, n_mels: int = 64) -> np.ndarray:
+    a = np.asarray(audio, np.float64)
+    a = a / (np.sqrt(np.mean(a**2)) + 1e-9)
+    frames = np.lib.stride_tricks.sliding_window_view(np.pad(a, n_fft // 2), n_fft)[::hop] * np.hanning(n_fft)
+    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+    freqs = np.linspace(0, 12000, n_fft // 2 + 1)
+    edges = np.linspace(2595 * np.log10(1 + 50 / 700), 2595 * np.log10(1 + 8000 / 700), n_mels + 2)
+    hz = 700 * (10 ** (edges / 2595) - 1)
+    lo, mid, hi = hz[:-2, None], hz[1:-1, None], hz[2:, None]
+    bank = np.clip(np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)), 0, None)
+    db = 10 * np.log10(power @ bank.T + 1e-10)
+    return np.maximum(db, db.max() - 80)
+
+
+def check_batched_vs_single(synth: Any, segments: list) -> dict[str, Any]:
+    """Deterministic mode for the comparison; restored afterwards."""
+    saved = synth.deterministic
+    synth.deterministic = True
+    try:
+        t0 = time.perf_counter()
+        together = synth.synthesize_batch_timed(segments)
+        batch_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        alone = [synth.synthesize_timed(s) for s in segments]
+        singles_s = time.perf_counter() - t0
+    finally:
+        synth.deterministic = saved
+    items = []
+    for (a, d), (b, e) in zip(together, alone, strict=True):
+        same = len(a) == len(b) and np.array_equal(d, e)
+        items.append(
+            {
+                "samples": len(b),
+                "same_durations_and_length": bool(same),
+                "log_mel_mean_abs_db": float(np.abs(_log_mel_db(a) - _log_mel_db(b)).mean())
+                if same
+                else None,
+                "waveform_rel_error": float(np.linalg.norm(a - b) / (np.linalg.norm(b) + 1e-12))
+                if same
+                else None,
+            }
+        )
+    audio_s = sum(len(b) for b, _ in alone) / 24000
+    ok = all(i["same_durations_and_length"] and i["log_mel_mean_abs_db"] < 0.5 for i in items)
+    return {
+        "ok": ok,
+        "batch_size": len(segments),
+        "items": items,
+        "batch_s": round(batch_s, 4),
+        "singles_s": round(singles_s, 4),
+        "batch_speedup": round(singles_s / batch_s, 2),
+        "audio_s": round(audio_s, 2),
+        "tolerance": "identical durations and length; mean |log-mel difference| < 0.5 dB",
+    }
+
+
+def run_level(synth: Any, segments: list, clients: int, per_client: int, max_batch: int) -> dict[str, Any]:
+    """Closed loop: ``clients`` clients, zero think time, one micro-batching worker."""
+    queue: deque[tuple[int, float, int]] = deque()  # (client, submitted, segment index)
+    sent = [0] * clients
+    start = time.perf_counter()
+    for c in range(clients):
+        queue.append((c, start, (c * 7) % len(segments)))
+        sent[c] = 1
+    latencies, batch_sizes, batch_seconds, audio_samples = [], [], [], 0
+    while queue:
+        batch = [queue.popleft() for _ in range(min(max_batch, len(queue)))]
+        t0 = time.perf_counter()
+        audio = synth.synthesize_batch([segments[i] for _, _, i in batch])
+        done = time.perf_counter()
+        batch_sizes.append(len(batch))
+        batch_seconds.append(done - t0)
+        for (client, submitted, i), a in zip(batch, audio, strict=True):
+            latencies.append(done - submitted)
+            audio_samples += len(a)
+            if sent[client] < per_client:
+                queue.append((client, done, (i + 1) % len(segments)))
+                sent[client] += 1
+    wall = time.perf_counter() - start
+    audio_s = audio_samples / 24000
+    return {
+        "concurrency": clients,
+        "requests": len(latencies),
+        "audio_s": round(audio_s, 2),
+        "wall_s": round(wall, 3),
+        "audio_s_per_s": round(audio_s / wall, 2),
+        "first_audio_ms_p50": round(_percentile(latencies, 50) * 1000, 1),
+        "first_audio_ms_p95": round(_percentile(latencies, 95) * 1000, 1),
+        "first_audio_ms_max": round(max(latencies) * 1000, 1),
+        "mean_batch": round(float(np.mean(batch_sizes)), 2),
+        "batch_ms_p50": round(_percentile(batch_seconds, 50) * 1000, 1),
+        "batches": len(batch_sizes),
+    }
+
+
+def onnx_rtf(model_dir: Path, voices: Any, segments: list, threads: int | None) -> dict[str, Any]:
+    from backends.assets import ModelFiles
+    from backends.onnx_runtime import OnnxSynthesizer
+
+    onnx = OnnxSynthesizer(ModelFiles.discover(model_dir), voices, threads=threads)
+    onnx.load()
+    onnx.synthesize(segments[0])
+    t0 = time.perf_counter()
+    audio = sum(len(onnx.synthesize(s)) for s in segments) / 24000
+    spent = time.perf_counter() - t0
+    return {
+        "segments": len(segments),
+        "audio_s": round(audio, 2),
+        "seconds": round(spent, 3),
+        "rtf": round(spent / audio, 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--half", action="store_true", help="fp16 autocast (CUDA only)")
+    parser.add_argument("--quick", action="store_true", help="a tiny run (levels 1,2,4; 2 requests each)")
+    parser.add_argument("--levels", default=None, help="comma-separated concurrency levels")
+    parser.add_argument("--requests-per-client", type=int, default=None)
+    parser.add_argument("--max-batch", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--onnx", action="store_true", help="also time the ONNX runtime on the same segments")
+    parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=results.RESULTS_DIR)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    import torch
+
+    from backends.assets import default_model_dir
+    from backends.base import Segment
+    from backends.g2p import EspeakG2P
+    from backends.torch_runtime import TorchSynthesizer, resolve_device
+    from backends.voices import VoiceStore
+
+    model_dir = args.model_dir or Path(os.environ.get("KOKORO_MODEL_DIR") or default_model_dir())
+    device = resolve_device(args.device)
+    cuda = device.startswith("cuda")
+    levels = (
+        tuple(int(x) for x in args.levels.split(","))
+        if args.levels
+        else (QUICK_LEVELS if args.quick else LEVELS)
+    )
+    per_client = args.requests_per_client or (2 if args.quick else 8 if cuda else 3)
+    max_batch = args.max_batch or (64 if cuda else 4)
+    device_name = torch.cuda.get_device_name(0) if cuda else results.machine_info()["cpu"]
+    tag = "cuda-" + device_name.lower().replace("nvidia ", "").replace(" ", "-") if cuda else "cpu"
+    result = results.Result(
+        benchmark=f"gpu-{tag}",
+        quick=args.quick,
+        command="python -m benchmarks.gpu " + " ".join(argv if argv is not None else sys.argv[1:]),
+    )
+
+    voices = VoiceStore.from_path(
+        next(p for p in (model_dir / "voices.npz", model_dir / "voices-v1.0.bin") if p.exists())
+    )
+    g2p = EspeakG2P()
+    texts = list(CLIPS[:4] if args.quick else CLIPS)  # sentence-sized, like a request's first segment
+    segments = [Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=VOICE) for t in texts]
+
+    t0 = time.perf_counter()
+    synth = TorchSynthesizer(model_dir, voices, device=device, half=args.half, threads=args.threads)
+    synth.load()
+    load_s = time.perf_counter() - t0
+    _log(f"loaded {synth.model_name} on {device} ({device_name}) in {load_s:.1f}s")
+    result.config.update(
+        device=device,
+        device_name=device_name,
+        half=synth.half,
+        checkpoint=synth.model_name,
+        levels=list(levels),
+        requests_per_client=per_client,
+        max_batch=max_batch,
+        texts=len(texts),
+        voice=VOICE,
+        torch_threads=torch.get_num_threads(),
+        load_s=round(load_s, 2),
+    )
+
+    mixed = [
+        Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=v, speed=s)
+        for t, v, s in zip(
+            CLIPS[: (3 if args.quick else 8)],
+            ["jm_kumo", "jf_alpha", "jf_nezumi"] * 3,
+            [1.0, 1.2, 0.9] * 3,
+            strict=False,
+        )
+    ]
+    check = check_batched_vs_single(synth, mixed)
+    _log(
+        f"batched vs single ({check['batch_size']}): ok={check['ok']}, batch {check['batch_s']}s vs singles {check['singles_s']}s"
+    )
+    result.summary["batched_vs_single"] = check
+    result.target("batched equals single", "identical durations, log-mel < 0.5 dB", check["ok"], check["ok"])
+
+    single_rtf = []
+    for seg in segments[:3]:
+        t0 = time.perf_counter()
+        n = len(synth.synthesize(seg))
+        single_rtf.append((time.perf_counter() - t0) / (n / 24000))
+    result.summary["torch_single_rtf"] = round(float(np.median(single_rtf)), 4)
+    if args.onnx:
+        result.summary["onnx"] = onnx_rtf(model_dir, voices, segments[:3], args.threads)
+
+    for clients in levels:
+        level = run_level(synth, segments, clients, per_client, max_batch)
+        result.samples.append(level)
+        _log(
+            f"C={clients:>4}: {level['audio_s_per_s']:>8.1f} audio-s/s, first audio p50 {level['first_audio_ms_p50']} ms "
+            f"p95 {level['first_audio_ms_p95']} ms, mean batch {level['mean_batch']}"
+        )
+    best = max(result.samples, key=lambda s: s["audio_s_per_s"])
+    within = [s for s in result.samples if s["first_audio_ms_p95"] <= GOAL_P95_MS]
+    best_within = max((s["audio_s_per_s"] for s in within), default=None)
+    result.medians = {"best_audio_s_per_s": best["audio_s_per_s"], "best_at_concurrency": best["concurrency"]}
+    result.target(
+        "audio-seconds per second with p95 first audio <= 150 ms (H200-class GPU)",
+        f">= {GOAL_AUDIO_S_PER_S:.0f}",
+        best_within,
+        None if not cuda else (best_within is not None and best_within >= GOAL_AUDIO_S_PER_S),
+    )
+    if not cuda:
+        result.notes.append("CPU run: the throughput goal applies to a GPU; recorded for comparison only")
+    data = results.write(
+        result, title=f"PyTorch runtime on {device_name}", body=_body, out_dir=args.out, log=_log
+    )
+    return 0 if data["summary"]["batched_vs_single"]["ok"] else 1
+
+
+def _body(data: dict[str, Any]) -> str:
+    rows = [
+        [
+            s["concurrency"],
+            s["requests"],
+            s["audio_s_per_s"],
+            s["first_audio_ms_p50"],
+            s["first_audio_ms_p95"],
+            s["mean_batch"],
+        ]
+        for s in data["samples"]
+    ]
+    check = data["summary"]["batched_vs_single"]
+    text = [
+        "Closed-loop clients (zero think time), one micro-batching worker over `synthesize_batch`; "
+        "each request is one sentence, so its first audio is its whole segment.",
+        "",
+        results.markdown_table(
+            ["clients", "requests", "audio-s/s", "first audio p50 ms", "p95 ms", "mean batch"], rows
+        ),
+        "",
+        f"Batched vs single ({check['batch_size']} segments): {'equal within tolerance' if check['ok'] else 'MISMATCH'}; "
+        f"batch {check['batch_s']} s vs one at a time {check['singles_s']} s ({check['batch_speedup']}x).",
+        f"Single-segment real-time factor: {data['summary']['torch_single_rtf']}.",
+    ]
+    if "onnx" in data["summary"]:
+        text.append(f"ONNX runtime on the same segments: RTF {data['summary']['onnx']['rtf']}.")
+    return "\n".join(text)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
