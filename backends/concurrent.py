@@ -239,7 +239,8 @@ class BatchedBackend(BaseBackend):
                 continue
             self._free -= 1
             try:
-                future = loop.run_in_executor(self._executor, self._run, [it.segment for it in items], items)
+                future = loop.run_in_executor(
+                    self._executor, self._watched, self._run, [it.segment for it in items], items)
                 future.add_done_callback(lambda f, items=items: self._batch_done(items, f))
             except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
                 self._free += 1

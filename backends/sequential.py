@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +69,7 @@ class BaseBackend:
         self._ready = False
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
+        self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -90,6 +92,28 @@ class BaseBackend:
     async def check_health(self) -> None:
         if not self.ready:
             raise NotReady("model is loading" if not self._closing else "server is shutting down")
+        stuck = self.stuck_seconds()
+        if stuck is not None:
+            raise NotReady(f"one runtime call has been running for {stuck:.0f} s, longer than the request "
+                           f"timeout ({self.request_timeout_s:g} s): the runtime looks stuck")
+
+    def stuck_seconds(self) -> float | None:
+        """How long the oldest runtime call has run, when that is longer than the request timeout
+        (a hung runtime fails every request by timeout; /ping must then stop saying healthy)."""
+        started = list(self._calls.values())  # a C-level copy: safe against worker threads
+        if not started or not self.request_timeout_s:
+            return None
+        age = time.monotonic() - min(started)
+        return age if age > self.request_timeout_s else None
+
+    def _watched(self, fn: Any, *args: Any) -> Any:
+        """Run one runtime call (on a worker thread) where :meth:`stuck_seconds` can see it."""
+        key = threading.get_ident()
+        self._calls[key] = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self._calls.pop(key, None)
 
     @property
     def queue_depth(self) -> int:
@@ -175,7 +199,7 @@ class SequentialBackend(BaseBackend):
         for segment in request.segments:
             self._waiting += 1
             try:
-                future = loop.run_in_executor(self._executor, self._run, segment)
+                future = loop.run_in_executor(self._executor, self._watched, self._run, segment)
                 audio, durations, elapsed = await self._until(deadline, future)
             except KokoroError:
                 raise
