@@ -48,13 +48,38 @@ def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path) ->
     return data
 
 
+def render(name: str, out_dir: Path) -> None:
+    """Rewrite the Markdown table and the PNG of an existing result (the JSON is left as it is)."""
+    import json
+
+    module = importlib.import_module(f"benchmarks.{name}")
+    data = json.loads((out_dir / f"{name}.json").read_text())
+    (out_dir / f"{name}.md").write_text(results.markdown_doc(data, TITLES[name], module.body(data)))
+    plot = getattr(module, "plot", None)
+    if plot is not None and data.get("status", "ok") == "ok":
+        import matplotlib
+
+        matplotlib.use("Agg")
+        plot(data, out_dir / f"{name}.png")
+    _log(f"rendered {out_dir / name}.md from {name}.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("name", choices=[*NAMES, "all"])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
     parser.add_argument("--model-dir", type=Path, default=None, help="model directory (default: KOKORO_MODEL_DIR or the user cache)")
     parser.add_argument("--out", type=Path, default=results.RESULTS_DIR, help="where the result files go")
+    parser.add_argument(
+        "--render-only", action="store_true",
+        help="rewrite <name>.md and .png from the existing <name>.json without running anything",
+    )
     args = parser.parse_args(argv)
+    if args.render_only:
+        for name in NAMES if args.name == "all" else (args.name,):
+            if (args.out / f"{name}.json").exists():
+                render(name, args.out)
+        return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model_dir = args.model_dir or (Path(os.environ["KOKORO_MODEL_DIR"]) if os.environ.get("KOKORO_MODEL_DIR") else None)
     names = NAMES if args.name == "all" else (args.name,)
