@@ -74,3 +74,19 @@ def test_markdown_table_formats_numbers_for_people():
     table = results.markdown_table(["a", "b"], [[1234567, 0.12345], [None, 12345.678]])
     assert "| 1,234,567 | 0.123 |" in table
     assert "| — | 12,345.7 |" in table
+
+
+def test_render_only_rewrites_the_table_from_the_json(tmp_path):
+    from benchmarks.__main__ import main
+
+    r = Result("ttfa", False, results.command_line("ttfa", False), config={"runs_per_mode": 1})
+    r.samples = [{"mode": "batch", "run": 1, "first_audio_ms": 900.0, "complete_ms": 900.0, "audio_s": 5.0}]
+    ttfa.summarize(r)
+    r.config.update(paragraph_chars=267, voice="jm_kumo")
+    results.write(r, title="t", body=ttfa.body, out_dir=tmp_path, log=lambda _m: None)
+    (tmp_path / "ttfa.md").write_text("stale")
+
+    assert main(["ttfa", "--render-only", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "ttfa.md").read_text()
+    assert "| batch | 900.0 |" in md and "`python -m benchmarks ttfa`" in md
+    assert (tmp_path / "ttfa.png").exists()
