@@ -33,19 +33,21 @@ from torch import nn
 @dataclass
 class BatchResult:
     audio: torch.Tensor  # (B, samples), float32, zero past each item's end
-    audio_lengths: torch.Tensor  # (B,) samples per item
+    audio_lengths: torch.Tensor  # (B,) samples per item, on the CPU
     durations: torch.Tensor  # (B, T) frames per input token (bos, phonemes, eos), 0 for padding
-    token_lengths: torch.Tensor  # (B,) input tokens per item, including bos/eos
+    token_lengths: torch.Tensor  # (B,) input tokens per item, including bos/eos, on the CPU
 
 
 Mask = torch.Tensor | None  # (B, 1, T) float, 1 inside an item; None when no item is padded
 
 
-def _mask(lengths: torch.Tensor, size: int) -> Mask:
-    """The padding mask for items of ``lengths`` in a tensor of ``size`` steps (None: no padding)."""
+def _mask(lengths: torch.Tensor, size: int, device: torch.device) -> Mask:
+    """The padding mask for items of ``lengths`` (a CPU tensor, so deciding needs no device sync)
+    in a tensor of ``size`` steps; None when no item is padded."""
     if bool((lengths >= size).all()):
         return None
-    return (torch.arange(size, device=lengths.device)[None, :] < lengths[:, None]).unsqueeze(1).float()
+    lengths = lengths.to(device, non_blocking=True)
+    return (torch.arange(size, device=device)[None, :] < lengths[:, None]).unsqueeze(1).float()
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
@@ -65,7 +67,7 @@ def _lstm(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor
     """A batch-first bidirectional LSTM over packed sequences, padded back to x's length."""
     if bool((lengths >= x.shape[1]).all()):
         return lstm(x)[0]
-    packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     out, _ = lstm(packed)
     out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
     return out
@@ -120,7 +122,8 @@ def _res_block1(blk: Any, x: torch.Tensor, s: torch.Tensor, m: Mask) -> torch.Te
 
 
 def _f0_n(pred: Any, en: torch.Tensor, s: torch.Tensor, frames: torch.Tensor, m: Mask):
-    """ProsodyPredictor.F0Ntrain, masked: F0 and N curves (B, 2 * frames), zero past each end."""
+    """ProsodyPredictor.F0Ntrain, masked: F0 and N curves (B, 2 * frames), zero past each end.
+    Lengths (``frames`` here, ``n_*`` below) are CPU tensors throughout."""
     x = _lstm(pred.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
     curves = []
     for blocks, proj in ((pred.F0, pred.F0_proj), (pred.N, pred.N_proj)):
@@ -148,8 +151,9 @@ def _sine_source(gen: Any, f0: torch.Tensor, n_f0: torch.Tensor, deterministic: 
     phase = torch.cumsum(rad, dim=1) * 2 * math.pi
     if bool((n_f0 < phase.shape[1]).any()):
         # Hold each item's last phase past its end: interpolation then sees what it sees unpadded.
-        last = (n_f0 - 1).clamp(min=0)[:, None, None].expand(-1, 1, phase.shape[2])
-        inside = torch.arange(phase.shape[1], device=f0.device)[None, :, None] < n_f0[:, None, None]
+        n_dev = n_f0.to(f0.device, non_blocking=True)
+        last = (n_dev - 1).clamp(min=0)[:, None, None].expand(-1, 1, phase.shape[2])
+        inside = torch.arange(phase.shape[1], device=f0.device)[None, :, None] < n_dev[:, None, None]
         phase = torch.where(inside, phase, phase.gather(1, last))
     phase = F.interpolate(phase.transpose(1, 2) * upp, scale_factor=upp, mode="linear").transpose(1, 2)
     sines = torch.sin(phase) * sg.sine_amp
@@ -166,6 +170,7 @@ def _stft(x: torch.Tensor, n: torch.Tensor, n_fft: int, hop: int, window: torch.
     """(|STFT|, phase) of each item's first n[b] samples, reflect-padded at its own ends, as
     ``torch.stft(center=True)`` of that item alone."""
     pad = n_fft // 2
+    n = n.to(x.device, non_blocking=True)
     pos = torch.arange(x.shape[1] + 2 * pad, device=x.device) - pad
     q = pos[None].expand(x.shape[0], -1)
     q = torch.where(q < 0, -q, q)
@@ -198,7 +203,7 @@ def _generator(gen: Any, x, s, f0, n_f0: torch.Tensor, deterministic: bool) -> t
         n_samples = n_f0 * gen.m_source.l_sin_gen.upsample_scale
         har = _stft(source, n_samples, n_fft, hop, window)
     k = har.shape[-1]
-    fm = _mask(n_samples // hop + 1, k)  # valid STFT frames per item
+    fm = _mask(n_samples // hop + 1, k, x.device)  # valid STFT frames per item
     har = _masked(har, fm).to(x.dtype)
     n = n_f0
     for i in range(gen.num_upsamples):
@@ -210,7 +215,7 @@ def _generator(gen: Any, x, s, f0, n_f0: torch.Tensor, deterministic: bool) -> t
         if i == gen.num_upsamples - 1:
             x = gen.reflection_pad(x)
             n = n + 1
-        m = _mask(n, x.shape[-1])
+        m = _mask(n, x.shape[-1], x.device)
         x_source = _res_block1(gen.noise_res[i], _masked(x_source, m), s, m)
         x = _masked(x, m) + x_source
         xs = sum(_res_block1(gen.resblocks[i * gen.num_kernels + j], x, s, m) for j in range(gen.num_kernels))
@@ -224,7 +229,7 @@ def _generator(gen: Any, x, s, f0, n_f0: torch.Tensor, deterministic: bool) -> t
 
 def _decoder(dec: Any, asr, f0, n_curve, s, frames: torch.Tensor, deterministic: bool) -> torch.Tensor:
     """Decoder.forward, masked; ``asr`` has ``frames`` valid steps, the curves twice as many."""
-    mf = _mask(frames, asr.shape[-1])
+    mf = _mask(frames, asr.shape[-1], asr.device)
     f0_c = _masked(dec.F0_conv(f0[:, None].to(asr.dtype)), mf)
     n_c = _masked(dec.N_conv(n_curve[:, None].to(asr.dtype)), mf)
     x, m = _res_block(dec.encode, torch.cat([asr, f0_c, n_c], dim=1), s, mf)
@@ -260,7 +265,7 @@ def forward_batch(
     pad = torch.arange(width, device=device)[None, :] >= lengths_d[:, None]  # KModel's text_mask
 
     bert = model.bert(ids, attention_mask=(~pad).int())
-    d_en = _masked(model.bert_encoder(bert).transpose(-1, -2), _mask(lengths_d, width))
+    d_en = _masked(model.bert_encoder(bert).transpose(-1, -2), _mask(lengths, width, device))
     s_pro, s_dec = styles[:, 128:], styles[:, :128]
     # KModel's encoders build float32 zero buffers internally: bring results back to the model's dtype.
     d = model.predictor.text_encoder(d_en, s_pro, lengths, pad).to(styles.dtype)
@@ -269,12 +274,12 @@ def forward_batch(
     durations = torch.round(duration).clamp(min=1).long() * (~pad)
 
     # The alignment, as a gather: frame f reads the token whose cumulative duration first exceeds f.
-    frames = durations.sum(1)
+    frames = durations.sum(1).cpu()  # the one device sync: everything after is sized by it
     n_frames = int(frames.max())
     ends = torch.cumsum(durations, dim=1)
     grid = torch.arange(n_frames, device=device)[None, :].expand(len(tokens), -1).contiguous()
     token_of_frame = torch.searchsorted(ends, grid, right=True).clamp(max=width - 1)
-    mf = _mask(frames, n_frames)
+    mf = _mask(frames, n_frames, device)
 
     def expand(h: torch.Tensor) -> torch.Tensor:  # (B, C, tokens) -> (B, C, frames)
         return _masked(h.gather(2, token_of_frame[:, None, :].expand(-1, h.shape[1], -1)), mf)
@@ -283,7 +288,7 @@ def forward_batch(
     asr = expand(model.text_encoder(ids, lengths, pad).to(styles.dtype))
     audio = _decoder(model.decoder, asr, f0, n_curve, s_dec, frames, deterministic)
     samples = frames * 2 * model.decoder.generator.m_source.l_sin_gen.upsample_scale
-    m_audio = _mask(samples, audio.shape[-1])
+    m_audio = _mask(samples, audio.shape[-1], device)
     if m_audio is not None:
         audio = audio * m_audio.squeeze(1)
-    return BatchResult(audio=audio, audio_lengths=samples, durations=durations, token_lengths=lengths_d)
+    return BatchResult(audio=audio, audio_lengths=samples, durations=durations, token_lengths=lengths)
