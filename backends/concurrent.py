@@ -15,12 +15,19 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   ``max_batch_size``, then takes segments **round-robin across sessions** (``request.session``,
   falling back to ``request_id``), the oldest request of a session first, and hands the batch to a
   worker thread.
-* Runtimes with ``synthesize_batch`` (:class:`~backends.base.BatchSynthesizer`, e.g. torch) get one
-  worker and whole batches. Others fall back to per-segment calls: one segment per worker call, so
-  the scheduler decides with the freshest queue at every step; a ``thread_safe`` runtime (ONNX) gets
-  ``workers`` parallel calls (default: 2 on a machine with 2+ cores) and, when it has not been
-  loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per call
-  (on 2 cores, two 1-thread calls out-run one 2-thread call; see ``benchmarks/concurrent_probe.py``).
+* Batches are length-aware: the head of the round always goes, the rest of the batch only takes
+  segments within ``batch_length_ratio`` (2x) of its phoneme lengths, so a short first segment is
+  not padded to, and kept waiting by, a long later one.
+* Runtimes with ``synthesize_batch`` (:class:`~backends.base.BatchSynthesizer`, e.g. torch on CUDA)
+  get one worker and whole batches. Others fall back to per-segment calls: one segment per worker
+  call, so the scheduler decides with the freshest queue at every step; a ``thread_safe`` runtime
+  (ONNX) gets ``workers`` parallel calls (default: 2 on a machine with 2+ cores) and, when it has
+  not been loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per
+  call (measured here: one intra-op thread costs ~0.5 CPU-s per audio-s, two cost ~0.75, so two
+  1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``).
+* A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
+  ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
+  same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
 * Failures: if a batch call raises, its segments are retried one by one, so one bad segment fails
   only its own request (:class:`BackendFault`); the loop survives everything but ``aclose()``.
 
@@ -91,6 +98,8 @@ class BatchedBackend(BaseBackend):
     """Cross-session micro-batching scheduler (mode ``concurrent``)."""
 
     mode = "concurrent"
+    #: Longest over shortest phoneme count allowed within one batch (bounds padding waste).
+    batch_length_ratio = 2.0
 
     def __init__(
         self,
@@ -99,15 +108,17 @@ class BatchedBackend(BaseBackend):
         max_wait_ms: float = 5.0,
         workers: int | None = None,
         max_ahead: int = 2,
+        batch_on_cpu: bool = False,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.max_batch_size = max(1, int(max_batch_size))
         self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
         self.max_ahead = max(1, int(max_ahead))
-        self.batched = callable(getattr(self.synthesizer, "synthesize_batch", None))
+        self.batch_on_cpu = batch_on_cpu
+        self.has_batch_path = callable(getattr(self.synthesizer, "synthesize_batch", None))
         if workers is None:
-            parallel = bool(getattr(self.synthesizer, "thread_safe", False)) and not self.batched
+            parallel = bool(getattr(self.synthesizer, "thread_safe", False)) and not self.has_batch_path
             workers = min(2, os.cpu_count() or 1) if parallel else 1
         self.workers = max(1, int(workers))
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
@@ -120,6 +131,15 @@ class BatchedBackend(BaseBackend):
         self._task: asyncio.Task | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def batched(self) -> bool:
+        """Whether whole batches go to ``synthesize_batch``: when the runtime has it, except on a
+        CPU device (a batched forward there costs more CPU per audio second than single calls and
+        pads short segments to long ones; see the module docstring) unless ``batch_on_cpu``."""
+        if not self.has_batch_path:
+            return False
+        return self.batch_on_cpu or getattr(self.synthesizer, "device", None) != "cpu"
+
     @property
     def queue_depth(self) -> int:
         """Segments ready and waiting for a worker (not counting those being synthesised)."""
@@ -261,15 +281,31 @@ class BatchedBackend(BaseBackend):
                 return
 
     def _take(self, n: int) -> list[_Item]:
-        """Up to ``n`` ready segments, one session at a time in round-robin order."""
+        """Up to ``n`` ready segments in round-robin order over sessions (each session's oldest
+        request first). The first session in the round is always served; the rest of the batch
+        takes only segments within ``batch_length_ratio`` of the batch's phoneme lengths, so short
+        first segments are not padded to (and kept waiting by) long ones. A session passed over
+        keeps its place at the front of the round."""
         taken: list[_Item] = []
-        while len(taken) < n and self._by_session:
-            key, items = next(iter(self._by_session.items()))
-            taken.append(items.pop(0))
-            if items:
-                self._by_session.move_to_end(key)
-            else:
-                del self._by_session[key]
+        shortest = longest = 0
+        progress = True
+        while len(taken) < n and self._by_session and progress:
+            progress = False
+            for key in list(self._by_session):
+                if len(taken) >= n:
+                    break
+                items = self._by_session[key]
+                length = len(items[0].segment.phonemes) + 2
+                if taken and max(longest, length) > self.batch_length_ratio * min(shortest, length):
+                    continue
+                taken.append(items.pop(0))
+                shortest = min(shortest, length) if len(taken) > 1 else length
+                longest = max(longest, length)
+                progress = True
+                if items:
+                    self._by_session.move_to_end(key)
+                else:
+                    del self._by_session[key]
         if taken:
             self._set_queued(self._queued - len(taken))
         return taken

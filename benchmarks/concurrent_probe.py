@@ -1,12 +1,13 @@
 """Throughput at N concurrent sessions: sequential vs concurrent mode on the ONNX runtime (CPU).
 
-    python -m benchmarks.concurrent_probe [--sessions 4] [--rounds 3] [--quick]
+    python -m benchmarks.concurrent_probe [--runtime onnx|torch] [--sessions 4] [--rounds 3] [--quick]
 
 Each session sends its requests one after another (the next when the previous is fully answered),
 all sessions at once. Configurations (``mode/workers x intra-op threads``) run interleaved, round
 after round, so a noisy shared machine hurts them alike; the medians are reported. Throughput is
-audio-seconds produced per wall-clock second. Writes ``benchmarks/results/concurrent_probe.json``
-and ``.md``.
+audio-seconds produced per wall-clock second. Writes
+``benchmarks/results/concurrent_probe_<runtime>.json`` and ``.md``. The torch runtime runs on CPU
+(one worker): concurrent mode's default there (single calls) and forced batching (``batch_on_cpu``).
 """
 
 from __future__ import annotations
@@ -38,15 +39,32 @@ TEXTS = [
 RESULTS = Path(__file__).parent / "results"
 
 
-def configs(cpus: int) -> dict[str, tuple[str, int, int]]:
-    """name -> (mode, workers, intra-op threads)."""
+def configs(runtime: str, cpus: int, sessions: int) -> dict[str, tuple[str, int, int, int]]:
+    """name -> (mode, workers, intra-op threads, max batch size)."""
+    if runtime == "torch":  # one worker (not thread-safe); batches of one vs batches across sessions
+        return {
+            f"sequential 1x{cpus}": ("sequential", 1, cpus, 1),
+            f"concurrent default 1x{cpus}": ("concurrent", 1, cpus, 16),  # single calls on CPU
+            f"concurrent batch<={sessions} 1x{cpus}": ("concurrent", 1, cpus, sessions),  # batch_on_cpu
+        }
     return {
-        f"sequential 1x{cpus}": ("sequential", 1, cpus),
-        "sequential 1x1": ("sequential", 1, 1),
-        f"concurrent 1x{cpus}": ("concurrent", 1, cpus),
-        f"concurrent {cpus}x1": ("concurrent", cpus, 1),
-        f"concurrent {cpus}x{cpus}": ("concurrent", cpus, cpus),
+        f"sequential 1x{cpus}": ("sequential", 1, cpus, 1),
+        "sequential 1x1": ("sequential", 1, 1, 1),
+        f"concurrent 1x{cpus}": ("concurrent", 1, cpus, 1),
+        f"concurrent {cpus}x1": ("concurrent", cpus, 1, 1),
+        f"concurrent {cpus}x{cpus}": ("concurrent", cpus, cpus, 1),
     }
+
+
+def make_synth(runtime: str, files: ModelFiles, voices: VoiceStore, threads: int):
+    if runtime == "torch":
+        from backends.torch_runtime import TorchSynthesizer
+
+        synth = TorchSynthesizer(files.root, voices, device="cpu", threads=threads)
+    else:
+        synth = OnnxSynthesizer(files, voices, threads=threads)
+    synth.load()
+    return synth
 
 
 async def one_run(backend, sessions: int, per_session: int) -> dict:
@@ -80,20 +98,27 @@ async def main(args: argparse.Namespace) -> dict:
     voices = VoiceStore.from_path(files.voices)
     pipeline = TextPipeline(EspeakG2P().phonemize, load_vocab(files.config))
     cpus = os.cpu_count() or 1
-    chosen = configs(cpus)
-    synths: dict[int, OnnxSynthesizer] = {}
-    for _, _, threads in chosen.values():
+    chosen = configs(args.runtime, cpus, args.sessions)
+    synths: dict[int, object] = {}
+    for _, _, threads, _ in chosen.values():
         if threads not in synths:
-            synths[threads] = OnnxSynthesizer(files, voices, threads=threads)
-            synths[threads].load()
+            synths[threads] = make_synth(args.runtime, files, voices, threads)
     samples: dict[str, list[dict]] = {name: [] for name in chosen}
     for rnd in range(args.rounds):
-        for name, (mode, workers, threads) in chosen.items():
+        for name, (mode, workers, threads, batch) in chosen.items():
             common = dict(max_queue=256, request_timeout_s=None)
+            if args.runtime == "torch":
+                import torch
+
+                torch.set_num_threads(threads)  # process-wide in torch
             if mode == "sequential":
                 backend = SequentialBackend(synths[threads], pipeline, voices, **common)
             else:
-                backend = BatchedBackend(synths[threads], pipeline, voices, workers=workers, **common)
+                forced = args.runtime == "torch" and name.startswith("concurrent batch")
+                backend = BatchedBackend(
+                    synths[threads], pipeline, voices, workers=workers, max_batch_size=batch,
+                    batch_on_cpu=forced, **common,
+                )
             warm = await backend.prepare(SynthesisRequest(text="Warming up.", voice="jm_kumo"))
             async for _ in backend.stream(warm):
                 pass
@@ -109,11 +134,13 @@ async def main(args: argparse.Namespace) -> dict:
     import onnxruntime
 
     return {
-        "name": "concurrent_probe",
+        "name": f"concurrent_probe_{args.runtime}",
         "machine": {"cpus": cpus, "platform": platform.platform(), "load_avg_at_end": os.getloadavg()},
         "versions": {"onnxruntime": onnxruntime.__version__, "python": platform.python_version()},
+        "runtime": args.runtime,
         "config": {"sessions": args.sessions, "per_session": args.per_session, "rounds": args.rounds,
-                   "configs": {k: dict(zip(("mode", "workers", "threads"), v, strict=True)) for k, v in chosen.items()}},
+                   "configs": {k: dict(zip(("mode", "workers", "threads", "max_batch_size"), v, strict=True))
+                               for k, v in chosen.items()}},
         "samples": samples,
         "medians": medians,
     }
@@ -122,7 +149,7 @@ async def main(args: argparse.Namespace) -> dict:
 def markdown(report: dict) -> str:
     cfg = report["config"]
     lines = [
-        f"# concurrent_probe — {cfg['sessions']} sessions x {cfg['per_session']} requests, "
+        f"# concurrent_probe ({report['runtime']}) — {cfg['sessions']} sessions x {cfg['per_session']} requests, "
         f"{cfg['rounds']} rounds, {report['machine']['cpus']} CPUs",
         "",
         f"(load average at the end: {report['machine']['load_avg_at_end'][0]:.1f})",
@@ -141,6 +168,7 @@ def markdown(report: dict) -> str:
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runtime", choices=("onnx", "torch"), default="onnx")
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--per-session", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
@@ -150,8 +178,8 @@ def cli() -> None:
         args.rounds, args.per_session = 1, 1
     report = asyncio.run(main(args))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "concurrent_probe.json").write_text(json.dumps(report, indent=2))
-    (RESULTS / "concurrent_probe.md").write_text(markdown(report))
+    (RESULTS / f"{report['name']}.json").write_text(json.dumps(report, indent=2))
+    (RESULTS / f"{report['name']}.md").write_text(markdown(report))
     print(markdown(report))
 
 

@@ -203,6 +203,32 @@ async def test_a_long_text_does_not_starve_a_short_one(make_backend):
     assert len(await long_task) == len(long_req.segments) >= 3
 
 
+async def test_short_segments_are_not_batched_with_long_ones(make_backend):
+    synth = FakeBatchSynth()
+    synth.gate = threading.Event()
+    backend = make_backend(synth, max_batch_size=8, max_wait_ms=0)
+    blocker = asyncio.create_task(collect(backend, await prepared(backend, "Hold on.", session="z")))
+    await asyncio.to_thread(synth.started.wait, 5)
+    long_text = "The committee reviewed every single application that arrived before the deadline last Friday."
+    texts = {"a": "Hi.", "b": long_text, "c": "Yes."}
+    requests = {k: await prepared(backend, t, session=k) for k, t in texts.items()}
+    tasks = [asyncio.create_task(collect(backend, r)) for r in requests.values()]
+    await wait_until(lambda: backend.queue_depth == 3)
+    synth.gate.set()
+    await asyncio.gather(blocker, *tasks)
+    assert synth.calls[1:] == [["Hi.", "Yes."], [long_text]]  # the round's head first, then the long one
+
+
+async def test_a_batch_runtime_on_cpu_gets_single_calls_unless_asked(make_backend):
+    synth = FakeBatchSynth()
+    synth.device = "cpu"  # like TorchSynthesizer after load() on a CPU
+    backend = make_backend(synth, max_batch_size=8)
+    assert not backend.batched
+    await run_sessions(backend, n_sessions=3, per_session=1)
+    assert all(len(call) == 1 for call in synth.calls)
+    assert make_backend(synth, batch_on_cpu=True).batched
+
+
 async def test_overloaded_when_the_queue_bound_is_hit_then_serves_again(make_backend):
     synth = FakeBatchSynth()
     synth.gate = threading.Event()
@@ -259,6 +285,7 @@ async def test_one_failing_segment_fails_only_its_request(make_backend):
     synth, recorder = FakeBatchSynth(fail_on="Broken"), Recorder()
     synth.gate = threading.Event()
     backend = make_backend(synth, max_batch_size=8, max_wait_ms=20, observer=recorder)
+    backend.batch_length_ratio = float("inf")  # batch all four whatever their lengths
     blocker = asyncio.create_task(collect(backend, await prepared(backend, "Hold the line.", session="z")))
     await asyncio.to_thread(synth.started.wait, 5)
     bad = await prepared(backend, "Broken glass everywhere.", session="bad", rid="bad")
@@ -368,14 +395,11 @@ async def test_onnx_cancelled_request_never_synthesised(make_backend, onnx_synth
 # -- the torch runtime's real batch path ---------------------------------------------------------
 @pytest.mark.slow
 async def test_torch_batches_under_load(make_backend, model_dir, voices):
-    torch_runtime = pytest.importorskip("backends.torch_runtime")
-    from backends.assets import ModelFiles
+    from backends.torch_runtime import TorchSynthesizer
 
-    if ModelFiles.discover(model_dir).torch_checkpoint is None:
-        pytest.skip("no torch checkpoint in the model directory (kokoro-serve assets builds it)")
-    synth = torch_runtime.TorchSynthesizer(model_dir, voices, device="cpu")
+    synth = TorchSynthesizer(model_dir, voices, device="cpu")  # rebuilds the checkpoint once if missing
     recorder = Recorder()
-    backend = make_backend(synth, max_batch_size=4, max_wait_ms=20, observer=recorder)
+    backend = make_backend(synth, max_batch_size=4, max_wait_ms=20, observer=recorder, batch_on_cpu=True)
     await backend.start()
     recorder.batches.clear()
     replies = ["Yes.", "No, thanks.", "Maybe later.", "Sounds good."]
