@@ -117,10 +117,8 @@ class TorchSynthesizer:
         load_checkpoint(model, self.checkpoint)
         _remove_weight_norm(model)
         self._model = model.to(self.device).eval()
-        if self.warmup:
-            self.synthesize_batch(
-                [Segment(text="warm-up", phonemes=WARMUP_PHONEMES, voice="")] * 2, _warmup=True
-            )
+        if self.warmup:  # first-call allocations and kernel selection, off the request path
+            self._forward([self.tokens(WARMUP_PHONEMES)] * 2, np.zeros((2, 256), np.float32), [1.0, 1.0])
         self.load_seconds = time.perf_counter() - started
         log.info(
             "torch runtime: %s on %s%s in %.1fs",
@@ -164,54 +162,48 @@ class TorchSynthesizer:
         """(audio, frame durations per token: bos, each vocabulary phoneme, eos; 600 samples each)."""
         return self.synthesize_batch_timed([segment])[0]
 
-    def synthesize_batch(self, segments: Sequence[Segment], *, _warmup: bool = False) -> list[np.ndarray]:
+    def synthesize_batch(self, segments: Sequence[Segment]) -> list[np.ndarray]:
         """One forward pass over all ``segments`` (any lengths, voices, speeds); outputs in order."""
-        return [audio for audio, _ in self.synthesize_batch_timed(segments, _warmup=_warmup)]
+        return [audio for audio, _ in self.synthesize_batch_timed(segments)]
 
-    def synthesize_batch_timed(
-        self, segments: Sequence[Segment], *, _warmup: bool = False
+    def synthesize_batch_timed(self, segments: Sequence[Segment]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``synthesize_batch`` with each segment's per-token frame durations."""
+        if self._model is None:
+            raise NotReady("torch runtime used before load()")
+        results = [(np.zeros(0, np.float32), np.zeros(0, np.int64))] * len(segments)
+        work = [(i, toks, seg) for i, seg in enumerate(segments) if (toks := self.tokens(seg.phonemes))]
+        if work:
+            styles = np.stack([self._style(seg.voice, len(toks)) for _, toks, seg in work])
+            outputs = self._forward([t for _, t, _ in work], styles, [float(seg.speed) for _, _, seg in work])
+            for (i, _, _), output in zip(work, outputs, strict=True):
+                results[i] = output
+        return results
+
+    def _forward(
+        self, tokens: list[list[int]], styles: np.ndarray, speeds: list[float]
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         import torch
 
         from .torch_forward import forward_batch
 
-        if self._model is None:
-            raise NotReady("torch runtime used before load()")
-        empty = (np.zeros(0, np.float32), np.zeros(0, np.int64))
-        results: list[tuple[np.ndarray, np.ndarray]] = [empty] * len(segments)
-        work = []
-        for i, seg in enumerate(segments):
-            toks = self.tokens(seg.phonemes)
-            if toks:
-                work.append((i, toks, seg))
-        if not work:
-            return results
-        if _warmup:
-            styles = np.zeros((len(work), 256), np.float32)
-        else:
-            styles = np.stack([self._style(seg.voice, len(toks)) for _, toks, seg in work])
-        speeds = [float(seg.speed) for _, _, seg in work]
         try:
             with self._lock, torch.inference_mode(), self._autocast():
                 out = forward_batch(
                     self._model,
-                    [toks for _, toks, _ in work],
+                    tokens,
                     torch.from_numpy(styles).to(self.device),
                     torch.tensor(speeds, dtype=torch.float32, device=self.device),
                     deterministic=self.deterministic,
                 )
                 audio = out.audio.float().cpu().numpy()
-                lengths = out.audio_lengths.cpu().numpy()
                 durations = out.durations.cpu().numpy()
-                token_lengths = out.token_lengths.cpu().numpy()
         except torch.cuda.OutOfMemoryError as e:
-            raise BackendFault(f"out of GPU memory for a batch of {len(work)}: {e}") from e
-        for row, (i, _, _) in enumerate(work):
-            results[i] = (
-                clip_audio(audio[row, : lengths[row]]),
-                durations[row, : token_lengths[row]].astype(np.int64),
-            )
-        return results
+            raise BackendFault(f"out of GPU memory for a batch of {len(tokens)}: {e}") from e
+        lengths, token_lengths = out.audio_lengths.numpy(), out.token_lengths.numpy()
+        return [
+            (clip_audio(audio[row, : lengths[row]]), durations[row, : token_lengths[row]].astype(np.int64))
+            for row in range(len(tokens))
+        ]
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         import torch
