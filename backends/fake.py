@@ -105,7 +105,7 @@ class FakeSynthesizer:
         try:
             for s in segments:
                 if self.voices is not None:
-                    self.voices.get(s.voice)  # an unknown voice fails here as it would for real
+                    self.voices.style(s.voice, max(1, len(s.phonemes)))  # as the ONNX runtime does
             delay = self.segment_s + self.phoneme_s * max(len(s.phonemes) for s in segments)
             if delay > 0:
                 time.sleep(delay)

@@ -31,7 +31,7 @@ _PART = re.compile(rf"^\s*({_NAME})\s*(?:\(\s*([0-9]+(?:\.[0-9]+)?)\s*\))?\s*$")
 MAX_BLEND_PARTS = 8
 #: Blended packs kept (least recently used dropped): clients choose the weights, so without a
 #: bound every distinct blend would stay in memory for good.
-MAX_CACHED_BLENDS = 32
+MAX_CACHED_BLENDS = 8
 
 
 def parse_blend(spec: str) -> list[tuple[str, float]]:
@@ -153,6 +153,10 @@ class VoiceStore:
             return pack
 
     def style(self, spec: str | None, n_tokens: int) -> np.ndarray:
-        """The (1, 256) style vector for an utterance of ``n_tokens`` phoneme tokens."""
-        pack = self.get(spec)
-        return pack[max(1, min(n_tokens, len(pack))) - 1]
+        """The (1, 256) style vector for an utterance of ``n_tokens`` phoneme tokens. A blend's row
+        is mixed on the spot (a few hundred multiplications), never a whole pack kept."""
+        name = self.resolve(spec)
+        row = max(1, min(n_tokens, PACK_SHAPE[0])) - 1
+        if name in self._packs:
+            return self._packs[name][row]
+        return sum(w * self._packs[n][row] for n, w in parse_blend(name)).astype(np.float32)
