@@ -37,6 +37,8 @@ bounded. Beyond it ``stream()`` raises :class:`Overloaded` (503 / ``overloaded``
 
 Threading: all scheduler state lives on the event loop; worker threads only run the synthesizer and
 call the observer's ``segment_done`` / ``batch_done`` (``queue_depth`` is called from the loop).
+For a batch, ``segment_done`` gets each segment's share of the call's time (the runtime cost) and
+``AudioChunk.synth_seconds`` the whole call's time (what that segment waited for).
 Cancellation: closing or cancelling ``stream()``, or the request timeout, drops the job: its queued
 segment leaves the queue at once and its later segments are never synthesised; a segment already
 inside a running batch finishes and is discarded. ``aclose()`` fails every open stream with
