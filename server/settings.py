@@ -82,7 +82,10 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(16, ge=1, description="Concurrent mode: most segments in one batch.")
     max_wait_ms: float = Field(5.0, ge=0, description="Concurrent mode: longest wait to fill a batch.")
     max_queue: int = Field(
-        256, ge=1, description="Segments waiting for the runtime before requests are refused `overloaded`."
+        256,
+        ge=1,
+        description="Requests synthesising or waiting for the runtime at once (all sessions); beyond it new "
+        "requests are refused `overloaded` (503).",
     )
     request_timeout_s: float | None = Field(
         120.0, gt=0, description="A request still synthesising after this long fails with `timeout`."
