@@ -9,8 +9,9 @@ Rules (the README states them for users):
 * No segment exceeds :data:`~backends.base.MAX_PHONEMES` phonemes: a long sentence is cut at clause
   punctuation (``, ; : —``) first, then between words, and only as a last resort inside a word.
 * The first segment of a request may stop at a clause boundary after a few words
-  (``first_segment_words`` .. ``first_segment_max_words``); later segments pack whole sentences
-  up to ``segment_phonemes`` so synthesis keeps ahead of playback.
+  (``first_segment_words`` .. ``first_segment_max_words``); the first sentence (or clause) always
+  stands alone, and later segments pack whole sentences, each segment at most twice the size of the
+  one before, up to ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
 * Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
   whitespace).
 
@@ -117,6 +118,8 @@ class TextPipeline:
         self.first_segment_max_words = first_segment_max_words
         self.segment_phonemes = min(segment_phonemes, max_phonemes)
         self.max_phonemes = max_phonemes
+        #: Later segments may always grow to this many phonemes, however short the one before.
+        self.min_pack = 64
 
     def phonemes(self, text: str, lang: str) -> str:
         ph = self._phonemize(text, lang)
@@ -178,10 +181,26 @@ class TextPipeline:
             pieces.extend(p for p in self._fit(sentence, lang) if p.phonemes)
         if not any(any(c.isalpha() for c in p.phonemes) for p in pieces):
             raise EmptyText("text has nothing to pronounce")
-        first, rest = pieces[:1], self._pack(pieces[1:], self.segment_phonemes)
-        if not fast_first:
-            first, rest = [], self._pack(pieces, self.segment_phonemes)
         return [
             Segment(text=p.text, phonemes=p.phonemes, voice=voice, speed=speed, index=i, lang=lang)
-            for i, p in enumerate(first + rest)
+            for i, p in enumerate(self._grow(pieces))
         ]
+
+    def _grow(self, pieces: list[SegmentPlan]) -> list[SegmentPlan]:
+        """Pack pieces into segments that at most double in size, up to ``segment_phonemes``.
+
+        The first piece always stands alone (first audio), and each later segment may hold at most
+        twice the phonemes of the one before it: its synthesis then takes about as long as the
+        previous segment plays (at a real-time factor up to ~0.5), so playback has no gaps, while
+        short sentences still share a segment once the stream is under way.
+        """
+        out: list[SegmentPlan] = []
+        for piece in pieces:
+            if len(out) >= 2:
+                budget = min(self.segment_phonemes, max(2 * len(out[-2].phonemes), self.min_pack))
+                if len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
+                    last = out[-1]
+                    out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}")
+                    continue
+            out.append(piece)
+        return out

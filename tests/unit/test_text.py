@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -107,3 +109,18 @@ def test_pipeline_limits_are_configurable(g2p, vocab):
     pipe = TextPipeline(g2p.phonemize, vocab, max_phonemes=60, segment_phonemes=60)
     segments = pipe.plan("A fairly long sentence that certainly needs more than sixty phonemes to say.", voice="v")
     assert len(segments) > 1 and all(len(s.phonemes) <= 60 for s in segments)
+
+
+def test_segments_at_most_double_so_playback_never_waits(pipeline):
+    """Regression: a 4-sentence paragraph without the fast first clause was packed into ONE segment,
+    so 'streaming' sent nothing until the whole paragraph was synthesised."""
+    text = ("Streaming speech starts early. The first sentence plays while the second is made. "
+            "Then the third one follows. And the fourth sentence ends the paragraph here.")
+    for fast_first in (True, False):
+        segments = pipeline.plan(text, voice="jm_kumo", fast_first=fast_first)
+        assert len(segments) >= 3
+        if not fast_first:
+            assert segments[0].text == "Streaming speech starts early."
+        for before, after in itertools.pairwise(segments):
+            packed = len(split_sentences(after.text)) > 1
+            assert not packed or len(after.phonemes) <= max(2 * len(before.phonemes), pipeline.min_pack)
