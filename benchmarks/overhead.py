@@ -154,10 +154,14 @@ def body(data: dict[str, Any]) -> str:
     table = markdown_table(["path", "first audio ms (median)", "complete ms (median)", "audio s per s"], rows)
     spread = _spread([x["first_audio_overhead_ms"] for x in data["samples"]])
     serving = _spread([x["serving_overhead_ms"] for x in data["samples"]])
+    model_call = _spread([
+        x["server_runtime_ms"] - x["raw_ms"] for x in data["samples"] if x.get("server_runtime_ms") is not None
+    ])
     noise = (
-        f"Spread of the paired differences with the raw runtime (p10 / p50 / p90): {spread} ms — on shared cores "
-        f"this noise is far wider than the 10 ms goal, so the paired median cannot resolve it; the serving overhead "
-        f"around the server's own model call is the precise figure: {serving} ms."
+        f"Where the difference comes from (p10 / p50 / p90, ms): paired server − raw {spread}; of it, serving around "
+        f"the model call (G2P, planning, queueing, framing, loopback) {serving}, and the model call inside the "
+        f"server vs kokoro-onnx's whole create() {model_call}. The paired spread comes from sharing the cores with "
+        "other work; the serving figure does not depend on it."
     )
     return (
         f"{s['pairs']} identical segments at concurrency 1: first-audio overhead **{s['first_audio_overhead_ms']} ms** "
