@@ -1,6 +1,7 @@
 """``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, all.
 
-Each benchmark writes ``benchmarks/results/<name>.{json,md,png}``. ``all`` runs them in turn and
+Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
+``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
 carries on past one that fails (the failure is printed and the exit status is 1 at the end).
 ``--quick`` is a short run (``make bench``: the whole ``all --quick`` in about ten minutes on a
 2-core machine); the full runs are what the README quotes.
@@ -69,12 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name", choices=[*NAMES, "all"])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
     parser.add_argument("--model-dir", type=Path, default=None, help="model directory (default: KOKORO_MODEL_DIR or the user cache)")
-    parser.add_argument("--out", type=Path, default=results.RESULTS_DIR, help="where the result files go")
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help="where the result files go (default benchmarks/results, or benchmarks/results/quick with --quick)",
+    )
     parser.add_argument(
         "--render-only", action="store_true",
         help="rewrite <name>.md and .png from the existing <name>.json without running anything",
     )
     args = parser.parse_args(argv)
+    if args.out is None:
+        # Quick runs never overwrite the full results the README quotes.
+        args.out = results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR
     if args.render_only:
         for name in NAMES if args.name == "all" else (args.name,):
             if (args.out / f"{name}.json").exists():
