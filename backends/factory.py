@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .assets import ModelFiles, default_model_dir
+from .assets import REBUILT_PTH, ModelFiles, default_model_dir
 from .g2p import EspeakG2P
 from .onnx_runtime import load_vocab
 from .text import TextPipeline
@@ -63,6 +63,13 @@ def create_synthesizer(options: BackendOptions, files: ModelFiles, voices: Voice
     return cls(files.root, voices, device=options.device, half=options.half, threads=options.threads)
 
 
+def _model_name(runtime: str, files: ModelFiles) -> str:
+    """What /ping reports: the file the chosen runtime actually loads."""
+    if runtime == "torch":
+        return (files.torch_checkpoint or files.root / REBUILT_PTH).name
+    return files.model_name
+
+
 def create_backend(options: BackendOptions) -> Any:
     """Discover the assets, build synthesizer, text pipeline and backend. Loads nothing heavy:
     ``await backend.start()`` does the loading, off the event loop."""
@@ -85,7 +92,7 @@ def create_backend(options: BackendOptions) -> Any:
         max_queue=options.max_queue,
         request_timeout_s=options.request_timeout_s,
         observer=options.observer,
-        model_name=files.model_name,
+        model_name=_model_name(options.runtime, files),
     )
     cls = import_from_string(MODES[options.mode])
     if options.mode == "concurrent":

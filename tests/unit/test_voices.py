@@ -58,3 +58,4 @@ def test_packs_are_loaded_without_pickle(tmp_path):
 def test_folder_of_npy_packs(tmp_path):
     np.save(tmp_path / "xx_one.npy", np.ones((510, 1, 256), np.float32))
     assert VoiceStore.from_path(tmp_path).names() == ["xx_one"]
+
