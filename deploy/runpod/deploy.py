@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploy.cli import env_pairs
+
 PORT = 8080
 
 
@@ -40,18 +42,8 @@ class Call:
     uses: dict[str, str] = field(default_factory=dict)  # kwarg -> name of an earlier call's result id
 
 
-def _env_pairs(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--env wants KEY=VALUE, got {pair!r}")
-        out[key] = value
-    return out
-
-
 def plan_endpoint(args: argparse.Namespace) -> list[Call]:
-    env = {"KOKORO_RUNPOD_MODE": "serverless", "KOKORO_MODE": "concurrent", **_env_pairs(args.env)}
+    env = {"KOKORO_RUNPOD_MODE": "serverless", "KOKORO_MODE": "concurrent", **env_pairs(args.env)}
     template = Call("create_template", {
         "name": f"{args.name}-template", "image_name": args.image, "is_serverless": True,
         "container_disk_in_gb": args.disk_gb, "env": env})
@@ -65,7 +57,7 @@ def plan_endpoint(args: argparse.Namespace) -> list[Call]:
 def plan_pod(args: argparse.Namespace, api_key: str) -> list[Call]:
     key_value = f"{{{{ RUNPOD_SECRET_{args.api_key_secret} }}}}" if args.api_key_secret else api_key
     env = {"KOKORO_RUNPOD_MODE": "pod", "KOKORO_MODE": "concurrent", "KOKORO_API_KEY": key_value,
-           "KOKORO_PORT": str(PORT), **_env_pairs(args.env)}
+           "KOKORO_PORT": str(PORT), **env_pairs(args.env)}
     return [Call("create_pod", {
         "name": args.name, "image_name": args.image, "gpu_type_id": args.gpu_type, "gpu_count": 1,
         "cloud_type": args.cloud_type, "ports": f"{PORT}/http", "container_disk_in_gb": args.disk_gb,

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploy.cli import env_pairs
 from deploy.sagemaker import agent_runtime, endpoint, teardown
 from deploy.sagemaker.endpoint import DeployError, EndpointSpec
 
@@ -119,19 +120,9 @@ def deploy(clients: Any, spec: EndpointSpec, *, scaling: Scaling | None = Scalin
     return result
 
 
-def _env_pairs(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--env wants KEY=VALUE, got {pair!r}")
-        out[key] = value
-    return out
-
-
 def spec_from_args(args: argparse.Namespace, model_data_url: str | None) -> EndpointSpec:
     env = {k: v for k, v in (("KOKORO_BACKEND", args.backend), ("KOKORO_MODE", args.mode)) if v}
-    env.update(_env_pairs(args.env))
+    env.update(env_pairs(args.env))
     ami = args.ami
     if ami == "auto":
         ami = endpoint.default_ami(args.instance_type)
@@ -219,7 +210,7 @@ def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest
         elif args.command == "agent":
             arn, action = agent_runtime.ensure_runtime(
                 clients.client("bedrock-agentcore-control"), endpoint=args.name, region=clients.region,
-                image_uri=args.image, role_arn=args.role, extra_env=_env_pairs(args.env))
+                image_uri=args.image, role_arn=args.role, extra_env=env_pairs(args.env))
             print(f"agent runtime {arn} {action}")
         elif args.command == "destroy":
             report = teardown.destroy(clients, args.name, delete_model_data=args.delete_model_data,
