@@ -178,14 +178,73 @@ class BatchSynthesizer(Synthesizer, Protocol):
     def synthesize_batch(self, segments: Sequence[Segment]) -> list[np.ndarray]: ...
 
 
-class Backend(Protocol):
-    """The asynchronous engine the server talks to (compare vLLM's ``EngineClient``)."""
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do beyond plain synthesis, as the server needs to know it."""
 
-    mode: str
+    #: Chunks carry per-token frame durations (``AudioChunk.durations``): word timings work.
+    word_timings: bool = False
+    #: Segments of several requests may share one runtime call (concurrent mode, batch runtime).
+    batching: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """How a backend describes itself (``/ping``, ``/v1/models``, logs)."""
+
     runtime: str
+    mode: str
+    model: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    capabilities: Capabilities = field(default_factory=Capabilities)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.runtime, "mode": self.mode, "model": self.model,
+                "device": self.device, "dtype": self.dtype}
+
+
+class VoiceCatalog(Protocol):
+    """The loaded voices, as a client may name them."""
+
+    default: str
+
+    def names(self) -> list[str]: ...
+
+    def __contains__(self, spec: object) -> bool: ...
+
+
+class BackendObserver(Protocol):
+    """What a backend reports while it works (the server's metrics implement it). Called from
+    worker threads (``segment_done``, ``batch_done``) and from the event loop (``queue_depth``);
+    implementations must be thread-safe and never block."""
+
+    def segment_done(self, synth_seconds: float, audio_seconds: float) -> None: ...
+
+    def batch_done(self, size: int) -> None: ...
+
+    def queue_depth(self, n: int) -> None: ...
+
+
+class Backend(Protocol):
+    """The asynchronous engine, and the only thing the server knows of it (compare vLLM's
+    ``EngineClient``). Every method is called on the event loop; none blocks it."""
 
     @property
-    def ready(self) -> bool: ...
+    def info(self) -> BackendInfo:
+        """Runtime, mode, model file, device, precision and capabilities."""
+
+    @property
+    def voices(self) -> VoiceCatalog:
+        """The loaded voices and the default."""
+
+    @property
+    def ready(self) -> bool:
+        """Loaded, warmed up and not closing."""
+
+    @property
+    def queue_depth(self) -> int:
+        """Segments waiting for the runtime (all requests)."""
 
     async def start(self) -> None:
         """Load the runtime (off the event loop) and warm it up."""
@@ -200,7 +259,12 @@ class Backend(Protocol):
         """Validate voice/length and plan segments (off the loop). Raises KokoroError."""
 
     def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
-        """Yield one chunk per segment of a prepared request, in order."""
+        """Yield one chunk per segment of a prepared request, in order. Closing or cancelling
+        the iterator aborts the request's pending segments."""
+
+    def phonemize(self, text: str, lang: str) -> str:
+        """The phonemes the runtime would read for ``text`` (word timings align with them).
+        Blocking (G2P): call it from a worker thread."""
 
 
 def clip_audio(audio: np.ndarray) -> np.ndarray:

@@ -64,6 +64,7 @@ import numpy as np
 from .base import (
     AudioChunk,
     BackendFault,
+    Capabilities,
     KokoroError,
     NotReady,
     Overloaded,
@@ -141,6 +142,10 @@ class BatchedBackend(BaseBackend):
         if not self.has_batch_path:
             return False
         return self.batch_on_cpu or getattr(self.synthesizer, "device", None) != "cpu"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(word_timings=False, batching=self.batched)
 
     @property
     def queue_depth(self) -> int:

@@ -21,6 +21,8 @@ from typing import Any
 from .base import (
     AudioChunk,
     BackendFault,
+    BackendInfo,
+    Capabilities,
     KokoroError,
     NotReady,
     Overloaded,
@@ -118,6 +120,22 @@ class BaseBackend:
     @property
     def queue_depth(self) -> int:
         return 0
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(word_timings=callable(getattr(self.synthesizer, "synthesize_timed", None)))
+
+    @property
+    def info(self) -> BackendInfo:
+        synth = self.synthesizer
+        return BackendInfo(
+            runtime=self.runtime, mode=self.mode, model=self.model_name,
+            device=str(getattr(synth, "device", "cpu")), dtype=str(getattr(synth, "dtype", "float32")),
+            capabilities=self.capabilities,
+        )
+
+    def phonemize(self, text: str, lang: str) -> str:
+        return self.pipeline.phonemes(text, lang)
 
     # -- requests -------------------------------------------------------------------------------
     def _plan(self, request: SynthesisRequest) -> SynthesisRequest:

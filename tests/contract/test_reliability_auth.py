@@ -13,7 +13,7 @@ from starlette.testclient import WebSocketDenialResponse
 
 from server import auth
 from server.settings import Settings
-from tests.reliability_support.inproc import WS, answer, client, metric
+from tests.support.inproc import WS, answer, client, metric
 
 KEY = "k-" + "x" * 40
 GOOD = {"authorization": f"Bearer {KEY}"}

@@ -18,8 +18,8 @@ import pytest
 from backends.fake import FakeSynthesizer
 from server.app import create_app
 from server.settings import Settings
-from tests.reliability_support.asgi import WSConn, post, running
-from tests.reliability_support.inproc import WS, make_backend, metric
+from tests.support.asgi import WSConn, post, running
+from tests.support.inproc import WS, make_backend, metric
 
 SESSIONS, PER_SESSION, BACKEND_QUEUE = 2, 2, 2
 POST_BAD = [

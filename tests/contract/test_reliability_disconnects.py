@@ -18,8 +18,8 @@ import pytest
 from backends.fake import FakeSynthesizer
 from server.app import create_app
 from server.settings import Settings
-from tests.reliability_support.inproc import make_backend, metric, wait_for
-from tests.reliability_support.live import BINARY, RawWS, ThreadServer
+from tests.support.inproc import make_backend, metric, wait_for
+from tests.support.live import BINARY, RawWS, ThreadServer
 
 CLIENTS = 100
 LONG = " ".join(f"Sentence number {i} goes on for a little while." for i in range(12))

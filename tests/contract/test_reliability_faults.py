@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from backends.fake import FakeSynthesizer
-from tests.reliability_support.inproc import WS, answer, audio_bytes, client, metric, wait_for
+from tests.support.inproc import WS, answer, audio_bytes, client, metric, wait_for
 
 MODES = ["sequential", "concurrent"]
 TWO_PARTS = "This first sentence is perfectly fine. Then {marker} happens in the second one."

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from backends.base import KokoroError
 from server.params import decode_object, message_type, parse_http_options, parse_synthesis
-from tests.reliability_support.inproc import ERROR_CODES, WS, answer, audio_bytes, client, metric
+from tests.support.inproc import ERROR_CODES, WS, answer, audio_bytes, client, metric
 
 MAX_TEXT = 300
 FIELDS = ["text", "voice", "speed", "sample_rate", "request_id", "type", "lang", "request_timestamp",

@@ -12,7 +12,7 @@ import pytest
 
 from backends.fake import FakeSynthesizer
 from server.settings import Settings, markdown_table
-from tests.reliability_support.inproc import WS, answer, client
+from tests.support.inproc import WS, answer, client
 
 LIMITS = {
     "KOKORO_MAX_MESSAGE_BYTES": ("max_message_bytes", "2048", 2048),

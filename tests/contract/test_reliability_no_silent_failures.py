@@ -16,7 +16,7 @@ import pytest
 
 from backends.fake import FakeSynthesizer
 from backends.g2p import check_script
-from tests.reliability_support.inproc import WS, answer, audio_bytes, client
+from tests.support.inproc import WS, answer, audio_bytes, client
 
 NOTHING = ["", " ", "\t\n  \r\n", "\x00", "\x00\x00\x00", "\u200b\u200b", "\ufeff", "...", "!?", "- - -", "\u2028"]
 REFUSED = [

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from benchmarks.load import load_run
-from tests.reliability_support.inproc import metric, wait_for
-from tests.reliability_support.live import BINARY, CLOSE, PING, TEXT, Closed, RawWS, ServerProcess
+from tests.support.inproc import metric, wait_for
+from tests.support.live import BINARY, CLOSE, PING, TEXT, Closed, RawWS, ServerProcess
 
 FAKE_ENV = {"KOKORO_BACKEND": "fake", "KOKORO_FAKE_SEGMENT_S": "0.005"}
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from benchmarks.load import load_run
-from tests.reliability_support.inproc import metric
-from tests.reliability_support.live import ServerProcess
+from tests.support.inproc import metric
+from tests.support.live import ServerProcess
 
 
 @pytest.mark.slow

@@ -1,3 +1,0 @@
-"""Helpers for the reliability tests (issue 9): the real app over the real backends and text
-pipeline with :class:`backends.fake.FakeSynthesizer`, in process (``inproc``) or as a live server
-(``live``: uvicorn in a thread, or ``python -m server serve`` as a subprocess)."""
