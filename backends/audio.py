@@ -24,7 +24,7 @@ wav      ``audio/wav``                           streaming RIFF header, then s16
 mp3      ``audio/mpeg``                          MPEG layer III, 64 kb/s CBR (lameenc)
 opus     ``audio/ogg; codecs=opus``              Opus in Ogg, 32 kb/s, 100 ms pages (PyAV)
 aac      ``audio/aac``                           AAC-LC in ADTS, 64 kb/s (PyAV)
-flac     ``audio/flac``                          FLAC, 16 bit; STREAMINFO totals left 0 (unknown)
+flac     ``audio/flac``                          FLAC, 16 bit, whole file at flush (see below)
 =======  ======================================  =================================================
 
 Opus only codes 8/12/16/24/48 kHz and every Opus decoder outputs 48 kHz; 22050 and 44100 are
@@ -37,6 +37,7 @@ abandoned mid-stream (client went away) should be ``close()``-d; nothing is writ
 
 from __future__ import annotations
 
+import io
 import struct
 from fractions import Fraction
 from typing import Protocol
@@ -253,6 +254,10 @@ _AV_SPECS: dict[str, tuple[str, str, int, dict[str, str]]] = {
 }
 
 
+#: Formats whose header needs the totals: encoded into a seekable buffer, returned whole at flush.
+_WHOLE_FILE = frozenset({"flac"})
+
+
 class _Sink:
     """A write-only, non-seekable file for PyAV: muxers then stream instead of seeking back."""
 
@@ -274,6 +279,11 @@ class AvEncoder(_BaseEncoder):
 
     PyAV's audio codec context buffers input into the codec's frame size, so chunks of any
     length may be fed. The Ogg muxer is told to close pages every 100 ms so bytes keep flowing.
+
+    FLAC is the exception: it is a whole-file format here. Its STREAMINFO header must carry the
+    total sample count and the audio's MD5 for libsndfile (``soundfile``) to open it, and only a
+    seekable output lets the muxer write them at the end; so a FLAC encoder returns nothing until
+    ``flush()``, which returns the complete file.
     """
 
     def __init__(self, fmt: str, sample_rate: int, input_rate: int = SAMPLE_RATE):
@@ -286,7 +296,8 @@ class AvEncoder(_BaseEncoder):
         container_fmt, codec, bit_rate, options = _AV_SPECS[fmt]
         self.format = fmt
         self.content_type = CONTENT_TYPES[fmt]
-        self._sink = _Sink()
+        self._whole_file = fmt in _WHOLE_FILE
+        self._sink: _Sink | io.BytesIO = io.BytesIO() if self._whole_file else _Sink()
         self._container = av.open(self._sink, mode="w", format=container_fmt, options=dict(options))
         self._stream = self._container.add_stream(codec, rate=self.sample_rate)
         ctx = self._stream.codec_context
@@ -316,13 +327,13 @@ class AvEncoder(_BaseEncoder):
     def _encode(self, audio: np.ndarray) -> bytes:
         for packet in self._stream.encode(self._frame(audio)):
             self._container.mux(packet)
-        return self._sink.take()
+        return b"" if isinstance(self._sink, io.BytesIO) else self._sink.take()
 
     def _finish(self) -> bytes:
         for packet in self._stream.encode(None):
             self._container.mux(packet)
         self._container.close()
-        return self._sink.take()
+        return self._sink.getvalue() if isinstance(self._sink, io.BytesIO) else self._sink.take()
 
     def close(self) -> None:
         if not self._done:

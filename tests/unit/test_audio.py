@@ -109,13 +109,17 @@ def test_content_types():
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_streaming_bytes_flow_and_form_one_valid_stream(fmt):
-    """Bytes leave as chunks go in, and their concatenation is one valid stream of the whole."""
+    """Bytes leave as chunks go in (FLAC: whole at flush), and their concatenation is one valid
+    stream of the whole."""
     chunks = [tone(1.0, 440), tone(1.0, 660), tone(1.0, 440)]
     enc = make_encoder(fmt)
     outs = [enc.encode(c) for c in chunks]
     outs.append(enc.flush())
-    assert outs[0], "nothing left the encoder after the first second of audio"
-    assert sum(len(o) for o in outs[:3]) > len(outs[3]), "most bytes should leave before flush"
+    if fmt == "flac":
+        assert not any(outs[:3]) and outs[3]
+    else:
+        assert outs[0], "nothing left the encoder after the first second of audio"
+        assert sum(len(o) for o in outs[:3]) > len(outs[3]), "most bytes should leave before flush"
     rate, y = decode(b"".join(outs), fmt)
     assert 2.95 <= len(y) / rate <= 3.15
     # the middle second is the 660 Hz chunk
@@ -175,3 +179,22 @@ def test_validation():
             check_sample_rate(bad)
     with pytest.raises(InvalidRequest):
         make_encoder("wav", 12345)
+
+
+@pytest.mark.parametrize("rate", [24000, 16000])
+def test_flac_opens_in_libsndfile_with_its_totals(rate):
+    """soundfile (libsndfile) refuses a FLAC whose STREAMINFO says "length unknown"; the file must
+    carry its total sample count and MD5, in one piece at flush."""
+    import hashlib
+
+    import soundfile
+
+    x = tone(1.0)
+    enc = make_encoder("flac", rate)
+    assert enc.encode(x[:12000]) == b"" and enc.encode(x[12000:]) == b""
+    data = enc.flush()
+    y, out_rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    assert out_rate == rate and abs(len(y) - rate) <= 2
+    total = int.from_bytes(data[8 + 13 : 8 + 18], "big") & ((1 << 36) - 1)  # STREAMINFO's 36-bit count
+    assert total == len(y)
+    assert data[8 + 18 : 8 + 34] == hashlib.md5(y.tobytes()).digest()
