@@ -6,8 +6,9 @@ allow ``sagemaker:InvokeEndpointWithBidirectionalStream`` on that endpoint only 
 stack builds such a role; with boto3 you pass one in).
 
 AgentCore runtime names allow letters, digits and underscores only, so the runtime of endpoint
-``kokoro-tts`` is ``kokoro_tts_agent``. Functions block the calling thread; boto3 clients are
-passed in.
+``kokoro-tts`` is ``kokoro_tts_agent``. The agent is created only once its endpoint is InService
+(:func:`require_in_service`): an agent in front of a missing endpoint fails every request. Functions
+block the calling thread; boto3 clients are passed in.
 """
 
 from __future__ import annotations
@@ -17,9 +18,32 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from deploy.sagemaker.endpoint import DeployError, describe_or_none
+
 # The variables `kokoro-agent serve` reads (agent/cli.py); used here and by the CDK agent stack.
 ENDPOINT_ENV = "KOKORO_AGENT_ENDPOINT_NAME"
 REGION_ENV = "KOKORO_AGENT_REGION"
+BEDROCK_MODEL_ENV = "KOKORO_AGENT_BEDROCK_MODEL_ID"
+
+
+def refusal(sm: Any, endpoint: str) -> str | None:
+    """Why no agent may be put in front of SageMaker endpoint ``endpoint`` now; None when it is InService."""
+    desc = describe_or_none(sm.describe_endpoint, EndpointName=endpoint)
+    if desc is None:
+        return (f"refusing to create the agent: endpoint {endpoint} does not exist. The agent speaks through it: "
+                f"create it first (`up --name {endpoint}`)")
+    status = desc["EndpointStatus"]
+    if status != "InService":
+        return (f"refusing to create the agent: endpoint {endpoint} is {status}, not InService. The agent runtime "
+                "is created only once its endpoint serves: wait for InService, then run this again")
+    return None
+
+
+def require_in_service(sm: Any, endpoint: str) -> None:
+    """Raise :class:`DeployError` (with :func:`refusal`'s reason) unless the endpoint is InService."""
+    reason = refusal(sm, endpoint)
+    if reason:
+        raise DeployError(reason)
 
 
 def runtime_name(endpoint: str) -> str:
@@ -44,11 +68,16 @@ def find_runtimes(ac: Any, name: str) -> list[dict]:
             return found
 
 
+def _same(current: dict, args: dict) -> bool:
+    keys = ("agentRuntimeArtifact", "roleArn", "networkConfiguration", "environmentVariables")
+    return all(current.get(k) == args[k] for k in keys)
+
+
 def ensure_runtime(ac: Any, *, endpoint: str, region: str, image_uri: str, role_arn: str,
-                   extra_env: dict[str, str] | None = None) -> tuple[str, str]:
+                   extra_env: dict[str, str] | None = None, tags: dict[str, str] | None = None) -> tuple[str, str]:
     """Create the endpoint's agent runtime, or update it to this image/role/environment.
 
-    Returns ``(runtime_arn, "created" | "updated")``.
+    Returns ``(runtime_arn, "created" | "updated" | "unchanged")``; ``tags`` go on a new runtime.
     """
     name = runtime_name(endpoint)
     args = {
@@ -61,9 +90,12 @@ def ensure_runtime(ac: Any, *, endpoint: str, region: str, image_uri: str, role_
     existing = find_runtimes(ac, name)
     if existing:
         rid = existing[0]["agentRuntimeId"]
+        current = ac.get_agent_runtime(agentRuntimeId=rid)
+        if _same(current, args):
+            return current["agentRuntimeArn"], "unchanged"
         out = ac.update_agent_runtime(agentRuntimeId=rid, **args)
         return out["agentRuntimeArn"], "updated"
-    out = ac.create_agent_runtime(agentRuntimeName=name, **args)
+    out = ac.create_agent_runtime(agentRuntimeName=name, **args, **({"tags": tags} if tags else {}))
     return out["agentRuntimeArn"], "created"
 
 

@@ -33,6 +33,8 @@ SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 # Concurrent requests per model copy, sampled every 10 s: a bidirectional stream counts as one
 # request for as long as it is open, so this tracks live sessions, which is what loads the GPU.
 CONCURRENCY_METRIC = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+# The tag every resource `up` creates carries (value: the stack name); `down` and the tests find them by it.
+STACK_TAG = "kokoro-serve:stack"
 
 
 def default_ami(instance_type: str) -> str | None:
@@ -80,9 +82,11 @@ class EndpointSpec:
         part["model"] = self.model_name
         return f"{self.name}-{self._digest(part)}"
 
+    def tag_dict(self) -> dict[str, str]:
+        return {"kokoro-serve:endpoint": self.name, **self.tags}
+
     def tag_list(self) -> list[dict[str, str]]:
-        tags = {"kokoro-serve:endpoint": self.name, **self.tags}
-        return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+        return [{"Key": k, "Value": v} for k, v in sorted(self.tag_dict().items())]
 
 
 def _missing(exc: Exception) -> bool:
@@ -184,42 +188,73 @@ def resource_id(endpoint: str, variant: str = VARIANT) -> str:
     return f"endpoint/{endpoint}/variant/{variant}"
 
 
+def scaling_policy_name(endpoint: str) -> str:
+    return f"{endpoint}-concurrency"
+
+
+def _target_tracking(target_sessions: float, scale_in_cooldown_s: int, scale_out_cooldown_s: int) -> dict:
+    return {
+        "TargetValue": float(target_sessions),
+        "PredefinedMetricSpecification": {"PredefinedMetricType": CONCURRENCY_METRIC},
+        "ScaleInCooldown": scale_in_cooldown_s,
+        "ScaleOutCooldown": scale_out_cooldown_s,
+    }
+
+
 def configure_autoscaling(aas: Any, endpoint: str, *, min_instances: int, max_instances: int,
                           target_sessions: float, scale_in_cooldown_s: int = 300,
-                          scale_out_cooldown_s: int = 60) -> str:
+                          scale_out_cooldown_s: int = 60, tags: dict[str, str] | None = None) -> str:
     """Register the variant as a scalable target and track concurrent requests per model.
 
     ``target_sessions`` is the number of open sessions/requests per instance the policy aims
-    for. Returns the policy name. Idempotent (both calls are upserts).
+    for. Returns the policy name. Idempotent (both calls are upserts); ``tags`` go on a new target.
     """
     if not 1 <= min_instances <= max_instances:
         raise ValueError("need 1 <= min_instances <= max_instances")
     rid = resource_id(endpoint)
     aas.register_scalable_target(ServiceNamespace="sagemaker", ResourceId=rid, ScalableDimension=SCALABLE_DIMENSION,
-                                 MinCapacity=min_instances, MaxCapacity=max_instances)
-    policy = f"{endpoint}-concurrency"
+                                 MinCapacity=min_instances, MaxCapacity=max_instances,
+                                 **({"Tags": tags} if tags else {}))
+    policy = scaling_policy_name(endpoint)
     aas.put_scaling_policy(
         PolicyName=policy, ServiceNamespace="sagemaker", ResourceId=rid, ScalableDimension=SCALABLE_DIMENSION,
         PolicyType="TargetTrackingScaling",
-        TargetTrackingScalingPolicyConfiguration={
-            "TargetValue": float(target_sessions),
-            "PredefinedMetricSpecification": {"PredefinedMetricType": CONCURRENCY_METRIC},
-            "ScaleInCooldown": scale_in_cooldown_s,
-            "ScaleOutCooldown": scale_out_cooldown_s,
-        },
+        TargetTrackingScalingPolicyConfiguration=_target_tracking(target_sessions, scale_in_cooldown_s,
+                                                                  scale_out_cooldown_s),
     )
     return policy
 
 
-def remove_autoscaling(aas: Any, endpoint: str) -> bool:
-    """Deregister the variant's scalable target (its policies go with it). False if none was set."""
+def autoscaling_matches(aas: Any, endpoint: str, *, min_instances: int, max_instances: int,
+                        target_sessions: float, scale_in_cooldown_s: int = 300, scale_out_cooldown_s: int = 60) -> bool:
+    """True when the target and policy already say what :func:`configure_autoscaling` would write."""
     rid = resource_id(endpoint)
+    targets = aas.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[rid],
+                                            ScalableDimension=SCALABLE_DIMENSION)["ScalableTargets"]
+    if [(t["MinCapacity"], t["MaxCapacity"]) for t in targets] != [(min_instances, max_instances)]:
+        return False
+    name = scaling_policy_name(endpoint)
+    policies = aas.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=rid,
+                                             ScalableDimension=SCALABLE_DIMENSION,
+                                             PolicyNames=[name])["ScalingPolicies"]
+    want = _target_tracking(target_sessions, scale_in_cooldown_s, scale_out_cooldown_s)
+    return [p.get("TargetTrackingScalingPolicyConfiguration") for p in policies if p["PolicyName"] == name] == [want]
+
+
+def remove_autoscaling(aas: Any, endpoint: str) -> list[str]:
+    """Delete the variant's scaling policies, then deregister its target. Returns what was removed."""
+    rid = resource_id(endpoint)
+    where = {"ServiceNamespace": "sagemaker", "ResourceId": rid, "ScalableDimension": SCALABLE_DIMENSION}
+    removed = []
+    for policy in aas.describe_scaling_policies(**where)["ScalingPolicies"]:
+        aas.delete_scaling_policy(PolicyName=policy["PolicyName"], **where)
+        removed.append(f"scaling policy {policy['PolicyName']}")
     found = aas.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[rid],
                                           ScalableDimension=SCALABLE_DIMENSION)["ScalableTargets"]
-    if not found:
-        return False
-    aas.deregister_scalable_target(ServiceNamespace="sagemaker", ResourceId=rid, ScalableDimension=SCALABLE_DIMENSION)
-    return True
+    if found:
+        aas.deregister_scalable_target(**where)
+        removed.append(f"autoscaling target {rid}")
+    return removed
 
 
 def owned_names(items: list[dict], key: str, endpoint: str) -> list[str]:
