@@ -41,16 +41,29 @@ def repository_name(stack: str) -> str:
     return stack.lower()
 
 
-def ensure_repository(ecr: Any, name: str, tags: dict[str, str]) -> tuple[str, bool]:
-    """The repository's URI, creating it (tagged, scanned on push) if needed. Returns ``(uri, created)``."""
+def ensure_repository(ecr: Any, name: str, tags: dict[str, str]) -> tuple[str, str]:
+    """The repository's URI, creating it (tagged, scanned on push) or adding missing ``tags``.
+    Returns ``(uri, "created" | "updated" | "unchanged")``."""
     try:
         repo = ecr.describe_repositories(repositoryNames=[name])["repositories"][0]
-        return repo["repositoryUri"], False
     except ecr.exceptions.RepositoryNotFoundException:
-        pass
-    repo = ecr.create_repository(repositoryName=name, imageScanningConfiguration={"scanOnPush": True},
-                                 tags=[{"Key": k, "Value": v} for k, v in tags.items()])["repository"]
-    return repo["repositoryUri"], True
+        repo = ecr.create_repository(repositoryName=name, imageScanningConfiguration={"scanOnPush": True},
+                                     tags=[{"Key": k, "Value": v} for k, v in tags.items()])["repository"]
+        return repo["repositoryUri"], "created"
+    have = repository_tags(ecr, name)
+    if all(have.get(k) == v for k, v in tags.items()):
+        return repo["repositoryUri"], "unchanged"
+    ecr.tag_resource(resourceArn=repo["repositoryArn"], tags=[{"Key": k, "Value": v} for k, v in tags.items()])
+    return repo["repositoryUri"], "updated"
+
+
+def repository_tags(ecr: Any, name: str) -> dict[str, str]:
+    """The repository's tags; empty when it does not exist."""
+    try:
+        arn = ecr.describe_repositories(repositoryNames=[name])["repositories"][0]["repositoryArn"]
+    except ecr.exceptions.RepositoryNotFoundException:
+        return {}
+    return {t["Key"]: t["Value"] for t in ecr.list_tags_for_resource(resourceArn=arn)["tags"]}
 
 
 def repository_uri(ecr: Any, name: str) -> str | None:

@@ -106,10 +106,10 @@ def deploy(clients: Any, spec: EndpointSpec, *, scaling: Scaling | None = Scalin
     changed: list[str] = []
     model, made = endpoint.ensure_model(sm, spec)
     log(f"model {model}: {'created' if made else 'exists'}")
-    changed += [f"model {model}"] if made else []
+    changed += [f"model {model} (created)"] if made else []
     config, made = endpoint.ensure_endpoint_config(sm, spec)
     log(f"endpoint config {config}: {'created' if made else 'exists'}")
-    changed += [f"endpoint config {config}"] if made else []
+    changed += [f"endpoint config {config} (created)"] if made else []
     action = endpoint.ensure_endpoint(sm, spec, before_update=lambda: endpoint.remove_autoscaling(aas, spec.name))
     log(f"endpoint {spec.name}: {action}")
     changed += [f"endpoint {spec.name} ({action})"] if action != "unchanged" else []

@@ -155,15 +155,16 @@ def up(clients: Any, plan: UpPlan, *, scaling: rollout.Scaling | None = rollout.
     """Bring stack ``plan.name`` to ``plan``; raises :class:`DeployError` with what to do next."""
     names, report = StackNames(plan.name), UpReport()
     place = roles.Place.from_caller_arn(clients.client("sts").get_caller_identity()["Arn"], clients.region)
-    repo_uri, made = images.ensure_repository(clients.client("ecr"), names.repository, names.tags)
-    report.step(f"ECR repository {repo_uri}", "created" if made else "unchanged", log)
     data_url = _model_data(clients, plan, report, log)
+    # the model data's place goes on the repository and the role, so `down` finds it after a half-finished `up`
+    tags = names.tags | ({roles.MODEL_DATA_TAG: data_url} if data_url else {})
+    repo_uri, action = images.ensure_repository(clients.client("ecr"), names.repository, tags)
+    report.step(f"ECR repository {repo_uri}", action, log)
     role_arn, role_action = roles.ensure_role(
         clients.client("iam"), names.execution_role, trust_policy=roles.trust("sagemaker.amazonaws.com"),
         policy=roles.execution_policy(place, endpoint=names.endpoint, repository=names.repository,
                                       model_data_url=data_url),
-        tags=names.tags | ({roles.MODEL_DATA_TAG: data_url} if data_url else {}),
-        description=f"kokoro-serve SageMaker execution role of endpoint {names.endpoint}")
+        tags=tags, description=f"kokoro-serve SageMaker execution role of endpoint {names.endpoint}")
     report.step(f"IAM role {names.execution_role}", role_action, log)
     image, agent_image = _images(clients, plan, repo_uri, log)
 
@@ -188,7 +189,8 @@ def down(clients: Any, name: str, *, everything: bool = False, timeout_s: float 
     with ``everything`` the ECR repository and the S3 model data. Safe to re-run."""
     names = StackNames(name)
     iam, ecr = clients.client("iam"), clients.client("ecr")
-    data = roles.role_tags(iam, names.execution_role).get(roles.MODEL_DATA_TAG)
+    data = (roles.role_tags(iam, names.execution_role).get(roles.MODEL_DATA_TAG)
+            or images.repository_tags(ecr, names.repository).get(roles.MODEL_DATA_TAG))
     repo_uri = images.repository_uri(ecr, names.repository)
     report = teardown.destroy(
         clients, names.endpoint, delete_model_data=everything,
