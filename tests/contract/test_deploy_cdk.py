@@ -97,6 +97,15 @@ def test_the_model_runs_the_image_built_from_the_label_carrying_dockerfile(synth
     assert container["Environment"] == {"KOKORO_BACKEND": "torch", "KOKORO_MODE": "concurrent"}
 
 
+def test_stack_outputs_give_the_smoke_test_command_and_resources_carry_the_stack_tag(synth):
+    outputs = synth["speech"].find_outputs("SmokeTestCommand")
+    (command,) = [o["Value"] for o in outputs.values()]
+    assert command == "python -m deploy.sagemaker.deploy --region us-east-1 smoke --name kokoro-tts"
+    for template, kind in ((synth["speech"], "AWS::SageMaker::Endpoint"), (synth["agent"], "AWS::IAM::Role")):
+        for res in template.find_resources(kind).values():
+            assert {"Key": "kokoro-serve:stack", "Value": "kokoro-tts"} in res["Properties"]["Tags"]
+
+
 def test_target_tracking_on_concurrent_requests_per_model(synth):
     target = _only(synth["speech"], "AWS::ApplicationAutoScaling::ScalableTarget")
     assert target["ResourceId"] == "endpoint/kokoro-tts/variant/AllTraffic"

@@ -6,7 +6,7 @@
 Settings come from context (``cdk deploy -c endpoint_name=kokoro-tts -c image_uri=... ``): every
 field of ``SpeechConfig`` (endpoint_name, image_uri, model_data_url, instance_type,
 inference_ami_version, min_instances, max_instances, target_sessions, backend, mode,
-invoke_principal_arn) plus ``agent_image_uri`` and ``agent_model``. Without ``image_uri`` /
+invoke_principal_arn) plus ``agent_image_uri``, ``agent_model`` and ``agent_bedrock_model_id``. Without ``image_uri`` /
 ``agent_image_uri`` the images are built from the Dockerfiles as CDK assets (Docker needed at deploy
 time, not at synth time). The account/region come from the CLI's environment.
 """

@@ -33,6 +33,7 @@ from deploy.sagemaker.endpoint import (
     DEFAULT_INSTANCE_TYPE,
     DEFAULT_STARTUP_TIMEOUT_S,
     SCALABLE_DIMENSION,
+    STACK_TAG,
     VARIANT,
     default_ami,
 )
@@ -73,6 +74,11 @@ class SpeechConfig:
             kind = field.type if isinstance(field.type, str) else field.type.__name__
             values[name] = int(raw) if kind == "int" else float(raw) if kind == "float" else str(raw)
         return cls(**values)
+
+
+def smoke_command(region: str, endpoint_name: str) -> str:
+    """The bidirectional smoke test of the deployed endpoint, as a shell command."""
+    return f"python -m deploy.sagemaker.deploy --region {region} smoke --name {endpoint_name}"
 
 
 def endpoint_arn(stack: cdk.Stack, endpoint_name: str) -> str:
@@ -154,6 +160,10 @@ class SpeechStack(cdk.Stack):
 
         cdk.CfnOutput(self, "EndpointName", value=self.endpoint.attr_endpoint_name)
         cdk.CfnOutput(self, "InvokeRoleArn", value=self.invoke_role.role_arn)
+        # InService proves only that /ping answered: the deploy is done once this passes.
+        cdk.CfnOutput(self, "SmokeTestCommand", value=smoke_command(self.region, config.endpoint_name),
+                      description="run from the repository root (Python >= 3.12, pip install 'kokoro-serve[agent]')")
+        cdk.Tags.of(self).add(STACK_TAG, config.endpoint_name)
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,7 @@ class AgentConfig:
     image_uri: str | None = None  # None: build deploy/sagemaker/Dockerfile.agent (ARM64) as an asset
     dockerfile: str = "deploy/sagemaker/Dockerfile.agent"
     model: str = "bedrock"
+    bedrock_model_id: str | None = None  # None: the agent's default (Claude Sonnet 4.6, regional profile)
 
 
 class AgentStack(cdk.Stack):
@@ -207,7 +218,10 @@ class AgentStack(cdk.Stack):
             asset.repository.grant_pull(role)
             image_uri = asset.image_uri
 
-        env = agent_runtime.runtime_environment(config.endpoint_name, self.region, {"KOKORO_AGENT_MODEL": config.model})
+        extra = {"KOKORO_AGENT_MODEL": config.model}
+        if config.bedrock_model_id:
+            extra[agent_runtime.BEDROCK_MODEL_ENV] = config.bedrock_model_id
+        env = agent_runtime.runtime_environment(config.endpoint_name, self.region, extra)
         self.runtime = agentcore.CfnRuntime(
             self, "Runtime", agent_runtime_name=agent_runtime.runtime_name(config.endpoint_name),
             description=f"kokoro-serve agent speaking through SageMaker endpoint {config.endpoint_name}",
@@ -217,6 +231,7 @@ class AgentStack(cdk.Stack):
                 container_configuration=agentcore.CfnRuntime.ContainerConfigurationProperty(container_uri=image_uri)))
         self.runtime.node.add_dependency(role)
         cdk.CfnOutput(self, "AgentRuntimeArn", value=self.runtime.attr_agent_runtime_arn)
+        cdk.Tags.of(self).add(STACK_TAG, config.endpoint_name)
 
 
 def build_app(app: cdk.App, env: cdk.Environment | None = None) -> tuple[SpeechStack, AgentStack]:
@@ -225,7 +240,8 @@ def build_app(app: cdk.App, env: cdk.Environment | None = None) -> tuple[SpeechS
     speech = SpeechStack(app, "KokoroSpeech", config=speech_config, env=env)
     agent_config = AgentConfig(endpoint_name=speech_config.endpoint_name,
                                image_uri=app.node.try_get_context("agent_image_uri"),
-                               model=app.node.try_get_context("agent_model") or "bedrock")
+                               model=app.node.try_get_context("agent_model") or "bedrock",
+                               bedrock_model_id=app.node.try_get_context("agent_bedrock_model_id"))
     agent = AgentStack(app, "KokoroAgent", config=agent_config, env=env)
     agent.add_dependency(speech)
     return speech, agent
