@@ -6,7 +6,7 @@
 
 Runs the AgentCore app (``agent.app``): the browser page at ``/``, SSE turns at ``POST /invocations``.
 Defaults come from ``KOKORO_AGENT_*`` variables where set (``HOST``, ``PORT``, ``MODEL``,
-``TOKENS_PER_SECOND``, ``TTS_URL``, ``ENDPOINT_NAME``, ``REGION``, ``VOICE``, ``BEDROCK_MODEL_ID``). In an AgentCore
+``TOKENS_PER_SECOND``, ``TTS_URL``, ``ENDPOINT_NAME``, ``REGION``, ``VOICE``). In an AgentCore
 container use ``--host 0.0.0.0 --port 8080`` (the runtime's contract).
 """
 
@@ -43,7 +43,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     serve.add_argument("--region", default=default("REGION", None) or env.get("AWS_REGION"))
     serve.add_argument("--voice", default=default("VOICE", None))
     serve.add_argument("--speed", type=float, default=None)
-    serve.add_argument("--bedrock-model-id", default=default("BEDROCK_MODEL_ID", None))
+    serve.add_argument("--bedrock-model-id", default=None)
     serve.add_argument("--bedrock-endpoint-url", default=None)
     serve.add_argument("--first-clause-words", type=int, default=6,
                        help="the first chunk may end at a clause after this many words (0: off)")
