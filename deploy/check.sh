@@ -36,13 +36,13 @@ grep -q '"InstanceType": "ml.c6i.xlarge"' "$tmp/cpu/KokoroSpeech.template.json"
 echo "synth OK: $(ls "$tmp/gpu" | grep -c template.json) stacks"
 
 echo "== deploy CLIs parse and plan"
-"$PY" -m deploy.sagemaker.deploy --help >/dev/null
+for sub in up down deploy agent destroy; do "$PY" -m deploy.sagemaker.deploy "$sub" --help >/dev/null; done
 "$PY" -m deploy.sagemaker.package_model --help >/dev/null
 env -u RUNPOD_API_KEY "$PY" -m deploy.runpod.deploy endpoint --image example/kokoro-serve:runpod --dry-run >/dev/null
 env -u RUNPOD_API_KEY "$PY" -m deploy.runpod.deploy pod --image example/kokoro-serve:runpod --dry-run >/dev/null
 
 if [[ "${1:-}" != "--static" ]]; then
-    echo "== deploy tests (moto AWS, CDK assertions, serve entry + RunPod worker as real processes)"
+    echo "== deploy tests (moto AWS in-process and as a server the CLI calls, CDK assertions, serve entry + RunPod worker as real processes)"
     "$PY" -m pytest -q -p no:cacheprovider tests/contract/test_deploy_*.py
 fi
 echo "deploy-check: OK"

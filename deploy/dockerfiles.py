@@ -133,11 +133,8 @@ def _version_tuple(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
 
 
-def check(path: Path, *, torch: bool, sagemaker: bool, platform: str | None = None) -> list[str]:
-    """Problems with the Dockerfile at ``path`` (empty list: none)."""
-    df = Dockerfile.parse(path)
+def _torch_problems(df: Dockerfile, name: str, torch: bool) -> list[str]:
     problems = []
-    name = Path(path).name
     pins = df.torch_pins()
     if torch:
         if not pins:
@@ -149,7 +146,11 @@ def check(path: Path, *, torch: bool, sagemaker: bool, platform: str | None = No
                 problems.append(f"{name}: torch {pin} is vulnerable (PYSEC-2026-2286); need >= 2.10")
     elif pins or any(re.search(r"\btorch\b", c) for c in df.pip_installs()):
         problems.append(f"{name}: installs torch, which this image must not carry")
+    return problems
 
+
+def _download_problems(df: Dockerfile, name: str) -> list[str]:
+    problems = []
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if df.env.get(var) != "1":
             problems.append(f"{name}: {var}=1 is not set (a model-hub download could happen at run time)")
@@ -159,7 +160,11 @@ def check(path: Path, *, torch: bool, sagemaker: bool, platform: str | None = No
     for ins in df.all("CMD") + df.all("ENTRYPOINT"):
         if re.search(r"\b(curl|wget|pip|kokoro-serve\s+assets)\b", ins.value):
             problems.append(f"{name}:{ins.line}: the start command downloads or installs: {ins.value}")
+    return problems
 
+
+def _source_problems(df: Dockerfile, name: str, platform: str | None) -> list[str]:
+    problems = []
     for ins in df.all("FROM"):
         image = df.expand(ins.words()[-1] if "--platform" not in ins.value else ins.value.split()[-1])
         if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest"):
@@ -173,19 +178,32 @@ def check(path: Path, *, torch: bool, sagemaker: bool, platform: str | None = No
         for src in words[:-1]:
             if not (REPO / src).exists():
                 problems.append(f"{name}:{ins.line}: COPY source {src} does not exist in the repository")
+    return problems
 
+
+def _sagemaker_problems(df: Dockerfile, name: str) -> list[str]:
+    problems = []
+    if df.labels.get(BIDI_LABEL) != "true":
+        problems.append(f"{name}: missing LABEL {BIDI_LABEL}=true (SageMaker will refuse bidirectional streams)")
+    if not any("8080" in ins.value.split() for ins in df.all("EXPOSE")):
+        problems.append(f"{name}: does not EXPOSE 8080")
+    cmd = df.all("CMD")[-1].words() if df.all("CMD") else []
+    if df.all("ENTRYPOINT") or cmd != ["serve"]:
+        problems.append(f"{name}: `docker run IMAGE serve` must run the serve entry (CMD [\"serve\"], no ENTRYPOINT)")
+    if not any(ins.words()[-1].startswith("/opt/program") and "serve" in ins.value for ins in df.all("COPY")):
+        problems.append(f"{name}: the serve entry is not copied onto PATH (/opt/program/serve)")
+    if "/opt/program" not in df.env.get("PATH", ""):
+        problems.append(f"{name}: /opt/program is not on PATH")
+    return problems
+
+
+def check(path: Path, *, torch: bool, sagemaker: bool, platform: str | None = None) -> list[str]:
+    """Problems with the Dockerfile at ``path`` (empty list: none)."""
+    df = Dockerfile.parse(path)
+    name = Path(path).name
+    problems = _torch_problems(df, name, torch) + _download_problems(df, name) + _source_problems(df, name, platform)
     if sagemaker:
-        if df.labels.get(BIDI_LABEL) != "true":
-            problems.append(f"{name}: missing LABEL {BIDI_LABEL}=true (SageMaker will refuse bidirectional streams)")
-        if not any("8080" in ins.value.split() for ins in df.all("EXPOSE")):
-            problems.append(f"{name}: does not EXPOSE 8080")
-        cmd = df.all("CMD")[-1].words() if df.all("CMD") else []
-        if df.all("ENTRYPOINT") or cmd != ["serve"]:
-            problems.append(f"{name}: `docker run IMAGE serve` must run the serve entry (CMD [\"serve\"], no ENTRYPOINT)")
-        if not any(ins.words()[-1].startswith("/opt/program") and "serve" in ins.value for ins in df.all("COPY")):
-            problems.append(f"{name}: the serve entry is not copied onto PATH (/opt/program/serve)")
-        if "/opt/program" not in df.env.get("PATH", ""):
-            problems.append(f"{name}: /opt/program is not on PATH")
+        problems += _sagemaker_problems(df, name)
     return problems
 
 
