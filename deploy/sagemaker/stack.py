@@ -183,10 +183,27 @@ def up(clients: Any, plan: UpPlan, *, scaling: rollout.Scaling | None = rollout.
     return report
 
 
+def _log_groups(clients: Any, names: StackNames, everything: bool, report: teardown.DestroyReport) -> None:
+    """The log groups SageMaker and AgentCore made for the stack: deleted with ``everything``, else named."""
+    logs = clients.client("logs")
+    endpoint_group = f"/aws/sagemaker/Endpoints/{names.endpoint}"
+    agent_prefix = f"/aws/bedrock-agentcore/runtimes/{agent_runtime.runtime_name(names.endpoint)}-"
+    for prefix in (endpoint_group, agent_prefix):
+        for group in logs.describe_log_groups(logGroupNamePrefix=prefix)["logGroups"]:
+            if prefix == endpoint_group and group["logGroupName"] != endpoint_group:
+                continue  # another endpoint whose name starts with this one's
+            if everything:
+                logs.delete_log_group(logGroupName=group["logGroupName"])
+                report.deleted.append(f"log group {group['logGroupName']}")
+            else:
+                report.kept.append(f"CloudWatch log group {group['logGroupName']} "
+                                   f"({group.get('storedBytes', 0) / 1e6:.0f} MB stored)")
+
+
 def down(clients: Any, name: str, *, everything: bool = False, timeout_s: float = 1800, poll_s: float = 15,
          sleep: Callable[[float], None] = time.sleep) -> teardown.DestroyReport:
     """Remove stack ``name``: agent runtime, autoscaling, endpoint, endpoint configs, models, roles, and
-    with ``everything`` the ECR repository and the S3 model data. Safe to re-run."""
+    with ``everything`` the ECR repository, the S3 model data and the log groups. Safe to re-run."""
     names = StackNames(name)
     iam, ecr = clients.client("iam"), clients.client("ecr")
     data = (roles.role_tags(iam, names.execution_role).get(roles.MODEL_DATA_TAG)
@@ -200,4 +217,5 @@ def down(clients: Any, name: str, *, everything: bool = False, timeout_s: float 
     for role in (names.agent_role, names.execution_role):
         if roles.delete_role(iam, role):
             report.deleted.append(f"IAM role {role} and its inline policy")
+    _log_groups(clients, names, everything, report)
     return report

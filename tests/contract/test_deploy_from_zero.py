@@ -114,11 +114,16 @@ def test_up_from_an_empty_account_then_again_changes_nothing_and_down_all_leaves
     assert "nothing changed" in again.stdout
     assert tagged(aws, "kz1") == made
 
+    logs = client(aws, "logs")
+    for group in ("/aws/sagemaker/Endpoints/kz1", "/aws/sagemaker/Endpoints/kz10"):  # as SageMaker makes them
+        logs.create_log_group(logGroupName=group)
     down = cli(aws, "down", "--name", "kz1", "--all")
     assert down.returncode == 0, down.stderr
     assert tagged(aws, "kz1") == NOTHING
     assert "deleted ECR repository kz1" in down.stdout and "WARNING" not in down.stderr
     assert client(aws, "iam").list_roles()["Roles"] == []
+    # its own log group went; another endpoint's whose name merely starts with "kz1" stayed
+    assert [g["logGroupName"] for g in logs.describe_log_groups()["logGroups"]] == ["/aws/sagemaker/Endpoints/kz10"]
 
 
 def test_without_docker_or_image_up_prints_the_buildx_commands_and_down_clears_the_half_finished_stack(
