@@ -227,3 +227,15 @@ def test_model_archive_is_reproducible_and_upload_is_skipped_when_unchanged(aws,
     assert package_model.upload(b, "s3://mdl/x/model.tar.gz", s3) == ("s3://mdl/x/model.tar.gz", False)
     with pytest.raises(ValueError, match="no model files"):
         package_model.build_tarball(tmp_path / "empty-does-not-exist", tmp_path / "c.tar.gz")
+
+
+def test_up_ends_with_the_smoke_test_on_the_in_service_endpoint_and_fails_when_it_fails(aws, capsys):
+    smoke = Smoke(aws)
+    assert sm_deploy.main(["up", "--name", "tts-up", "--image", IMAGE], clients=aws, smoke=smoke) == 0
+    config = aws.client("sagemaker").describe_endpoint(EndpointName="tts-up")["EndpointConfigName"]
+    assert smoke.calls == [("tts-up", REGION, "InService", config)]
+    assert "bidi smoke OK" in capsys.readouterr().out
+
+    failing = Smoke(aws, fail="no synthesis_start")
+    assert sm_deploy.main(["up", "--name", "tts-up", "--image", IMAGE], clients=aws, smoke=failing) == 1
+    assert failing.calls and "failed the bidirectional smoke test: no synthesis_start" in capsys.readouterr().err
