@@ -17,6 +17,7 @@ from agent.tts_client import (
     TTSClient,
     TTSError,
 )
+from agent.ws_client import ws_url
 from tests.agent_support.fake_tts_server import FakeTTSServer
 
 SENTENCES = ["The first sentence is here.", "A second one follows.", "And a third ends it."]
@@ -159,4 +160,4 @@ def test_url_forms():
         ("h:2", "ws://h:2/invocations-bidirectional-stream"),
         ("ws://h:3/custom", "ws://h:3/custom"),
     ]:
-        assert TTSClient._ws_url(given) == expected
+        assert ws_url(given) == expected
