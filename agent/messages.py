@@ -103,9 +103,11 @@ def synthesis_request(
     speed: float | None = None,
     sample_rate: int | None = None,
     timestamp: bool = False,
+    typed: bool = True,
 ) -> dict[str, Any]:
-    """A synthesis request; unset options are left out (the server's defaults apply)."""
-    msg: dict[str, Any] = {"type": "synthesize", "text": text}
+    """A synthesis request; unset options are left out (the server's defaults apply). ``typed=False``
+    leaves out ``"type"`` too, as the AWS sample's clients send it."""
+    msg: dict[str, Any] = {"type": "synthesize", "text": text} if typed else {"text": text}
     options = {"request_id": request_id, "voice": voice, "speed": speed, "sample_rate": sample_rate}
     msg.update({k: v for k, v in options.items() if v is not None})
     if timestamp:
