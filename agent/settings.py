@@ -99,7 +99,9 @@ AGENT_PREFIX = "KOKORO_AGENT_"
 class AgentSettings(EnvironSettings):
     """Everything the agent app needs. Immutable once built; shared by all turns."""
 
-    model_config = SettingsConfigDict(env_prefix=AGENT_PREFIX, extra="ignore", frozen=True, populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix=AGENT_PREFIX, extra="ignore", frozen=True, populate_by_name=True, env_ignore_empty=True
+    )
 
     host: str = Field("127.0.0.1", description="Agent app: interface to listen on (`0.0.0.0` in AgentCore).")
     port: int = Field(8090, ge=0, le=65535, description="Agent app: TCP port (8080 in AgentCore).")
