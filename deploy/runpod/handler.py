@@ -134,7 +134,7 @@ async def stream_speech(server_url: str, texts: list[str], options: dict[str, An
         index, rate, failures = 0, 24_000, []
         async for event in session.events():
             if isinstance(event, AudioChunk):
-                yield {"request": int(event.request_id or 0), "index": index, "sample_rate": rate,
+                yield {"request": _request_index(event.request_id), "index": index, "sample_rate": rate,
                        "audio": base64.b64encode(event.pcm).decode("ascii"), "encoding": "pcm_s16le"}
                 index += 1
             elif isinstance(event, SynthesisStart):
@@ -142,7 +142,7 @@ async def stream_speech(server_url: str, texts: list[str], options: dict[str, An
             elif isinstance(event, SynthesisComplete):
                 done = {"audio_duration_s": event.audio_duration_s, "elapsed_s": event.elapsed_s,
                         "ttfa_ms": event.ttfa_ms}
-                yield {"request": int(event.request_id), "complete": done}
+                yield {"request": _request_index(event.request_id), "complete": done}
             elif isinstance(event, SynthesisFailed):
                 failures.append(f"{event.code}: {event.message}")
                 yield {"request": _request_index(event.request_id), "failed": {"code": event.code,
