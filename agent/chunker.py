@@ -81,7 +81,9 @@ class SentenceChunker:
 
     def _next_cut(self, *, final: bool) -> int | None:
         """Offset in the buffer where the first chunk ends, or None when not (yet) decidable."""
-        end, settled = next_end(self._buf, final=final)
+        # The buffer begins a line at the start of the stream; after a cut it does only when it
+        # begins with the newline that ended the last chunk (which next_end sees itself).
+        end, settled = next_end(self._buf, final=final, line_start=self._emitted == 0)
         early = self._early_cut(settled)
         return early if early is not None else end
 

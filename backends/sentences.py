@@ -47,11 +47,18 @@ def speakable(text: str) -> bool:
     return any(c.isalnum() for c in text)
 
 
-def is_abbreviation(text: str, stop: int) -> bool:
-    """Whether the single full stop at ``text[stop]`` closes an abbreviation, initialism or initial."""
+def is_abbreviation(text: str, stop: int, *, line_start: bool = True) -> bool:
+    """Whether the single full stop at ``text[stop]`` closes an abbreviation, initialism or initial.
+
+    ``line_start``: whether ``text`` begins a line (a stream's buffer after a cut inside a line does not).
+    """
     start = stop
     while start > 0 and not text[start - 1].isspace():
         start -= 1
+    # A CJK stop ends a sentence without whitespace: the word begins after it and its closers.
+    cjk = max(text.rfind(c, start, stop) for c in CJK_TERMINATORS)
+    if cjk >= 0:
+        start = skip(text, cjk + 1, CLOSERS)
     word = text[start:stop].lstrip(OPENERS)
     if not word:
         return False
@@ -62,8 +69,10 @@ def is_abbreviation(text: str, stop: int) -> bool:
         return True
     if "." in word and all(len(p) <= 2 and p.isalpha() for p in low.split(".")):  # U.S / e.g / a.m
         return True
-    line_start = text.rfind("\n", 0, start) + 1  # a numbered list marker: "1. First step"
-    return word.isdigit() and not text[line_start:start].strip()
+    newline = text.rfind("\n", 0, start)  # a numbered list marker: "1. First step"
+    if newline < 0 and not line_start:
+        return False
+    return word.isdigit() and not text[newline + 1 : start].strip()
 
 
 def _starts_sentence(text: str, k: int, *, final: bool) -> bool | None:
@@ -75,7 +84,7 @@ def _starts_sentence(text: str, k: int, *, final: bool) -> bool | None:
     return c.isdigit() or (c.isalpha() and not c.islower())
 
 
-def _terminator_ends(text: str, start: int, end: int, after: int, *, final: bool) -> bool | None:
+def _terminator_ends(text: str, start: int, end: int, after: int, *, final: bool, line_start: bool) -> bool | None:
     """Whether the mark run ``text[start:end]`` (closers up to ``after``) ends a sentence.
 
     None means the text that decides it has not arrived yet.
@@ -95,10 +104,10 @@ def _terminator_ends(text: str, start: int, end: int, after: int, *, final: bool
     starts = _starts_sentence(text, k, final=final)
     if not starts:
         return starts
-    return not (text[start:end] == "." and is_abbreviation(text, start))
+    return not (text[start:end] == "." and is_abbreviation(text, start, line_start=line_start))
 
 
-def _end_at(text: str, i: int, *, final: bool) -> tuple[bool | None, int]:
+def _end_at(text: str, i: int, *, final: bool, line_start: bool) -> tuple[bool | None, int]:
     """The verdict on the character at ``i`` (True: a sentence ends at the returned offset; False:
     scanning goes on from it; None: undecided yet) and the offset to go on from."""
     ch = text[i]
@@ -112,27 +121,31 @@ def _end_at(text: str, i: int, *, final: bool) -> tuple[bool | None, int]:
     if ch in TERMINATORS:
         j = skip(text, i, TERMINATORS)
         k = skip(text, j, CLOSERS)
-        verdict = _terminator_ends(text, i, j, k, final=final)
+        verdict = _terminator_ends(text, i, j, k, final=final, line_start=line_start)
         return verdict, (i if verdict is None else k)
     return False, i + 1
 
 
-def next_end(text: str, start: int = 0, *, final: bool = True) -> tuple[int | None, int]:
+def next_end(text: str, start: int = 0, *, final: bool = True, line_start: bool = True) -> tuple[int | None, int]:
     """The first sentence end in ``text[start:]``: ``(end, stop)``.
 
     ``end`` is the offset just after the sentence (before the newline that ends it), or None when
     ``text[start:]`` holds no complete sentence. ``stop`` is where the scan stopped: ``end``, or the
     end of the text, or — with ``final=False`` — the offset of the first mark that text still to come
-    decides (everything before ``stop`` is settled).
+    decides (everything before ``stop`` is settled). ``line_start``: whether ``text`` begins a line.
     """
-    i = start
+    i = checked = start
     n = len(text)
+    said = False  # whether text[start:checked] holds something to say
     while i < n:
-        verdict, nxt = _end_at(text, i, final=final)
+        verdict, nxt = _end_at(text, i, final=final, line_start=line_start)
         if verdict is None:
             return None, nxt
-        if verdict and speakable(text[start:nxt]):
-            return nxt, nxt
+        if verdict:
+            said = said or speakable(text[checked:nxt])
+            checked = max(checked, nxt)
+            if said:
+                return nxt, nxt
         i = nxt + 1 if verdict and nxt == i else max(nxt, i + 1)
     return None, n
 

@@ -195,6 +195,23 @@ def test_property_nothing_lost_nothing_empty_split_invariant(case, first_clause_
     assert chunks == whole.push(text) + whole.flush()
 
 
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        # a number after a cut inside a line is no list marker, in the buffer as in the whole text
+        ("Hello1. 1. Hello", ["Hello1.", "1.", "Hello"]),
+        ("Hello。1. Hello", ["Hello。", "1.", "Hello"]),
+        # the word before a stop begins after a CJK full stop
+        ("Hello。Dr. Hello", ["Hello。", "Dr. Hello"]),
+        ("Intro\n1. Hello", ["Intro", "1. Hello"]),
+    ],
+)
+def test_the_buffer_decides_as_the_whole_text(text, sentences):
+    assert split_sentences(text) == sentences
+    for step in (1, 4, 100):
+        assert chunks_of(text, step=step) == sentences
+
+
 @settings(max_examples=300, deadline=None)
 @given(_texts)
 def test_property_the_chunker_cuts_where_the_server_splits_sentences(text):

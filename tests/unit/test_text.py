@@ -35,6 +35,8 @@ def words(text: str) -> list[str]:
         ("Plan:\n1. Open the box.\n2. Done", ["Plan:", "1. Open the box.", "2. Done"]),
         ("こんにちは。元気ですか？はい", ["こんにちは。", "元気ですか？", "はい"]),
         ("Fin. Élan vital.", ["Fin.", "Élan vital."]),
+        ("He said it's. Then left.", ["He said it's.", "Then left."]),
+        ("はい。Dr. Who came.", ["はい。", "Dr. Who came."]),
     ],
 )
 def test_sentence_split(text, expected):
