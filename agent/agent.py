@@ -30,7 +30,16 @@ from strands import Agent
 from strands.models.model import Model
 
 from .chunker import SentenceChunker
-from .tts_client import AudioChunk, SynthesisComplete, SynthesisFailed, SynthesisStart, TTSClient, TTSError
+from .messages import (
+    SAMPLE_RATE,
+    AudioChunk,
+    SynthesisComplete,
+    SynthesisFailed,
+    SynthesisStart,
+    TTSError,
+    TTSEvent,
+)
+from .tts_client import TTSClient
 
 SYSTEM_PROMPT = (
     "You are a helpful voice assistant. Your reply is read aloud as it is written, so answer in a few "
@@ -183,6 +192,119 @@ def _now_ms(t0: float) -> float:
     return round((time.monotonic() - t0) * 1000, 1)
 
 
+class _Turn:
+    """One turn's state: the event queue, the sentence queue between generation and speech, the
+    reply so far and the stats of ``agent_end``. Its steps run as tasks on the caller's loop."""
+
+    def __init__(self, mode: str, first_clause_words: int | None) -> None:
+        self.mode = mode
+        self.first_clause_words = first_clause_words
+        self.t0 = time.monotonic()
+        self.out: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.sentences: asyncio.Queue[str | None] = asyncio.Queue()
+        self.reply: list[str] = []
+        self.stats: dict[str, Any] = {"first_text_ms": None, "first_audio_ms": None, "sentences": 0}
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.out.put_nowait({"type": kind, "t_ms": _now_ms(self.t0), **fields})
+
+    def _say(self, chunks: list[str]) -> None:
+        for chunk in chunks:
+            if (speech := for_speech(chunk)) is not None:
+                self.sentences.put_nowait(speech)
+
+    # -- generation: text deltas -> text_delta events and finished sentences -------------------
+    async def generate(self, text: AsyncIterable[str]) -> None:
+        chunker = SentenceChunker(first_clause_words=self.first_clause_words)
+        bidi = self.mode == "bidi"
+        try:
+            async for delta in text:
+                if self.stats["first_text_ms"] is None:
+                    self.stats["first_text_ms"] = _now_ms(self.t0)
+                self.reply.append(delta)
+                self.emit("text_delta", text=delta)
+                if bidi:
+                    self._say(chunker.push(delta))
+            self._say(chunker.flush() if bidi else ["".join(self.reply)])
+        finally:
+            self.sentences.put_nowait(None)
+
+    async def sentence_source(self) -> AsyncIterator[str]:
+        while (sentence := await self.sentences.get()) is not None:
+            self.stats["sentences"] += 1
+            yield sentence
+
+    # -- speech: TTS events -> audio events -----------------------------------------------------
+    async def speak(self, events: AsyncIterable[TTSEvent]) -> None:
+        audio = _AudioRelay(self)
+        async for event in events:
+            if isinstance(event, SynthesisStart):
+                audio.start(event)
+            elif isinstance(event, AudioChunk):
+                audio.chunk(event)
+            elif isinstance(event, SynthesisFailed):
+                self.emit("error", code=event.code, message=event.message, request_id=event.request_id,
+                          fatal=False)
+            elif isinstance(event, SynthesisComplete):
+                audio.carry = b""
+        audio.end()
+
+    async def watch(self, tasks: set[asyncio.Task[None]]) -> None:
+        """Report each side's failure. A failed side does not stop the other: text keeps coming when
+        speech fails, and the sentences already written are still spoken when generation fails."""
+        for task in asyncio.as_completed(tasks):
+            try:
+                await task
+            except Exception as exc:
+                err = exc if isinstance(exc, TTSError) else None
+                self.emit("error", code=err.code if err else type(exc).__name__,
+                          message=err.message if err else str(exc),
+                          retryable=bool(err and err.retryable), fatal=True)
+        self.out.put_nowait(None)
+
+    def end_event(self) -> dict[str, Any]:
+        return {"type": "agent_end", "t_ms": _now_ms(self.t0), "text": "".join(self.reply), "mode": self.mode,
+                "total_ms": _now_ms(self.t0), **self.stats}
+
+
+class _AudioRelay:
+    """PCM from the TTS events as ``audio_chunk`` events of at most :data:`MAX_AUDIO_EVENT_BYTES`,
+    whole samples only; a sentence's first chunk carries its text."""
+
+    def __init__(self, turn: _Turn) -> None:
+        self.turn = turn
+        self.started = False
+        self.chunks = self.total_bytes = 0
+        self.carry = b""
+        self.sentence_text: dict[str, str] = {}
+
+    def start(self, event: SynthesisStart) -> None:
+        if not self.started:
+            self.started = True
+            self.turn.emit("audio_stream_start", sample_rate=event.sample_rate, encoding=event.encoding,
+                           channels=event.channels)
+        self.sentence_text[event.request_id] = event.text
+
+    def chunk(self, event: AudioChunk) -> None:
+        pcm = self.carry + event.pcm
+        pcm, self.carry = (pcm[:-1], pcm[-1:]) if len(pcm) % 2 else (pcm, b"")
+        stats = self.turn.stats
+        for i in range(0, len(pcm), MAX_AUDIO_EVENT_BYTES):
+            piece = pcm[i : i + MAX_AUDIO_EVENT_BYTES]
+            if stats["first_audio_ms"] is None:
+                stats["first_audio_ms"] = _now_ms(self.turn.t0)
+            self.chunks += 1
+            self.total_bytes += len(piece)
+            extra = {"text": t} if (t := self.sentence_text.pop(event.request_id or "", None)) else {}
+            self.turn.emit("audio_chunk", audio=base64.b64encode(piece).decode("ascii"), seq=self.chunks,
+                           request_id=event.request_id, **extra)
+
+    def end(self) -> None:
+        if self.started:
+            self.turn.emit("audio_stream_end", chunks=self.chunks, bytes=self.total_bytes,
+                           audio_duration_s=round(self.total_bytes / 2 / SAMPLE_RATE, 3))
+
+
 async def converse(
     agent: Agent,
     tts: TTSClient,
@@ -201,97 +323,16 @@ async def converse(
     """
     if mode not in ("bidi", "batch"):
         raise ValueError("mode must be bidi or batch")
-    t0 = time.monotonic()
-    out: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-    sentences: asyncio.Queue[str | None] = asyncio.Queue()
-    reply: list[str] = []
-    stats: dict[str, Any] = {"first_text_ms": None, "first_audio_ms": None, "sentences": 0}
-
-    def emit(kind: str, **fields: Any) -> None:
-        out.put_nowait({"type": kind, "t_ms": _now_ms(t0), **fields})
-
-    async def generate() -> None:
-        chunker = SentenceChunker(first_clause_words=first_clause_words)
-        try:
-            async for delta in deltas(agent, prompt):
-                if stats["first_text_ms"] is None:
-                    stats["first_text_ms"] = _now_ms(t0)
-                reply.append(delta)
-                emit("text_delta", text=delta)
-                if mode == "bidi":
-                    for chunk in chunker.push(delta):
-                        if (speech := for_speech(chunk)) is not None:
-                            sentences.put_nowait(speech)
-            if mode == "bidi":
-                for chunk in chunker.flush():
-                    if (speech := for_speech(chunk)) is not None:
-                        sentences.put_nowait(speech)
-            elif (speech := for_speech("".join(reply))) is not None:
-                sentences.put_nowait(speech)
-        finally:
-            sentences.put_nowait(None)
-
-    async def sentence_source() -> AsyncIterator[str]:
-        while (sentence := await sentences.get()) is not None:
-            stats["sentences"] += 1
-            yield sentence
-
-    async def speak() -> None:
-        started = False
-        chunks = total_bytes = 0
-        carry = b""
-        sentence_text: dict[str, str] = {}
-        async for event in tts.speak(sentence_source(), voice=voice, speed=speed):
-            if isinstance(event, SynthesisStart):
-                if not started:
-                    started = True
-                    emit("audio_stream_start", sample_rate=event.sample_rate, encoding=event.encoding,
-                         channels=event.channels)
-                sentence_text[event.request_id] = event.text
-            elif isinstance(event, AudioChunk):
-                pcm = carry + event.pcm
-                pcm, carry = (pcm[:-1], pcm[-1:]) if len(pcm) % 2 else (pcm, b"")
-                for i in range(0, len(pcm), MAX_AUDIO_EVENT_BYTES):
-                    piece = pcm[i : i + MAX_AUDIO_EVENT_BYTES]
-                    if stats["first_audio_ms"] is None:
-                        stats["first_audio_ms"] = _now_ms(t0)
-                    chunks += 1
-                    total_bytes += len(piece)
-                    extra = {"text": t} if (t := sentence_text.pop(event.request_id, None)) else {}
-                    emit("audio_chunk", audio=base64.b64encode(piece).decode("ascii"), seq=chunks,
-                         request_id=event.request_id, **extra)
-            elif isinstance(event, SynthesisFailed):
-                emit("error", code=event.code, message=event.message, request_id=event.request_id,
-                     fatal=False)
-            elif isinstance(event, SynthesisComplete):
-                carry = b""
-        if started:
-            emit("audio_stream_end", chunks=chunks, bytes=total_bytes,
-                 audio_duration_s=round(total_bytes / 2 / 24_000, 3))
-
-    emit("agent_start", mode=mode, prompt=prompt)
-    tasks = {asyncio.create_task(generate(), name="agent-generate"),
-             asyncio.create_task(speak(), name="agent-speak")}
-
-    async def watch() -> None:
-        # A failed side does not stop the other: text keeps coming when speech fails, and the
-        # sentences already written are still spoken when generation fails.
-        for task in asyncio.as_completed(tasks):
-            try:
-                await task
-            except Exception as exc:
-                err = exc if isinstance(exc, TTSError) else None
-                emit("error", code=err.code if err else type(exc).__name__,
-                     message=err.message if err else str(exc),
-                     retryable=bool(err and err.retryable), fatal=True)
-        out.put_nowait(None)
-
-    watcher = asyncio.create_task(watch(), name="agent-watch")
+    turn = _Turn(mode, first_clause_words)
+    turn.emit("agent_start", mode=mode, prompt=prompt)
+    speech = tts.speak(turn.sentence_source(), voice=voice, speed=speed)
+    tasks = {asyncio.create_task(turn.generate(deltas(agent, prompt)), name="agent-generate"),
+             asyncio.create_task(turn.speak(speech), name="agent-speak")}
+    watcher = asyncio.create_task(turn.watch(tasks), name="agent-watch")
     try:
-        while (event := await out.get()) is not None:
+        while (event := await turn.out.get()) is not None:
             yield event
-        yield {"type": "agent_end", "t_ms": _now_ms(t0), "text": "".join(reply), "mode": mode,
-               "total_ms": _now_ms(t0), **stats}
+        yield turn.end_event()
     finally:
         for task in (*tasks, watcher):
             task.cancel()

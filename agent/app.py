@@ -22,7 +22,8 @@ listener cancels the turn at once, and the TTS client sends ``cancel`` to the se
 no blocking calls (the model's HTTP calls run in Strands' worker threads), so ``/ping`` stays
 responsive on the same loop.
 
-The model provider and the TTS client are built once per app and shared by all turns; each turn gets
+The app is configured by :class:`agent.settings.AgentSettings`, passed in. The model provider and the
+TTS client are built once per app and shared by all turns; each turn gets
 its own Strands ``Agent`` (no history between turns) and its own TTS session.
 """
 
@@ -41,27 +42,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .agent import build_agent, build_model, converse
+from .settings import AgentSettings
 from .tts_client import TTSClient
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_PROMPT_CHARS = 4000
-
-
-@dataclass
-class AgentSettings:
-    """Everything the app needs, passed in explicitly (the CLI builds it from flags)."""
-
-    model: str = "bedrock"  # bedrock | scripted
-    tokens_per_second: float = 30.0
-    scripted_reply: str | None = None
-    bedrock_model_id: str | None = None
-    bedrock_endpoint_url: str | None = None
-    tts_url: str | None = "http://127.0.0.1:8080"
-    endpoint_name: str | None = None  # SageMaker endpoint: used instead of tts_url when set
-    region: str | None = None
-    voice: str | None = None
-    speed: float | None = None
-    first_clause_words: int | None = 6
 
 
 class InvalidPayload(ValueError):
@@ -117,7 +102,8 @@ def build_tts(settings: AgentSettings) -> TTSClient:
                                    speed=settings.speed)
     if not settings.tts_url:
         raise ValueError("either a TTS URL or a SageMaker endpoint name is required")
-    return TTSClient.websocket(settings.tts_url, voice=settings.voice, speed=settings.speed)
+    return TTSClient.websocket(settings.tts_url, api_key=settings.tts_api_key, voice=settings.voice,
+                               speed=settings.speed)
 
 
 def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCoreApp:
@@ -140,7 +126,7 @@ def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCor
         except InvalidPayload as exc:
             return JSONResponse({"error": {"code": "invalid_request", "message": str(exc)}}, status_code=400)
         turn = converse(build_agent(model), tts, req.prompt, mode=req.mode, voice=req.voice, speed=req.speed,
-                        first_clause_words=settings.first_clause_words)
+                        first_clause_words=settings.first_clause_words or None)
         return StreamingResponse(sse(turn), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def index(request: Any) -> FileResponse:

@@ -1,4 +1,4 @@
-"""SageMaker HTTP/2 bidirectional stream as a :class:`agent.tts_client.Transport`.
+"""SageMaker HTTP/2 bidirectional stream as a :class:`agent.messages.Transport`.
 
 ``InvokeEndpointWithBidirectionalStream`` (``aws-sdk-sagemaker-runtime-http2[awscrt]``, Python >= 3.12,
 imported only when this transport is used) carries *payload parts* both ways. SageMaker turns each
@@ -36,7 +36,7 @@ import re
 import sys
 from typing import Any
 
-from .tts_client import TTSError, encode_message
+from .messages import TTSError, encode
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class SageMakerTransport:
         return await SageMakerConnector(endpoint_name, region, **kwargs).open()
 
     async def send(self, message: dict[str, Any]) -> None:
-        part = self._models.RequestPayloadPart(bytes_=encode_message(message), data_type=self._data_type)
+        part = self._models.RequestPayloadPart(bytes_=encode(message), data_type=self._data_type)
         try:
             await self._stream.input_stream.send(self._models.RequestStreamEventPayloadPart(value=part))
         except Exception as exc:

@@ -3,9 +3,9 @@ limit, and cut the first segment early so first audio comes soon.
 
 Rules (the README states them for users):
 
-* Sentences end at ``. ! ? …`` (with any closing quotes or brackets) when the next word starts
-  with a capital, digit or quote, and at newlines. Abbreviations (``Dr.``, ``e.g.``, ``U.S.``),
-  initials, decimals (``3.14``) and times (``2:30``) never end a sentence.
+* Sentences end where :mod:`backends.sentences` says (the rules the agent's chunker follows too):
+  at ``. ! ? …`` before a word that starts a sentence, at CJK full stops and at newlines; never
+  after abbreviations (``Dr.``, ``e.g.``, ``U.S.``), initials, decimals (``3.14``) or times (``2:30``).
 * No segment exceeds :data:`~backends.base.MAX_PHONEMES` phonemes: a long sentence is cut at clause
   punctuation (``, ; : —``) first, then between words, and only as a last resort inside a word.
 * The first segment of a request may stop at a clause boundary after a few words
@@ -26,15 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .base import MAX_PHONEMES, EmptyText, Segment
+from .sentences import split_sentences
 
-ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc e.g i.e u.s u.k a.m p.m no fig inc ltd co mt gen col lt sgt "
-    "capt rev jan feb mar apr jun jul aug sep sept oct nov dec approx dept est ave blvd".split()
-)
+__all__ = ["SegmentPlan", "TextPipeline", "clause_boundaries", "normalize", "split_sentences"]
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u2028\u2029\ufeff]")
-_SENT_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s|$)")
 _CLAUSE = re.compile(r"[,;:]+[\"'”’)\]]*(?=\s)|\s[—–-]{1,2}(?=\s)|—")
-_NEXT_STARTS_SENTENCE = re.compile(r"\s*(?:[A-Z0-9\"'“‘(\[]|$)")
 
 
 def normalize(text: str) -> str:
@@ -43,38 +40,6 @@ def normalize(text: str) -> str:
     text = _CONTROL.sub(" ", text).replace("\r\n", "\n").replace("\r", "\n")
     lines = [" ".join(line.split()) for line in text.split("\n")]
     return "\n".join(line for line in lines if line).strip()
-
-
-def _is_abbreviation(text: str, end: int) -> bool:
-    """Whether the full stop at ``text[end]`` belongs to an abbreviation or an initial."""
-    start = end
-    while start > 0 and not text[start - 1].isspace():
-        start -= 1
-    word = text[start:end].lstrip("\"'“‘([").lower()
-    return word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or (
-        "." in word and all(len(p) <= 1 for p in word.split("."))
-    )
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split normalised text into sentences; the pieces cover the text exactly (up to whitespace)."""
-    out: list[str] = []
-    for line in text.split("\n"):
-        start = 0
-        for m in _SENT_END.finditer(line):
-            punct = m.group()
-            if punct[0] == "." and len(punct.rstrip("\"'”’)]")) == 1 and _is_abbreviation(line, m.start()):
-                continue
-            if not _NEXT_STARTS_SENTENCE.match(line, m.end()):
-                continue
-            piece = line[start : m.end()].strip()
-            if piece:
-                out.append(piece)
-            start = m.end()
-        tail = line[start:].strip()
-        if tail:
-            out.append(tail)
-    return out
 
 
 def clause_boundaries(sentence: str) -> list[int]:

@@ -1,5 +1,5 @@
-"""Wire clients that time what a user hears: the WebSocket contract (DESIGN.md §4) and
-``POST /invocations``. Times are ``time.perf_counter()`` seconds from the moment the request
+"""Wire clients that time what a user hears: the WebSocket contract (DESIGN.md §4, through the one
+contract client, ``agent.ws_client``) and ``POST /invocations``. Times are ``time.perf_counter()`` seconds from the moment the request
 (or the first request of a pipelined burst) left the client.
 
 Cancellation: cancelling a coroutine here closes its socket/response, which the server takes as
@@ -9,12 +9,13 @@ Cancellation: cancelling a coroutine here closes its socket/response, which the 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import asdict, dataclass
 
 import httpx
-from websockets.asyncio.client import ClientConnection, connect
+
+from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed, TTSEvent
+from agent.ws_client import ContractSession
 
 BYTES_PER_SECOND = 24_000 * 2  # s16le mono at 24 kHz
 
@@ -48,7 +49,8 @@ class Timing:
 
 
 class WsSession:
-    """One open ``/invocations-bidirectional-stream`` session.
+    """One open ``/invocations-bidirectional-stream`` session, through the contract client
+    (:class:`agent.ws_client.ContractSession`; messages as text frames).
 
     ``await session.synthesize([t1, t2, ...])`` sends every text at once (pipelined, as a sentence
     chunker would) and returns one :class:`Timing` per text once the last one completed; times are
@@ -57,67 +59,61 @@ class WsSession:
 
     def __init__(self, url: str, *, voice: str | None = None, speed: float = 1.0):
         self.url, self.voice, self.speed = url, voice, speed
-        self._ws: ClientConnection | None = None
+        self._session: ContractSession | None = None
         self._n = 0
         self.connect_s: float | None = None
 
     async def __aenter__(self) -> WsSession:
         t0 = time.perf_counter()
-        self._ws = await connect(self.url, max_size=None, open_timeout=30)
+        self._session = await ContractSession.connect(self.url, frames="text", max_size=None)
         self.connect_s = time.perf_counter() - t0
         return self
 
     async def __aexit__(self, *exc) -> None:
-        if self._ws is not None:
-            await self._ws.close()
-            self._ws = None
-
-    def _message(self, text: str, rid: str) -> str:
-        msg: dict = {"text": text, "request_id": rid, "speed": self.speed}
-        if self.voice:
-            msg["voice"] = self.voice
-        return json.dumps(msg)
+        if self._session is not None:
+            await self._session.aclose()
+            self._session = None
 
     async def synthesize(self, texts: list[str] | tuple[str, ...], *, raise_on_error: bool = True) -> list[Timing]:
-        ws = self._ws
-        if ws is None:
+        session = self._session
+        if session is None:
             raise RuntimeError("use `async with WsSession(...)`")
         ids = [f"bench-{self._n + i + 1}" for i in range(len(texts))]
         self._n += len(texts)
         timings = {rid: Timing(rid) for rid in ids}
         t0 = time.perf_counter()
         for text, rid in zip(texts, ids, strict=True):
-            await ws.send(self._message(text, rid))
-        pending, current = set(ids), None
+            await session.synthesize(text, rid, voice=self.voice, speed=self.speed)
+        pending = set(ids)
         while pending:
-            frame = await ws.recv()
-            now = time.perf_counter() - t0
-            if isinstance(frame, bytes):
-                if current is None:
-                    raise RequestFailed("audio frame before synthesis_start")
-                t = timings[current]
-                if t.first_audio_s is None:
-                    t.first_audio_s = now
-                t.audio_bytes += len(frame)
-                continue
-            msg = json.loads(frame)
-            rid = str(msg.get("request_id")) if msg.get("request_id") is not None else None
-            kind = msg.get("type")
-            if kind == "synthesis_start":
-                current = rid
-            elif kind == "synthesis_complete" and rid in timings:
-                timings[rid].complete_s = now
-                timings[rid].server_ttfa_ms = msg.get("ttfa_ms")
-                pending.discard(rid)
-                current = None
-            elif kind == "error":
-                err = f"{msg.get('code')}: {msg.get('message')}"
-                if raise_on_error:
-                    raise RequestFailed(err)
-                for key in [rid] if rid in timings else list(pending):
-                    timings[key].error = err
-                    pending.discard(key)
+            event = await session.next_event()
+            if event is None:
+                raise RequestFailed(f"session closed with {len(pending)} requests unanswered")
+            _record(event, timings, pending, time.perf_counter() - t0, raise_on_error=raise_on_error)
         return [timings[rid] for rid in ids]
+
+
+def _record(event: TTSEvent, timings: dict[str, Timing], pending: set[str], now: float, *,
+            raise_on_error: bool) -> None:
+    """One event of a pipelined burst into its request's :class:`Timing`."""
+    if isinstance(event, AudioChunk):
+        if event.request_id is None:
+            raise RequestFailed("audio frame before synthesis_start")
+        t = timings[event.request_id]
+        if t.first_audio_s is None:
+            t.first_audio_s = now
+        t.audio_bytes += len(event.pcm)
+    elif isinstance(event, SynthesisComplete) and event.request_id in timings:
+        timings[event.request_id].complete_s = now
+        timings[event.request_id].server_ttfa_ms = event.ttfa_ms
+        pending.discard(event.request_id)
+    elif isinstance(event, SynthesisFailed):
+        err = f"{event.code}: {event.message}"
+        if raise_on_error:
+            raise RequestFailed(err)
+        for key in [event.request_id] if event.request_id in timings else list(pending):
+            timings[key].error = err
+            pending.discard(key)
 
 
 async def http_synthesize(
@@ -149,29 +145,18 @@ async def http_synthesize(
     return timing
 
 
-async def http_body(client: httpx.AsyncClient, base_url: str, text: str, *, fmt: str, voice: str | None) -> bytes:
-    """The complete body of a non-streamed ``POST /invocations`` in ``fmt``."""
-    body: dict = {"text": text, "format": fmt, "stream": False}
-    if voice:
-        body["voice"] = voice
-    r = await client.post(f"{base_url}/invocations", json=body)
-    if r.status_code != 200:
-        raise RequestFailed(f"HTTP {r.status_code}: {r.text[:300]}")
-    return r.content
-
-
 async def ws_audio(url: str, text: str, *, voice: str | None) -> bytes:
     """All PCM of one request over a fresh WebSocket session."""
     chunks: list[bytes] = []
-    async with connect(url, max_size=None, open_timeout=30) as ws:
-        await ws.send(json.dumps({"text": text, **({"voice": voice} if voice else {})}))
+    async with await ContractSession.connect(url, frames="text", max_size=None) as session:
+        await session.synthesize(text, "clip", voice=voice)
         while True:
-            frame = await asyncio.wait_for(ws.recv(), timeout=300)
-            if isinstance(frame, bytes):
-                chunks.append(frame)
-                continue
-            msg = json.loads(frame)
-            if msg.get("type") == "synthesis_complete":
+            event = await asyncio.wait_for(session.next_event(), timeout=300)
+            if isinstance(event, AudioChunk):
+                chunks.append(event.pcm)
+            elif isinstance(event, SynthesisComplete):
                 return b"".join(chunks)
-            if msg.get("type") == "error":
-                raise RequestFailed(f"{msg.get('code')}: {msg.get('message')}")
+            elif isinstance(event, SynthesisFailed):
+                raise RequestFailed(f"{event.code}: {event.message}")
+            elif event is None:
+                raise RequestFailed("session closed before the clip completed")

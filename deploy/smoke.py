@@ -8,9 +8,11 @@ speaks the wire contract (DESIGN.md §4) the way SageMaker does — each request
 ``synthesis_complete`` (text frame), with matching ``request_id``s and in order. It then sends
 ``{"type": "close"}``.
 
-The check runs over any :class:`FrameSession` — the same shape as the agent package's TTS
-``Transport``: :func:`websocket_session` is the direct WebSocket one (local, a container, a RunPod
-pod); :func:`sagemaker_smoke` uses the agent's SageMaker HTTP/2 transport (imported only then).
+The check runs over any :class:`FrameSession` — the agent package's ``Transport``, whose messages
+(``agent.messages``) it reads: :func:`websocket_session` is the contract's WebSocket client
+(``agent.ws_client``; local, a container, a RunPod pod); :func:`sagemaker_smoke` uses the agent's
+SageMaker HTTP/2 transport. Both are imported only when a check runs, so importing this module loads
+nothing beyond the standard library.
 
 Cancellation: the check is a plain coroutine; cancelling it (or hitting ``timeout_s``) closes
 the session.
@@ -19,7 +21,6 @@ the session.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -78,56 +79,91 @@ def _peak_s16(pcm: bytes) -> int:
     return max((abs(s) for s in samples), default=0)
 
 
+class _Checker:
+    """Holds the answers of the pipelined requests to the contract, event by event."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+        self.results: list[RequestResult] = []
+        self.current: RequestResult | None = None
+        self.first_audio: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return len(self.results) == len(self.ids)
+
+    def frame(self, frame: str | bytes, answers: Any) -> None:
+        from agent.messages import (
+            AudioChunk,
+            SynthesisComplete,
+            SynthesisFailed,
+            SynthesisStart,
+            decode_control,
+        )
+
+        if isinstance(frame, str) and decode_control(frame) is None:
+            raise SmokeTestFailed(f"text frame is not a JSON object: {frame[:120]!r}")
+        event = answers.read(frame)
+        if isinstance(event, AudioChunk):
+            self.audio(event.pcm)
+        elif isinstance(event, SynthesisFailed):
+            raise SmokeTestFailed(f"server error for {event.request_id}: {event.code}: {event.message}")
+        elif isinstance(event, SynthesisStart):
+            self.start(event.request_id, event.encoding)
+        elif isinstance(event, SynthesisComplete):
+            self.complete(event)
+
+    def audio(self, pcm: bytes) -> None:
+        if self.current is None:
+            raise SmokeTestFailed("binary audio frame arrived before synthesis_start")
+        if len(pcm) % 2:
+            raise SmokeTestFailed(f"odd-sized PCM s16le frame ({len(pcm)} bytes)")
+        self.first_audio = self.first_audio or time.perf_counter()
+        self.current.audio_bytes += len(pcm)
+        self.current.frames += 1
+        self.current.peak = max(self.current.peak, _peak_s16(pcm))
+
+    def start(self, rid: str, encoding: str) -> None:
+        expected = self.ids[len(self.results)]
+        if self.current is not None or rid != expected:
+            raise SmokeTestFailed(f"synthesis_start for {rid!r} while expecting {expected!r}")
+        if encoding != "pcm_s16le":
+            raise SmokeTestFailed(f"unexpected encoding {encoding!r}")
+        self.current = RequestResult(rid)
+
+    def complete(self, event: Any) -> None:
+        current, rid = self.current, event.request_id
+        if current is None or rid != current.request_id:
+            raise SmokeTestFailed(f"synthesis_complete for {rid!r} out of order")
+        if current.frames == 0 or current.peak == 0:
+            raise SmokeTestFailed(f"{rid}: no audible audio ({current.frames} frames, peak {current.peak})")
+        current.complete = {"audio_duration_s": event.audio_duration_s, "elapsed_s": event.elapsed_s,
+                            "ttfa_ms": event.ttfa_ms}
+        self.results.append(current)
+        self.current = None
+
+
 async def _check(session: FrameSession, texts: tuple[str, ...], voice: str | None) -> SmokeReport:
+    from agent.messages import CLOSE, Answers, TTSError, synthesis_request
+
     started = time.perf_counter()
-    first_audio: float | None = None
-    ids = [f"smoke-{i + 1}" for i in range(len(texts))]
-    for rid, text in zip(ids, texts, strict=True):
-        request = {"text": text, "request_id": rid}
-        if voice:
-            request["voice"] = voice
-        await session.send(request)
-    results: list[RequestResult] = []
-    current: RequestResult | None = None
-    while len(results) < len(ids):
-        frame = await session.receive()
-        if frame is None:
-            raise SmokeTestFailed(f"session closed after {len(results)} of {len(ids)} requests completed")
-        if isinstance(frame, bytes):
-            if current is None:
-                raise SmokeTestFailed("binary audio frame arrived before synthesis_start")
-            if len(frame) % 2:
-                raise SmokeTestFailed(f"odd-sized PCM s16le frame ({len(frame)} bytes)")
-            first_audio = first_audio or time.perf_counter()
-            current.audio_bytes += len(frame)
-            current.frames += 1
-            current.peak = max(current.peak, _peak_s16(frame))
-            continue
-        try:
-            event = json.loads(frame)
-        except ValueError as exc:
-            raise SmokeTestFailed(f"text frame is not JSON: {frame[:120]!r}") from exc
-        kind, rid = event.get("type"), event.get("request_id")
-        expected = ids[len(results)]
-        if kind == "error":
-            raise SmokeTestFailed(f"server error for {rid}: {event.get('code')}: {event.get('message')}")
-        if kind == "synthesis_start":
-            if current is not None or rid != expected:
-                raise SmokeTestFailed(f"synthesis_start for {rid!r} while expecting {expected!r}")
-            if event.get("encoding") != "pcm_s16le":
-                raise SmokeTestFailed(f"unexpected encoding {event.get('encoding')!r}")
-            current = RequestResult(rid)
-        elif kind == "synthesis_complete":
-            if current is None or rid != current.request_id:
-                raise SmokeTestFailed(f"synthesis_complete for {rid!r} out of order")
-            if current.frames == 0 or current.peak == 0:
-                raise SmokeTestFailed(f"{rid}: no audible audio ({current.frames} frames, peak {current.peak})")
-            current.complete = event
-            results.append(current)
-            current = None
-    await session.send({"type": "close"})
+    answers = Answers()
+    checker = _Checker([f"smoke-{i + 1}" for i in range(len(texts))])
+    try:
+        for rid, text in zip(checker.ids, texts, strict=True):
+            answers.expect(rid, text)
+            await session.send(synthesis_request(text, rid, voice=voice, typed=False))
+        while not checker.done:
+            frame = await session.receive()
+            if frame is None:
+                raise SmokeTestFailed(
+                    f"session closed after {len(checker.results)} of {len(texts)} requests completed")
+            checker.frame(frame, answers)
+        await session.send(CLOSE)
+    except TTSError as exc:
+        raise SmokeTestFailed(f"session failed after {len(checker.results)} of {len(texts)} requests: {exc}") from exc
     elapsed = time.perf_counter() - started
-    return SmokeReport(results, ((first_audio or started) - started) * 1000, elapsed)
+    return SmokeReport(checker.results, ((checker.first_audio or started) - started) * 1000, elapsed)
 
 
 async def check_bidi(
@@ -146,33 +182,14 @@ async def check_bidi(
         await session.aclose()
 
 
-class _WebSocketSession:
-    def __init__(self, ws) -> None:
-        self._ws = ws
-
-    async def send(self, message: dict) -> None:
-        await self._ws.send(json.dumps(message).encode())  # bytes -> binary frame, like SageMaker
-
-    async def receive(self) -> str | bytes | None:
-        from websockets.exceptions import ConnectionClosed
-
-        try:
-            return await self._ws.recv()
-        except ConnectionClosed:
-            return None
-
-    async def aclose(self) -> None:
-        await self._ws.close()
-
-
 @asynccontextmanager
 async def websocket_session(url: str, *, api_key: str | None = None) -> AsyncIterator[FrameSession]:
-    """A :class:`FrameSession` over a direct WebSocket (``ws://host:port/invocations-bidirectional-stream``)."""
-    from websockets.asyncio.client import connect
+    """A :class:`FrameSession` over a direct WebSocket (``ws://host:port/invocations-bidirectional-stream``):
+    the agent package's contract client, which sends every message as a binary frame."""
+    from agent.ws_client import ContractSession
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    async with connect(url, additional_headers=headers, max_size=None, open_timeout=30) as ws:
-        yield _WebSocketSession(ws)
+    async with await ContractSession.connect(url, api_key=api_key, max_size=None) as session:
+        yield session
 
 
 def websocket_smoke(url: str, *, api_key: str | None = None, voice: str | None = None,

@@ -3,7 +3,9 @@
 The worker runs the same server as every other deployment — ``kokoro-serve serve`` on loopback,
 started once per worker as a child process — and talks to it over its bidirectional WebSocket, so
 RunPod, SageMaker and local use share one code path (text splitting, batching across concurrent
-jobs, limits, metrics). Set ``KOKORO_SERVER_URL`` to use a server that is already running instead.
+jobs, limits, metrics), through the contract client that every client here shares
+(``agent.ws_client``). Set ``KOKORO_SERVER_URL`` (and ``KOKORO_SERVER_API_KEY``) to use a server that is
+already running instead (:class:`deploy.runpod.settings.RunPodSettings`).
 
 Job input (``job["input"]``)::
 
@@ -17,8 +19,11 @@ Each streamed output (an async generator: RunPod's ``/stream`` returns them as t
 
 one per segment — a sentence, or a piece of a long one (the first may be a clause cut early so the
 first audio comes sooner) — followed, per request, by ``{"request": i, "complete": {...}}`` with the
-server's ``audio_duration_s``/``elapsed_s``/``ttfa_ms``. A refused request ends the job with
-``{"error": "<code>: <message>"}``.
+server's ``audio_duration_s``/``elapsed_s``/``ttfa_ms``. A refused text gets
+``{"request": i, "failed": {"code", "message"}}`` in its place and the job goes on with the next
+text (the session stays open, as the contract says); when every text of the job was refused, the
+job ends with ``{"error": "<code>: <message>"}`` (RunPod then reports it FAILED). Per-text failures
+do not use the ``error`` key: RunPod's worker stops reading a job's stream at the first item with one.
 
 Run it locally with RunPod's own worker API (this is what the tests do)::
 
@@ -33,7 +38,6 @@ WebSocket session; the server batches their segments together in concurrent mode
 from __future__ import annotations
 
 import base64
-import json
 import os
 import socket
 import subprocess
@@ -41,16 +45,17 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-WS_PATH = "/invocations-bidirectional-stream"
 _FIELDS = ("voice", "speed", "sample_rate")
 
 
 class LocalServer:
     """``kokoro-serve serve`` as a child process on 127.0.0.1. Blocking start; call before the loop."""
 
-    def __init__(self, *, port: int | None = None, start_timeout_s: float = 900.0) -> None:
+    def __init__(self, *, mode: str = "concurrent", port: int | None = None, start_timeout_s: float = 900.0) -> None:
+        self.mode = mode
         self.port = port or _free_port()
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen | None = None
@@ -62,10 +67,8 @@ class LocalServer:
     def start(self) -> LocalServer:
         env = dict(os.environ)
         env.pop("KOKORO_API_KEY", None)  # loopback only: nothing else can reach it
-        env.setdefault("KOKORO_MODE", "concurrent")
         env.setdefault("HF_HUB_OFFLINE", "1")
-        cmd = [_kokoro_serve(), "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--mode", env["KOKORO_MODE"]]
+        cmd = [_kokoro_serve(), "serve", "--host", "127.0.0.1", "--port", str(self.port), "--mode", self.mode]
         self.proc = subprocess.Popen(cmd, env=env)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -117,32 +120,39 @@ def parse_input(job_input: Any) -> tuple[list[str], dict[str, Any]]:
 
 async def stream_speech(server_url: str, texts: list[str], options: dict[str, Any],
                         *, api_key: str | None = None) -> AsyncIterator[dict[str, Any]]:
-    """Yield the job's outputs (see the module docstring) from one WebSocket session."""
-    from websockets.asyncio.client import connect
+    """Yield the job's outputs (see the module docstring) from one session of the contract client.
 
-    ws_url = "ws" + server_url.rstrip("/")[4:] + WS_PATH
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    async with connect(ws_url, additional_headers=headers, max_size=None, compression=None) as ws:
+    A refused text yields its ``failed`` output and the session goes on with the next text; only
+    when every text failed does the job end with ``{"error": ...}`` (the first failure's)."""
+    from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed, SynthesisStart
+    from agent.ws_client import ContractSession
+
+    async with await ContractSession.connect(server_url, api_key=api_key, max_size=None) as session:
         for i, text in enumerate(texts):  # pipelined: the server answers strictly in order
-            await ws.send(json.dumps({"text": text, "request_id": str(i), **options}).encode())
-        await ws.send(json.dumps({"type": "close"}).encode())
-        request, index, rate = 0, 0, 24_000
-        async for frame in ws:
-            if isinstance(frame, bytes):
-                yield {"request": request, "index": index, "audio": base64.b64encode(frame).decode("ascii"),
-                       "sample_rate": rate, "encoding": "pcm_s16le"}
+            await session.synthesize(text, str(i), **options)
+        await session.close()
+        index, rate, failures = 0, 24_000, []
+        async for event in session.events():
+            if isinstance(event, AudioChunk):
+                yield {"request": _request_index(event.request_id), "index": index, "sample_rate": rate,
+                       "audio": base64.b64encode(event.pcm).decode("ascii"), "encoding": "pcm_s16le"}
                 index += 1
-                continue
-            event = json.loads(frame)
-            kind = event.get("type")
-            if kind == "synthesis_start":
-                request, index, rate = int(event["request_id"]), 0, event.get("sample_rate", rate)
-            elif kind == "synthesis_complete":
-                done = {k: event.get(k) for k in ("audio_duration_s", "elapsed_s", "ttfa_ms")}
-                yield {"request": int(event["request_id"]), "complete": done}
-            elif kind == "error":
-                yield {"error": f"{event.get('code')}: {event.get('message')}"}
-                return
+            elif isinstance(event, SynthesisStart):
+                index, rate = 0, event.sample_rate
+            elif isinstance(event, SynthesisComplete):
+                done = {"audio_duration_s": event.audio_duration_s, "elapsed_s": event.elapsed_s,
+                        "ttfa_ms": event.ttfa_ms}
+                yield {"request": _request_index(event.request_id), "complete": done}
+            elif isinstance(event, SynthesisFailed):
+                failures.append(f"{event.code}: {event.message}")
+                yield {"request": _request_index(event.request_id), "failed": {"code": event.code,
+                                                                               "message": event.message}}
+        if len(failures) == len(texts):
+            yield {"error": failures[0]}
+
+
+def _request_index(request_id: str | None) -> int | None:
+    return int(request_id) if request_id is not None and request_id.isdigit() else None
 
 
 def make_handler(server_url: str, *, api_key: str | None = None):
@@ -163,13 +173,16 @@ def make_handler(server_url: str, *, api_key: str | None = None):
 def main() -> None:
     import runpod
 
+    from deploy.runpod.settings import RunPodSettings
+
+    settings = RunPodSettings()
     server = None
-    url = os.environ.get("KOKORO_SERVER_URL")
+    url = settings.server_url
     if not url:
-        server = LocalServer().start()
+        server = LocalServer(mode=settings.mode).start()
         url = server.url
     try:
-        runpod.serverless.start({"handler": make_handler(url, api_key=os.environ.get("KOKORO_SERVER_API_KEY")),
+        runpod.serverless.start({"handler": make_handler(url, api_key=settings.server_api_key),
                                  "return_aggregate_stream": True})
     finally:
         if server:
@@ -177,4 +190,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # Run as a script, this file's folder comes first on sys.path, and its deploy.py would shadow the
+    # deploy package: the repository root takes its place.
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
     main()

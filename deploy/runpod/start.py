@@ -7,7 +7,9 @@
 
 The mode is ``KOKORO_RUNPOD_MODE`` when set, else ``serverless`` when RunPod's serverless variables
 are present (``RUNPOD_WEBHOOK_GET_JOB``), else ``pod``. The process replaces itself (``exec``) so
-RunPod's stop signal reaches the server directly. Standard library only.
+RunPod's stop signal reaches the server directly. The variables are those of
+:class:`deploy.runpod.settings.RunPodSettings`, read when the entry runs (importing this module loads
+the standard library only).
 """
 
 from __future__ import annotations
@@ -16,15 +18,24 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 HANDLER = Path(__file__).with_name("handler.py")
 
 
+def _settings(environ: Mapping[str, str]) -> Any:
+    from pydantic import ValidationError
+
+    from .settings import RunPodSettings
+
+    try:
+        return RunPodSettings.from_environ(environ)
+    except ValidationError as exc:
+        raise SystemExit(f"invalid RunPod settings: {exc}") from exc
+
+
 def mode_of(environ: Mapping[str, str]) -> str:
-    mode = environ.get("KOKORO_RUNPOD_MODE") or ("serverless" if environ.get("RUNPOD_WEBHOOK_GET_JOB") else "pod")
-    if mode not in ("pod", "serverless"):
-        raise SystemExit(f"KOKORO_RUNPOD_MODE must be pod or serverless, not {mode!r}")
-    return mode
+    return _settings(environ).runpod_mode or ("serverless" if environ.get("RUNPOD_WEBHOOK_GET_JOB") else "pod")
 
 
 def plan(environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -35,12 +46,12 @@ def plan(environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     env.setdefault("KOKORO_MODE", "concurrent")
     if mode_of(env) == "serverless":
         return [sys.executable, str(HANDLER)], env
-    if not env.get("KOKORO_API_KEY") and env.get("KOKORO_ALLOW_NO_AUTH") != "1":
+    settings = _settings(env)
+    if not settings.api_key and not settings.allow_no_auth:
         raise SystemExit("pod mode serves a public port: set KOKORO_API_KEY (or KOKORO_ALLOW_NO_AUTH=1)")
-    port = env.get("KOKORO_PORT") or "8080"
     bindir = Path(sys.executable).parent
     exe = str(bindir / "kokoro-serve") if (bindir / "kokoro-serve").exists() else "kokoro-serve"
-    return [exe, "serve", "--host", "0.0.0.0", "--port", port, "--mode", env["KOKORO_MODE"]], env
+    return [exe, "serve", "--host", "0.0.0.0", "--port", str(settings.port), "--mode", settings.mode], env
 
 
 def main() -> None:

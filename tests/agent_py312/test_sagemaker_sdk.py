@@ -8,7 +8,9 @@ What it shows: the stand-in used by the 3.11 tests has the real types' fields; t
 built as the transport builds it (awscrt, port 8443, boto3 credentials bridged into the SDK's
 identity interface); what the transport sends encodes, through the SDK's own event-stream
 serializer, into ``PayloadPart`` events carrying our JSON; and a whole session runs over the
-stand-in stream built from the real SDK classes.
+stand-in stream built from the real SDK classes, against the real server (over the fake runtime) run
+by the project's Python 3.11 interpreter: ``$SERVER_PYTHON``, by default the repository's
+``.venv/bin/python``.
 """
 
 from __future__ import annotations
@@ -116,13 +118,21 @@ async def test_sent_events_encode_as_payload_parts_with_our_json(data_type):
     assert json.loads(decoded.message.payload) == {"type": "synthesize", "text": "Héllo.", "request_id": "r1"}
 
 
-@pytest.fixture
-def server():
-    from tests.agent_support.fake_tts_server import FakeTTSServer
+@pytest.fixture(scope="module")
+def container(tmp_path_factory):
+    """The real server (fake runtime) under the project's 3.11 interpreter (``$SERVER_PYTHON``)."""
+    from tests.agent_support.wire_tap import fake_runtime_server
 
-    srv = FakeTTSServer(synth_rtf=0.05).start()
-    yield srv
-    srv.stop()
+    with fake_runtime_server(tmp_path_factory.mktemp("container"), segment_s=0.02) as srv:
+        yield srv
+
+
+@pytest.fixture
+def server(container):
+    from tests.agent_support.wire_tap import WireTap
+
+    with WireTap(container.ws_url) as tap:
+        yield tap
 
 
 async def listed(items):

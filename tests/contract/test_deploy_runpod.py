@@ -95,13 +95,31 @@ def test_stream_endpoint_returns_the_same_chunks(worker):
     assert any("audio" in item["output"] for item in streamed["stream"])
 
 
-def test_refused_requests_end_the_stream_with_the_servers_error_code(worker):
-    """The handler yields ``{"error": ...}`` and stops; RunPod's worker (rp_job.handle_job) fails the
+def test_a_refused_text_is_reported_and_the_jobs_later_texts_still_finish(worker):
+    """The session stays open after an error event (the contract): the handler reports the refused
+    text in its place, without the ``error`` key that makes RunPod's worker stop reading the job."""
+    result = _post(f"{worker}/runsync", {"input": {"texts": ["Hello there.", "...", "Good bye."]}})
+    assert result["status"] == "COMPLETED", result
+    outputs = result["output"]
+    assert not any("error" in o for o in outputs)
+    (failed,) = [o for o in outputs if "failed" in o]
+    assert failed["request"] == 1 and failed["failed"]["code"] and failed["failed"]["message"]
+    assert [o["request"] for o in outputs if "complete" in o] == [0, 2]
+    later = [o for o in outputs if o.get("request") == 2 and "audio" in o]
+    assert later and all(len(base64.b64decode(o["audio"])) > 2400 for o in later)
+    # in order: request 0's completion, the failure, then request 2's audio
+    assert outputs.index(failed) < outputs.index(later[0])
+
+
+def test_a_job_whose_texts_all_fail_ends_with_the_servers_error_code(worker):
+    """The handler then yields ``{"error": ...}`` last; RunPod's worker (rp_job.handle_job) fails the
     job on such an item. The local simulator only collects it, so that is what is checked here."""
     bad_voice = _post(f"{worker}/runsync", {"input": {"text": "Hello.", "voice": "no_such_voice"}})
-    assert [list(o) for o in bad_voice["output"]] == [["error"]]
-    assert bad_voice["output"][0]["error"].startswith("unknown_voice:")
+    assert [list(o) for o in bad_voice["output"]] == [["request", "failed"], ["error"]]
+    assert bad_voice["output"][0]["failed"]["code"] == "unknown_voice"
+    assert bad_voice["output"][-1]["error"].startswith("unknown_voice:")
     empty = _post(f"{worker}/runsync", {"input": {"text": "  "}})
+    assert [list(o) for o in empty["output"]] == [["error"]]
     assert empty["output"][0]["error"].startswith("invalid_request:")
 
 
@@ -109,6 +127,9 @@ def test_refused_requests_end_the_stream_with_the_servers_error_code(worker):
 def test_pod_mode_requires_an_api_key_and_runs_concurrent_mode_on_8080():
     with pytest.raises(SystemExit, match="KOKORO_API_KEY"):
         rp_start.plan({"KOKORO_RUNPOD_MODE": "pod"})
+    with pytest.raises(SystemExit, match="runpod_mode"):
+        rp_start.plan({"KOKORO_RUNPOD_MODE": "both"})
+    assert rp_start.plan({"KOKORO_RUNPOD_MODE": "pod", "KOKORO_ALLOW_NO_AUTH": "1", "KOKORO_PORT": "9000"})[0][5] == "9000"
     argv, env = rp_start.plan({"KOKORO_RUNPOD_MODE": "pod", "KOKORO_API_KEY": "k"})
     assert argv[1:] == ["serve", "--host", "0.0.0.0", "--port", "8080", "--mode", "concurrent"]
     assert env["HF_HUB_OFFLINE"] == "1"
@@ -314,3 +335,21 @@ def test_production_worker_streams_each_chunk_and_fails_a_refused_job():
     assert all(len(base64.b64decode(c["audio"])) > 2400 for c in chunks if "audio" in c)
     assert "error" not in queue.done["job-ok"]
     assert "unknown_voice" in queue.done["job-bad"]["error"]  # RunPod reports this job FAILED
+
+
+# -- settings -------------------------------------------------------------------------------------
+def test_every_kokoro_variable_the_runpod_code_reads_is_declared():
+    import re
+
+    from deploy.runpod.settings import RunPodSettings
+
+    declared = {e for name in RunPodSettings.model_fields for e in RunPodSettings.env_names(name)}
+    used = set()
+    for path in (processes.REPO / "deploy" / "runpod").glob("*.py"):
+        if path.name != "deploy.py":  # deploy.py writes variables into templates; it reads none
+            used |= set(re.findall(r"KOKORO_[A-Z_]+[A-Z]", path.read_text()))
+    assert used <= declared, used - declared
+    rows = "\n".join(RunPodSettings.markdown_rows())
+    for own in ("KOKORO_RUNPOD_MODE", "KOKORO_SERVER_URL", "KOKORO_SERVER_API_KEY", "KOKORO_ALLOW_NO_AUTH"):
+        assert f"| `{own}` |" in rows
+    assert "KOKORO_PORT" not in rows  # the server's table lists its own variables

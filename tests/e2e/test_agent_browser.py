@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_support.fake_tts_server import FakeTTSServer
-from tests.agent_support.sse import agent_process
+from tests.agent_support.process import agent_process
+from tests.agent_support.wire_tap import fake_runtime_server
 
 CHROMIUM = shutil.which("chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -22,12 +22,11 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not
 
 
 @pytest.fixture
-def agent_url():
-    tts = FakeTTSServer(synth_rtf=0.05).start()
-    proc = agent_process(tts.url, tokens_per_second=40, reply=REPLY).start()
-    yield proc.url
-    proc.stop()
-    tts.stop()
+def agent_url(tmp_path):
+    with fake_runtime_server(tmp_path, segment_s=0.05) as tts:
+        proc = agent_process(tts.ws_url, tokens_per_second=40, reply=REPLY).start()
+        yield proc.url
+        proc.stop()
 
 
 def test_prompt_streams_text_and_schedules_audio(agent_url):

@@ -1,6 +1,6 @@
 """End to end, offline, over real sockets: the agent app (``python -m agent serve --model scripted``) as
-a subprocess, talking to the real server (ONNX runtime, ``kokoro-serve serve`` subprocess) and, for the
-fast checks, to the DESIGN.md §4 fake TTS server.
+a subprocess, talking to the real server (``python -m server serve`` subprocess): with the ONNX runtime,
+and, for the fast checks, with the fake runtime behind a tap that records the frames.
 
 What a user notices: in ``bidi`` the first audio arrives while the reply is still being written; in
 ``batch`` only after it is complete; the audio is speech of plausible length; leaving early stops the
@@ -10,15 +10,16 @@ server's work.
 from __future__ import annotations
 
 import array
-import importlib.util
 import math
 import time
 
 import httpx
 import pytest
 
-from tests.agent_support.fake_tts_server import FakeTTSServer
-from tests.agent_support.sse import agent_process, free_port, iter_sse, pcm_of, tts_server_process
+from tests.agent_support.process import agent_process
+from tests.agent_support.sse import iter_sse, pcm_of
+from tests.agent_support.wire_tap import WireTap, fake_runtime_server, requests_total
+from tests.support.live import ServerProcess
 
 # A short first sentence, then more text written slowly: the first sentence is spoken while the rest
 # is still being generated. Kept short: real synthesis on a shared 2-core machine.
@@ -56,15 +57,9 @@ def speech_checks(events: list[dict], text: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def real_tts():
-    if importlib.util.find_spec("server.cli") is None:
-        pytest.skip("the server package has no CLI yet")
-    proc = tts_server_process(free_port())
-    try:
-        proc.start(timeout=300)
-    except RuntimeError as exc:
-        pytest.fail(f"the real server did not start: {exc}")
-    yield proc.ready_url.rsplit("/", 1)[0]
+def real_tts(tmp_path_factory):
+    proc = ServerProcess(tmp_path_factory.mktemp("onnx") / "server.log", KOKORO_BACKEND="onnx").wait_ready(300)
+    yield proc.url
     proc.stop()
 
 
@@ -102,13 +97,19 @@ def test_batch_first_audio_arrives_after_the_reply_is_written(agent_on_real_tts)
 
 
 # ------------------------------------------------------------------------------------------------
-# Against the fake TTS server: fast, and it records what the agent sent.
+# Against the fake runtime (0.3 s a segment): fast, and the tap records what the agent sent.
 # ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fake_runtime(tmp_path_factory):
+    with fake_runtime_server(tmp_path_factory.mktemp("fake"), segment_s=0.3) as srv:
+        yield srv
+
+
 @pytest.fixture
-def fake_tts():
-    srv = FakeTTSServer(synth_rtf=0.3).start()
-    yield srv
-    srv.stop()
+def fake_tts(fake_runtime):
+    with WireTap(fake_runtime.ws_url) as tap:
+        tap.metrics_url = fake_runtime.url
+        yield tap
 
 
 def test_streams_over_a_real_connection_in_bidi(fake_tts):
@@ -124,6 +125,7 @@ def test_streams_over_a_real_connection_in_bidi(fake_tts):
 
 def test_leaving_early_cancels_the_servers_work(fake_tts):
     long_reply = " ".join(f"This is sentence number {i} of a long answer." for i in range(1, 13))
+    cancelled_before = requests_total(fake_tts.metrics_url, "499")
     proc = agent_process(fake_tts.url, tokens_per_second=200, reply=long_reply).start()
     try:
         events, _ = run_turn(proc.url, {"prompt": "hi"}, stop_after_first_audio=True)
@@ -136,3 +138,7 @@ def test_leaving_early_cancels_the_servers_work(fake_tts):
     assert {"type": "cancel"} in [m for _, m in fake_tts.received]
     completed = [e for e in fake_tts.log if e[0] == "complete"]
     assert len(completed) < 12  # the rest was dropped, not synthesised
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and requests_total(fake_tts.metrics_url, "499") == cancelled_before:
+        time.sleep(0.05)
+    assert requests_total(fake_tts.metrics_url, "499") > cancelled_before  # counted as cancelled

@@ -1,5 +1,6 @@
-"""The AgentCore app in-process (httpx ASGI transport) with the scripted model and the DESIGN.md §4 fake
-TTS server: the SSE event sequence of a turn in bidi and batch modes, request validation, the page."""
+"""The AgentCore app in-process (httpx ASGI transport) with the scripted model and the real TTS server
+(over the fake runtime, behind a tap that records its frames): the SSE event sequence of a turn in bidi
+and batch modes, request validation, the page."""
 
 from __future__ import annotations
 
@@ -8,17 +9,23 @@ import pytest
 
 from agent.agent import DEFAULT_REPLY
 from agent.app import AgentSettings, create_app
-from tests.agent_support.fake_tts_server import FakeTTSServer
+from tests.agent_support.process import free_port
 from tests.agent_support.sse import parse_sse, pcm_of
+from tests.agent_support.wire_tap import WireTap, fake_runtime_server
 
 REPLY = "Hello there, friend. This is the second sentence. And here is a third one to finish."
 
 
+@pytest.fixture(scope="module")
+def tts_server(tmp_path_factory):
+    with fake_runtime_server(tmp_path_factory.mktemp("tts"), segment_s=0.02) as srv:
+        yield srv
+
+
 @pytest.fixture
-def server():
-    srv = FakeTTSServer(synth_rtf=0.02).start()
-    yield srv
-    srv.stop()
+def server(tts_server):
+    with WireTap(tts_server.ws_url) as tap:
+        yield tap
 
 
 def app_for(tts_url: str, **kw):
@@ -91,8 +98,6 @@ async def test_refused_voice_is_reported_and_the_turn_completes(server):
 
 
 async def test_unreachable_tts_is_an_error_event_but_text_still_streams():
-    from tests.agent_support.sse import free_port
-
     events = parse_sse((await turn(app_for(f"http://127.0.0.1:{free_port()}"), {"prompt": "x"})).text)
     errors = [e for e in events if e["type"] == "error"]
     assert [e["code"] for e in errors] == ["connect_failed"] and errors[0]["retryable"] is True

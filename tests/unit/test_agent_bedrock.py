@@ -9,7 +9,7 @@ import pytest
 from agent.agent import ScriptedModel, build_agent, build_model, converse, text_deltas, tokenize
 from agent.tts_client import TTSClient
 from tests.agent_support.bedrock_standin import BedrockStandIn
-from tests.agent_support.fake_tts_server import FakeTTSServer
+from tests.agent_support.wire_tap import WireTap, fake_runtime_server
 
 REPLY = "Bedrock says hello. This second sentence arrives token by token. The end."
 
@@ -20,6 +20,18 @@ def fake_aws_env(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "standin-secret")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture(scope="module")
+def tts_process(tmp_path_factory):
+    with fake_runtime_server(tmp_path_factory.mktemp("tts"), segment_s=0.02) as srv:
+        yield srv
+
+
+@pytest.fixture
+def tts_server(tts_process):
+    with WireTap(tts_process.ws_url) as tap:
+        yield tap
 
 
 @pytest.fixture
@@ -48,13 +60,9 @@ async def test_real_bedrock_model_streams_text_from_converse_stream(bedrock):
     assert "voice assistant" in body["system"][0]["text"]
 
 
-async def test_bedrock_turn_is_spoken_while_it_streams(bedrock):
-    tts_server = FakeTTSServer(synth_rtf=0.02).start()
-    try:
-        events = [e async for e in converse(build_agent(bedrock_model(bedrock.url)), TTSClient.websocket(tts_server.url),
-                                            "Greet me")]
-    finally:
-        tts_server.stop()
+async def test_bedrock_turn_is_spoken_while_it_streams(bedrock, tts_server):
+    events = [e async for e in converse(build_agent(bedrock_model(bedrock.url)), TTSClient.websocket(tts_server.url),
+                                        "Greet me")]
     kinds = [e["type"] for e in events]
     assert "error" not in kinds
     assert kinds.index("audio_chunk") < max(i for i, k in enumerate(kinds) if k == "text_delta")
@@ -62,15 +70,13 @@ async def test_bedrock_turn_is_spoken_while_it_streams(bedrock):
         "Bedrock says hello.", "This second sentence arrives token by token.", "The end."]
 
 
-async def test_bedrock_stream_exception_is_an_error_event(monkeypatch):
+async def test_bedrock_stream_exception_is_an_error_event(tts_server):
     standin = BedrockStandIn(REPLY, exception="validationException").start()
-    tts_server = FakeTTSServer(synth_rtf=0.02).start()
     try:
         events = [e async for e in converse(build_agent(bedrock_model(standin.url)),
                                             TTSClient.websocket(tts_server.url), "Greet me")]
     finally:
         standin.stop()
-        tts_server.stop()
     errors = [e for e in events if e["type"] == "error"]
     assert len(errors) == 1 and errors[0]["fatal"] and "stand-in failure" in errors[0]["message"]
     assert events[-1]["type"] == "agent_end"

@@ -61,14 +61,82 @@ def test_environment_defaults(captured):
     assert (s.model, s.tts_url, s.tokens_per_second, captured["run"]["port"]) == ("scripted", "ws://tts/x", 7.0, 9001)
 
 
+def test_flags_override_the_environment_and_one_tts_target_wins(captured):
+    env = {"KOKORO_AGENT_ENDPOINT_NAME": "from-env", "KOKORO_AGENT_REGION": "eu-west-1", "KOKORO_AGENT_VOICE": "af_env",
+           "KOKORO_AGENT_FIRST_CLAUSE_WORDS": "0"}
+    assert cli.main(["serve", "--tts-url", "http://flag:1", "--voice", "jm_kumo"], env=env) == 0
+    s = captured["settings"]
+    assert (s.tts_url, s.endpoint_name, s.voice, s.first_clause_words) == ("http://flag:1", None, "jm_kumo", 0)
+    assert cli.main(["serve"], env={**env, "AWS_REGION": "us-east-2"}) == 0
+    s = captured["settings"]
+    assert (s.endpoint_name, s.tts_url, s.region) == ("from-env", None, "eu-west-1")
+
+
+def test_region_falls_back_to_aws_region(captured):
+    assert cli.main(["serve", "--endpoint-name", "e"], env={"AWS_REGION": "ap-south-1"}) == 0
+    assert captured["settings"].region == "ap-south-1"
+
+
+def test_a_bad_variable_is_refused_with_its_name(captured):
+    with pytest.raises(ValueError, match="port"):
+        cli.main(["serve"], env={"KOKORO_AGENT_PORT": "eighty"})
+
+
+def test_every_agent_variable_is_declared_with_a_description():
+    """Nothing in agent/ names a KOKORO_AGENT_* variable that the settings do not declare."""
+    import re
+    from pathlib import Path
+
+    from agent.settings import AgentSettings
+
+    declared = {e for name in AgentSettings.model_fields for e in AgentSettings.env_names(name)}
+    used = set()
+    for path in Path(cli.__file__).parent.glob("*.py"):
+        used |= set(re.findall(r"KOKORO_AGENT_[A-Z_]+[A-Z]", path.read_text()))
+    assert used <= declared, used - declared
+    rows = AgentSettings.markdown_rows()
+    assert len(rows) == len(AgentSettings.model_fields)
+    assert all(row.count("|") == 4 and not row.endswith("| None |") for row in rows)
+    assert "| `KOKORO_AGENT_TTS_URL` | `http://127.0.0.1:8080` |" in "\n".join(rows)
+
+
 def test_agent_imports_no_server_and_no_runtime():
+    """The agent may use the pure-Python sentence rules of backends, nothing else of it."""
     code = (
-        "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, agent.chunker; "
-        "heavy = [m for m in ('server', 'backends', 'onnxruntime', 'torch', 'numpy') if m in sys.modules]; "
+        "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, agent.chunker, "
+        "agent.messages, agent.ws_client, agent.settings; "
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('server', 'onnxruntime', 'torch', 'numpy') "
+        "or (m.startswith('backends.') and m != 'backends.sentences')]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_import_cycle_among_agent_modules():
+    """Every import between agent modules — at module level or inside a function — points one way."""
+    import ast
+    from pathlib import Path
+
+    package = Path(cli.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                deps.add(node.module.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent."):
+                deps.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                deps |= {a.name.split(".")[1] for a in node.names if a.name.startswith("agent.")}
+        graph[path.stem] = deps
+    assert graph["sagemaker_transport"] and graph["tts_client"]  # the walk sees imports at all
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(d == goal or (d not in seen and reaches(d, goal, seen | {d})) for d in graph.get(start, ()))
+
+    cycles = [m for m in graph if reaches(m, m, {m})]
+    assert cycles == []
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The SageMaker bidirectional transport against a faithful stand-in of the SDK's stream object and of
-SageMaker's routing to the container (tests/agent_support/sagemaker_standin.py), with the container
-played by the DESIGN.md §4 fake server. The real SDK types are checked under Python 3.12 in
+SageMaker's routing to the container (tests/agent_support/sagemaker_standin.py), with the real server
+(over the fake runtime) as the container, behind a tap that records its frames. The real SDK types are checked under Python 3.12 in
 tests/agent_py312."""
 
 from __future__ import annotations
@@ -11,24 +11,36 @@ from types import SimpleNamespace
 
 import pytest
 
+from agent.messages import AudioChunk, SynthesisComplete, SynthesisStart, TTSError
 from agent.sagemaker_transport import (
     BotoCredentialsResolver,
     SageMakerConnector,
     SageMakerTransport,
     runtime_endpoint,
 )
-from agent.tts_client import AudioChunk, SynthesisComplete, SynthesisStart, TTSClient, TTSError
+from agent.tts_client import TTSClient
 from tests.agent_support import sagemaker_standin
-from tests.agent_support.fake_tts_server import FakeTTSServer
+from tests.agent_support.wire_tap import WireTap, fake_runtime_server
 
 SENTENCES = ["The first sentence is here.", "A second one follows, a little longer than the first."]
 
 
+@pytest.fixture(scope="module")
+def container(tmp_path_factory):
+    with fake_runtime_server(tmp_path_factory.mktemp("container"), segment_s=0.02) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def slow_container(tmp_path_factory):
+    with fake_runtime_server(tmp_path_factory.mktemp("slow"), segment_s=0.4) as srv:
+        yield srv
+
+
 @pytest.fixture
-def server():
-    srv = FakeTTSServer(synth_rtf=0.05).start()
-    yield srv
-    srv.stop()
+def server(container):
+    with WireTap(container.ws_url) as tap:
+        yield tap
 
 
 async def listed(items):
@@ -50,7 +62,7 @@ async def test_speaks_through_payload_parts(server):
     complete = [e for e in events if isinstance(e, SynthesisComplete)]
     audio = [e for e in events if isinstance(e, AudioChunk)]
     # PARTIAL parts were joined back into the container's frames: one chunk per segment, not per part.
-    assert len(audio) == 2
+    assert len(audio) == server.audio_frames >= 2
     assert sum(len(a.pcm) for a in audio) / 48_000 == pytest.approx(sum(c.audio_duration_s for c in complete), abs=0.01)
     assert any(p.completion_state == "PARTIAL" for p in standin.streams[0]._bridge.response_parts)
 
@@ -58,6 +70,7 @@ async def test_speaks_through_payload_parts(server):
     bridge = standin.streams[0]._bridge
     assert set(bridge.container_frames) == {"binary"}  # no data type: SageMaker delivers binary
     assert [m.get("type") for _, m in server.received] == ["synthesize", "synthesize", "close"]
+    assert [m["text"] for m in server.messages("synthesize")] == SENTENCES
     assert all(isinstance(e, sagemaker_standin.RequestStreamEventPayloadPart)
                for e in standin.streams[0].input_stream.sent)
 
@@ -68,8 +81,12 @@ async def test_utf8_data_type_reaches_the_container_as_text(server):
     assert {kind for kind, _ in server.received} == {"text"}
 
 
-async def test_listener_going_away_sends_cancel(server):
-    server.synth_rtf = 0.5
+async def test_listener_going_away_sends_cancel(slow_container):
+    with WireTap(slow_container.ws_url) as server:
+        await _leave_early(server)
+
+
+async def _leave_early(server: WireTap) -> None:
     standin = sagemaker_standin.SageMakerStandIn(server.url)
     stream = client_for(standin).speak(listed(["One part here. Two part here. Three part here.", *SENTENCES]))
     async for event in stream:

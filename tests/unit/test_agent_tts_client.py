@@ -1,5 +1,6 @@
-"""The TTS client's WebSocket transport against a server that follows DESIGN.md §4 (the fake in
-tests/agent_support): order of answers, frame types, pipelining, close, cancel, errors."""
+"""The TTS client's WebSocket transport against the real server (the fake runtime stands in for the
+model), through a tap that records the frames: order of answers, frame types, pipelining, close, cancel,
+errors."""
 
 from __future__ import annotations
 
@@ -17,16 +18,36 @@ from agent.tts_client import (
     TTSClient,
     TTSError,
 )
-from tests.agent_support.fake_tts_server import FakeTTSServer
+from agent.ws_client import ws_url
+from tests.agent_support.wire_tap import WireTap, fake_runtime_server, requests_total
 
 SENTENCES = ["The first sentence is here.", "A second one follows.", "And a third ends it."]
 
 
+@pytest.fixture(scope="module")
+def fast_server(tmp_path_factory):
+    with fake_runtime_server(tmp_path_factory.mktemp("fast"), segment_s=0.01) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory):
+    """Each segment takes 0.4 s: the client must not wait for one answer before sending on."""
+    with fake_runtime_server(tmp_path_factory.mktemp("slow"), segment_s=0.4) as srv:
+        yield srv
+
+
 @pytest.fixture
-def server():
-    srv = FakeTTSServer(synth_rtf=0.05).start()
-    yield srv
-    srv.stop()
+def server(fast_server):
+    with WireTap(fast_server.ws_url) as tap:
+        yield tap
+
+
+@pytest.fixture
+def slow(slow_server):
+    with WireTap(slow_server.ws_url) as tap:
+        tap.metrics_url = slow_server.url
+        yield tap
 
 
 async def listed(items):
@@ -57,7 +78,8 @@ async def test_answers_arrive_in_order_with_audio_between_start_and_complete(ser
 
 
 async def test_messages_go_out_as_binary_frames_and_close_ends_the_session(server):
-    await collect(TTSClient.websocket(server.url, voice="jm_kumo", speed=1.1), SENTENCES)
+    events = await collect(TTSClient.websocket(server.url, voice="jm_kumo", speed=1.1), SENTENCES)
+    assert not [e for e in events if isinstance(e, SynthesisFailed)]
     kinds = {kind for kind, _ in server.received}
     assert kinds == {"binary"}  # as SageMaker delivers client payloads
     messages = [msg for _, msg in server.received]
@@ -66,19 +88,18 @@ async def test_messages_go_out_as_binary_frames_and_close_ends_the_session(serve
     assert messages[-1] == {"type": "close"}
 
 
-async def test_sentences_are_pipelined(server):
-    server.synth_rtf = 0.3  # slow synthesis: the client must not wait for each answer
-    await collect(TTSClient.websocket(server.url), SENTENCES)
-    first_complete = server.log.index(("complete", server.received[0][1]["request_id"]))
-    received_before = [e for e in server.log[:first_complete] if e[0] == "received"]
+async def test_sentences_are_pipelined(slow):
+    await collect(TTSClient.websocket(slow.url), SENTENCES)
+    first_complete = slow.log.index(("complete", slow.received[0][1]["request_id"]))
+    received_before = [e for e in slow.log[:first_complete] if e[0] == "received"]
     assert len(received_before) == len(SENTENCES) + 1  # all three requests and the close
 
 
-async def test_next_sentence_leaves_while_the_first_is_still_being_answered(server):
+async def test_next_sentence_leaves_while_the_first_is_still_being_answered(slow):
     """Sentences trickle in (as from a language model); each leaves as soon as it exists, without
     waiting for the previous one's completion."""
-    server.synth_rtf = 0.5
-    first = "This is part one. This is part two. This is part three."  # three segments, ~0.5 s each
+    server = slow
+    first = "This is part one. This is part two. This is part three."  # several segments, 0.4 s each
     gate = asyncio.Event()
 
     async def trickle():
@@ -97,8 +118,9 @@ async def test_next_sentence_leaves_while_the_first_is_still_being_answered(serv
     assert [e.text for e in seen if isinstance(e, SynthesisStart)] == [first, SENTENCES[1]]
 
 
-async def test_listener_going_away_sends_cancel(server):
-    server.synth_rtf = 0.5
+async def test_listener_going_away_sends_cancel(slow):
+    server = slow
+    cancelled_before = requests_total(server.metrics_url, "499")
     stream = TTSClient.websocket(server.url).speak(listed(SENTENCES))
     async for event in stream:
         if isinstance(event, AudioChunk):
@@ -109,13 +131,16 @@ async def test_listener_going_away_sends_cancel(server):
             break
         await asyncio.sleep(0.02)
     assert {"type": "cancel"} in [msg for _, msg in server.received]
-    await asyncio.sleep(0.1)
-    assert server.cancelled  # the server dropped the rest
+    for _ in range(100):  # the server dropped the rest: it counts the requests as cancelled (499)
+        if requests_total(server.metrics_url, "499") > cancelled_before:
+            break
+        await asyncio.sleep(0.05)
+    assert requests_total(server.metrics_url, "499") > cancelled_before
     assert len([e for e in server.log if e[0] == "complete"]) < len(SENTENCES)
 
 
-async def test_cancelling_the_consuming_task_sends_cancel(server):
-    server.synth_rtf = 0.5
+async def test_cancelling_the_consuming_task_sends_cancel(slow):
+    server = slow
     got_audio = asyncio.Event()
 
     async def listen():
@@ -159,4 +184,4 @@ def test_url_forms():
         ("h:2", "ws://h:2/invocations-bidirectional-stream"),
         ("ws://h:3/custom", "ws://h:3/custom"),
     ]:
-        assert TTSClient._ws_url(given) == expected
+        assert ws_url(given) == expected

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.chunker import SentenceChunker, chunk_stream
+from backends.sentences import split_sentences
 
 
 def chunks_of(text: str, *, step: int = 1, **kw) -> list[str]:
@@ -192,3 +193,37 @@ def test_property_nothing_lost_nothing_empty_split_invariant(case, first_clause_
         assert squash(" ".join(chunks)) == squash(text)  # and no cut inside a word
     whole = SentenceChunker(**kw)
     assert chunks == whole.push(text) + whole.flush()
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        # a number after a cut inside a line is no list marker, in the buffer as in the whole text
+        ("Hello1. 1. Hello", ["Hello1.", "1.", "Hello"]),
+        ("Hello。1. Hello", ["Hello。", "1.", "Hello"]),
+        # the word before a stop begins after a CJK full stop
+        ("Hello。Dr. Hello", ["Hello。", "Dr. Hello"]),
+        ("Intro\n1. Hello", ["Intro", "1. Hello"]),
+    ],
+)
+def test_the_buffer_decides_as_the_whole_text(text, sentences):
+    assert split_sentences(text) == sentences
+    for step in (1, 4, 100):
+        assert chunks_of(text, step=step) == sentences
+
+
+@settings(max_examples=300, deadline=None)
+@given(_texts)
+def test_property_the_chunker_cuts_where_the_server_splits_sentences(text):
+    """One set of sentence rules: streamed through the chunker (no length or early-clause cuts), a text
+    ends up in the sentences the server's planner splits it into."""
+    assert chunks_of(text, step=7, max_chars=10**6) == split_sentences(text)
+
+
+def test_importing_the_chunker_loads_no_numerical_or_model_runtime():
+    import subprocess
+    import sys
+
+    code = ("import sys, agent.chunker; heavy = {'numpy', 'onnxruntime', 'torch'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -28,6 +28,15 @@ def words(text: str) -> list[str]:
         ("(It works.) Next one.", ["(It works.)", "Next one."]),
         ("first line\nsecond line", ["first line", "second line"]),
         ("no full stop at the end", ["no full stop at the end"]),
+        ('"Really?" she asked. Yes.', ['"Really?" she asked.', "Yes."]),
+        ("He moved to the U.S. Army base. Then home.", ["He moved to the U.S. Army base.", "Then home."]),
+        ("We packed pens, etc. Then we left.", ["We packed pens, etc.", "Then we left."]),
+        ("Version 1.2. Next one.", ["Version 1.2.", "Next one."]),
+        ("Plan:\n1. Open the box.\n2. Done", ["Plan:", "1. Open the box.", "2. Done"]),
+        ("こんにちは。元気ですか？はい", ["こんにちは。", "元気ですか？", "はい"]),
+        ("Fin. Élan vital.", ["Fin.", "Élan vital."]),
+        ("He said it's. Then left.", ["He said it's.", "Then left."]),
+        ("はい。Dr. Who came.", ["はい。", "Dr. Who came."]),
     ],
 )
 def test_sentence_split(text, expected):

@@ -1,0 +1,135 @@
+"""The agent's configuration: every ``KOKORO_AGENT_*`` variable, declared once with its default and
+meaning.
+
+:class:`AgentSettings` is built once (``kokoro-agent serve`` builds it from the environment, then its
+flags override fields) and handed to :func:`agent.app.create_app`; nothing else reads the
+environment. :class:`EnvironSettings` is the base both it and the RunPod worker's settings use:
+``from_environ(mapping)`` reads a given mapping instead of ``os.environ`` (tests, ``exec`` plans), and
+``markdown_rows()`` gives the README table's rows, in the server table's columns
+(``| variable | default | meaning |``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings.sources import PydanticBaseSettingsSource
+from pydantic_settings.sources.utils import parse_env_vars
+
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("kokoro_settings_environ", default=None)
+
+
+class _MappingSource(EnvSettingsSource):
+    """The environment source over a given mapping instead of ``os.environ``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+@contextmanager
+def _reading(environ: Mapping[str, str]) -> Iterator[None]:
+    token = _ENVIRON.set(environ)
+    try:
+        yield
+    finally:
+        _ENVIRON.reset(token)
+
+
+class EnvironSettings(BaseSettings):
+    """Settings read from the environment (or a given mapping), then overridden by keyword arguments."""
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Any:
+        """The settings from ``environ`` (``os.environ`` when None); ``overrides`` win."""
+        if environ is None:
+            return cls(**overrides)
+        with _reading(environ):
+            return cls(**overrides)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        environ = _ENVIRON.get()
+        return (init_settings, env_settings if environ is None else _MappingSource(settings_cls, environ))
+
+    @classmethod
+    def env_names(cls, name: str) -> list[str]:
+        field = cls.model_fields[name]
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            return [a for a in alias.choices if isinstance(a, str) and a.isupper()]
+        return [str(cls.model_config.get("env_prefix", "")) + name.upper()]
+
+    @classmethod
+    def markdown_rows(cls) -> list[str]:
+        """``| variable | default | meaning |`` rows for the README's table of variables."""
+        rows = []
+        for name, field in cls.model_fields.items():
+            env = " / ".join(f"`{e}`" for e in cls.env_names(name))
+            rows.append(f"| {env} | {_default(field.default)} | {field.description} |")
+        return rows
+
+
+def _default(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    return f"`{value}`"
+
+
+AGENT_PREFIX = "KOKORO_AGENT_"
+
+
+class AgentSettings(EnvironSettings):
+    """Everything the agent app needs. Immutable once built; shared by all turns."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=AGENT_PREFIX, extra="ignore", frozen=True, populate_by_name=True, env_ignore_empty=True
+    )
+
+    host: str = Field("127.0.0.1", description="Agent app: interface to listen on (`0.0.0.0` in AgentCore).")
+    port: int = Field(8090, ge=0, le=65535, description="Agent app: TCP port (8080 in AgentCore).")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Agent app: log level.")
+    model: Literal["bedrock", "scripted"] = Field(
+        "bedrock", description="Language model: `bedrock` (Strands' BedrockModel) or `scripted` (offline canned reply)."
+    )
+    tokens_per_second: float = Field(30.0, gt=0, description="Scripted model: the reply's token rate.")
+    scripted_reply: str | None = Field(
+        None, validation_alias=AliasChoices("KOKORO_AGENT_REPLY"),
+        description="Scripted model: the canned reply (unset: a short text about Kokoro).",
+    )
+    bedrock_model_id: str | None = Field(None, description="Bedrock model id (unset: Strands' default).")
+    bedrock_endpoint_url: str | None = Field(None, description="Bedrock runtime URL (a VPC endpoint).")
+    tts_url: str | None = Field(
+        "http://127.0.0.1:8080",
+        description="TTS server, `ws(s)://` or `http(s)://` (ignored when an endpoint name is set).",
+    )
+    tts_api_key: str | None = Field(None, description="Bearer key for a TTS server that requires one (a RunPod pod).")
+    endpoint_name: str | None = Field(
+        None, description="SageMaker endpoint: speak through its HTTP/2 bidirectional stream (Python >= 3.12)."
+    )
+    region: str | None = Field(
+        None, validation_alias=AliasChoices("KOKORO_AGENT_REGION", "AWS_REGION"),
+        description="AWS region of the SageMaker endpoint and Bedrock; falls back to `AWS_REGION`.",
+    )
+    voice: str | None = Field(None, description="TTS voice (unset: the server's default).")
+    speed: float | None = Field(None, ge=0.5, le=2.0, description="TTS speed, 0.5-2.0 (unset: the server's default).")
+    first_clause_words: int | None = Field(
+        6, ge=0, description="The first chunk may end at a clause after this many words (`0`: off).",
+    )
