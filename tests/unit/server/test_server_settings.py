@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from server.cli import _parser, _settings
 from backends.config import BackendConfig
+from server.cli import _parser, _settings
 from server.settings import Settings, markdown_table
 
 
