@@ -63,6 +63,10 @@ class OnnxSynthesizer:
         self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
 
     @property
+    def device(self) -> str:
+        return "cuda" if self.providers[0].startswith("CUDA") else "cpu"
+
+    @property
     def loaded(self) -> bool:
         return self._session is not None
 

@@ -114,7 +114,8 @@ class TorchSynthesizer:
         self.threads = threads
         self.deterministic = deterministic
         self.warmup = warmup
-        self.device: str | None = None
+        #: The device in use (resolved by ``load()``; until then what was asked for).
+        self.device = device
         self.checkpoint: Path | None = None
         self.model_name = "kokoro-v1_0"
         self.load_seconds: float | None = None
