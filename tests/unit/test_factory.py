@@ -64,7 +64,8 @@ def test_environment_reaches_the_engine_and_the_runtime(monkeypatch, model_dir):
 
 def test_torch_precision_comes_from_the_configuration(model_dir):
     config = BackendConfig.defaults(backend="torch", device="cpu", dtype="bfloat16", model_dir=model_dir)
-    assert create_backend(config).info.dtype == "bfloat16"
+    info = create_backend(config).info
+    assert (info.runtime, info.device, info.dtype) == ("torch", "cpu", "bfloat16")
 
 
 def test_defaults_ignore_the_environment(monkeypatch):
