@@ -102,7 +102,7 @@ class BatchedBackend(Engine):
         self.batch_on_cpu = config.batch_on_cpu
         workers = config.workers
         if workers is None:
-            parallel = bool(getattr(self.synthesizer, "thread_safe", False)) and not self.has_batch_path
+            parallel = bool(self.synthesizer.thread_safe) and not self.has_batch_path
             workers = min(2, os.cpu_count() or 1) if parallel else 1
         self.workers = workers
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")

@@ -131,7 +131,7 @@ class Engine:
     # -- description ----------------------------------------------------------------------------
     @property
     def runtime(self) -> str:
-        return str(getattr(self.synthesizer, "name", self.config.runtime))
+        return str(self.synthesizer.name)
 
     @property
     def has_batch_path(self) -> bool:
