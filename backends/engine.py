@@ -58,6 +58,7 @@ from .base import (
     Segment,
     SynthesisRequest,
     SynthesisTimeout,
+    Synthesizer,
     TextTooLong,
     clip_audio,
 )
@@ -105,7 +106,7 @@ class Engine:
 
     def __init__(
         self,
-        synthesizer: Any,
+        synthesizer: Synthesizer,
         pipeline: TextPipeline,
         voices: VoiceStore,
         config: BackendConfig | None = None,
