@@ -2,8 +2,10 @@
 
 * :class:`Synthesizer` — synchronous, one per runtime. ``load()`` does the heavy work once;
   ``synthesize(segment)`` turns one :class:`Segment` into float32 audio at 24 kHz, clipped to
-  [-1, 1]. A runtime may also offer ``synthesize_batch(segments)`` (outputs in input order) and
-  ``synthesize_timed(segment)`` (audio plus per-token frame durations). Synthesizers are never
+  [-1, 1]. A runtime may also offer ``synthesize_batch(segments)`` (outputs in input order),
+  ``synthesize_timed(segment)`` (audio plus per-token frame durations) and
+  ``synthesize_batch_timed(segments)``, and say what it runs on (``device``, ``dtype``), whether it
+  is ``loaded`` and its intra-op ``threads`` (settable before ``load()``). Synthesizers are never
   called on the event loop; a synthesizer need not be thread-safe — the backends call one at a
   time unless the runtime says otherwise (``thread_safe``).
 * :class:`Backend` — asynchronous, the only thing the server sees. ``stream(request)`` yields one

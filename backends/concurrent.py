@@ -28,8 +28,11 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
 * A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
-* Failures: if a batch call raises, its segments are retried one by one, so one bad segment fails
-  only its own request (:class:`BackendFault`); the loop survives everything but ``aclose()``.
+* Each batch goes through the engine's single per-segment step
+  (:meth:`~backends.engine.Engine.run_segments`), as the sequential mode's segments do: the
+  runtime's frame durations kept (word timings work in both modes), audio clipped, and a failed
+  batch retried one segment at a time, so one bad segment fails only its own request
+  (:class:`BackendFault`). The scheduler loop survives everything but ``aclose()``.
 
 Admission: ``max_queue`` bounds the requests admitted at once (being answered or waiting). Each
 admitted request holds at most one queued segment and ``max_ahead`` unread chunks, so memory is
@@ -52,30 +55,16 @@ import bisect
 import itertools
 import logging
 import os
-import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from .base import (
-    AudioChunk,
-    BackendFault,
-    Capabilities,
-    KokoroError,
-    NotReady,
-    Overloaded,
-    Segment,
-    SynthesisRequest,
-    clip_audio,
-)
-from .sequential import BaseBackend
+from .base import AudioChunk, NotReady, Overloaded, Segment, SynthesisRequest
+from .engine import Engine, SegmentResult
 
 log = logging.getLogger("kokoro.backend")
-_Result = tuple[np.ndarray | BaseException, float]
 
 
 @dataclass(eq=False)
@@ -97,33 +86,25 @@ class _Item:
     segment: Segment
 
 
-class BatchedBackend(BaseBackend):
+class BatchedBackend(Engine):
     """Cross-session micro-batching scheduler (mode ``concurrent``)."""
 
     mode = "concurrent"
     #: Longest over shortest phoneme count allowed within one batch (bounds padding waste).
     batch_length_ratio = 2.0
 
-    def __init__(
-        self,
-        *args: Any,
-        max_batch_size: int = 16,
-        max_wait_ms: float = 5.0,
-        workers: int | None = None,
-        max_ahead: int = 2,
-        batch_on_cpu: bool = False,
-        **kwargs: Any,
-    ):
+    def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.max_batch_size = max(1, int(max_batch_size))
-        self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
-        self.max_ahead = max(1, int(max_ahead))
-        self.batch_on_cpu = batch_on_cpu
-        self.has_batch_path = callable(getattr(self.synthesizer, "synthesize_batch", None))
+        config = self.config
+        self.max_batch_size = config.max_batch_size
+        self.max_wait_s = config.max_wait_ms / 1000.0
+        self.max_ahead = config.max_ahead
+        self.batch_on_cpu = config.batch_on_cpu
+        workers = config.workers
         if workers is None:
-            parallel = bool(getattr(self.synthesizer, "thread_safe", False)) and not self.has_batch_path
+            parallel = bool(self.synthesizer.thread_safe) and not self.has_batch_path
             workers = min(2, os.cpu_count() or 1) if parallel else 1
-        self.workers = max(1, int(workers))
+        self.workers = workers
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
         self._free = self.workers
         self._by_session: OrderedDict[str, list[_Item]] = OrderedDict()  # session -> items by job.seq
@@ -144,10 +125,6 @@ class BatchedBackend(BaseBackend):
         return self.batch_on_cpu or getattr(self.synthesizer, "device", None) != "cpu"
 
     @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(word_timings=False, batching=self.batched)
-
-    @property
     def queue_depth(self) -> int:
         """Segments ready and waiting for a worker (not counting those being synthesised)."""
         return self._queued
@@ -165,7 +142,7 @@ class BatchedBackend(BaseBackend):
         """Give each parallel call its share of the cores, unless the user chose a thread count
         or the runtime is already loaded (then its own setting stands)."""
         synth = self.synthesizer
-        loaded = getattr(synth, "_session", None) is not None
+        loaded = bool(getattr(synth, "loaded", False))
         if self.workers > 1 and not loaded and getattr(synth, "threads", 0) is None:
             synth.threads = max(1, (os.cpu_count() or 1) // self.workers)
             log.info("concurrent mode: %d parallel calls x %d intra-op threads", self.workers, synth.threads)
@@ -198,7 +175,7 @@ class BatchedBackend(BaseBackend):
         for admission, ordering and cancellation)."""
         if self._closing:
             raise NotReady("server is shutting down")
-        if len(self._jobs) >= self.max_queue:
+        if len(self._jobs) >= self.config.max_queue:
             raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
         seq = next(self._seq)
         key = request.session or request.request_id or f"request-{seq}"
@@ -248,8 +225,7 @@ class BatchedBackend(BaseBackend):
 
     def _set_queued(self, n: int) -> None:
         self._queued = n
-        if self.observer is not None and hasattr(self.observer, "queue_depth"):
-            self.observer.queue_depth(n)
+        self._observer.queue_depth(n)
 
     # -- the scheduler loop ---------------------------------------------------------------------
     async def _schedule(self) -> None:
@@ -267,11 +243,12 @@ class BatchedBackend(BaseBackend):
             self._free -= 1
             try:
                 future = loop.run_in_executor(
-                    self._executor, self._watched, self._run, [it.segment for it in items], items)
+                    self._executor, self.run_segments, [it.segment for it in items],
+                    lambda i, items=items: items[i].job.cancelled)
                 future.add_done_callback(lambda f, items=items: self._batch_done(items, f))
             except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
                 self._free += 1
-                self._finish(items, [(e, 0.0)] * len(items))
+                self._finish(items, [SegmentResult(error=e)] * len(items))
 
     async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._wake is not None
@@ -320,80 +297,25 @@ class BatchedBackend(BaseBackend):
     def _batch_done(self, items: list[_Item], future: asyncio.Future) -> None:
         self._free += 1
         if future.cancelled():
-            results: list[_Result] = [(NotReady("server is shutting down"), 0.0)] * len(items)
+            results = [SegmentResult(error=NotReady("server is shutting down"))] * len(items)
         elif future.exception() is not None:
-            results = [(future.exception(), 0.0)] * len(items)
+            results = [SegmentResult(error=future.exception())] * len(items)
         else:
             results = future.result()
         self._finish(items, results)
 
-    def _finish(self, items: list[_Item], results: Sequence[_Result]) -> None:
-        for item, (out, elapsed) in zip(items, results, strict=True):
+    def _finish(self, items: list[_Item], results: Sequence[SegmentResult]) -> None:
+        for item, result in zip(items, results, strict=True):
             job = item.job
             job.busy = False
             if job.cancelled:
                 continue
-            if isinstance(out, BaseException):
-                job.outbox.put_nowait(self._as_error(out, job))
+            if result.error is not None:
+                job.outbox.put_nowait(self._as_error(result.error, job.request))
                 job.pending.clear()
                 continue
-            seg = item.segment
-            job.outbox.put_nowait(AudioChunk(
-                audio=out, index=seg.index, count=len(job.request.segments), text=seg.text,
-                synth_seconds=elapsed, phonemes=seg.phonemes,
-            ))
+            job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
             self._submit_next(job)
         if self._wake is not None:
             self._wake.set()
 
-    def _as_error(self, exc: BaseException, job: _Job) -> KokoroError:
-        if self._closing:
-            return NotReady("server is shutting down")
-        if isinstance(exc, KokoroError):
-            return exc
-        log.error("synthesis failed for request %s: %r", job.request.request_id, exc)
-        return BackendFault(f"synthesis failed: {type(exc).__name__}: {exc}")
-
-    # -- worker threads -------------------------------------------------------------------------
-    def _run(self, segments: list[Segment], items: list[_Item]) -> list[_Result]:
-        """Synthesise one batch (worker thread). Never raises: each result is audio or the error
-        for that segment. A failed batch is retried one segment at a time."""
-        if self.batched and len(segments) > 1:
-            t0 = time.perf_counter()
-            try:
-                outs = self.synthesizer.synthesize_batch(segments)
-                if len(outs) != len(segments):
-                    raise BackendFault(f"synthesize_batch returned {len(outs)} outputs for {len(segments)}")
-                audios = [clip_audio(a) for a in outs]
-                if any(a.size == 0 for a in audios):  # retried one by one: only that segment fails
-                    raise BackendFault("the runtime produced no audio for a segment")
-            except Exception as e:
-                log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
-            else:
-                elapsed = time.perf_counter() - t0
-                self._observe_batch(len(segments))
-                for audio in audios:  # each segment's share of the runtime's time
-                    self._observe(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
-                return [(a, elapsed) for a in audios]
-        results: list[_Result] = []
-        for seg, item in zip(segments, items, strict=True):
-            if item.job.cancelled:  # dropped while earlier retries ran
-                results.append((NotReady("request cancelled"), 0.0))
-                continue
-            t0 = time.perf_counter()
-            try:
-                audio = clip_audio(self.synthesizer.synthesize(seg))
-                if audio.size == 0:  # a segment with phonemes always has sound: never pass silence
-                    raise BackendFault(f"the runtime produced no audio for segment {seg.index}")
-            except Exception as e:
-                results.append((e, time.perf_counter() - t0))
-                continue
-            elapsed = time.perf_counter() - t0
-            self._observe_batch(1)
-            self._observe(elapsed, len(audio) / self.synthesizer.sample_rate)
-            results.append((audio, elapsed))
-        return results
-
-    def _observe_batch(self, size: int) -> None:
-        if self.observer is not None and hasattr(self.observer, "batch_done"):
-            self.observer.batch_done(size)

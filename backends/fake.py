@@ -7,17 +7,22 @@ pipeline, backends, sessions, limits, metrics — run at full speed on any machi
 for the faults a real runtime can have (compare livekit-agents' ``tests/fake_tts.py``).
 
 Select it with ``KOKORO_BACKEND=fake`` (hidden from ``--help``; the model directory is still used
-for the voices and the phoneme vocabulary). Knobs, read once when the synthesizer is built
-(``environ`` is injectable; keyword arguments override it):
+for the voices and the phoneme vocabulary). Its knobs are the ``fake_*`` fields of
+:class:`~backends.config.BackendConfig` (``KOKORO_FAKE_SEGMENT_S``, ``KOKORO_FAKE_PHONEME_S``,
+``KOKORO_FAKE_FAIL_ON``, ``KOKORO_FAKE_HANG_ON``, ``KOKORO_FAKE_HANG_S``, ``KOKORO_FAKE_EMPTY_ON``);
+keyword arguments of the same names without the prefix override them:
 
-=============================  ==============================================================
-``KOKORO_FAKE_SEGMENT_S``      latency of one segment call, seconds (default ``0.002``)
-``KOKORO_FAKE_PHONEME_S``      extra latency per phoneme, seconds (default ``0``)
-``KOKORO_FAKE_FAIL_ON``        a substring: a segment whose text contains it raises ``RuntimeError``
-``KOKORO_FAKE_HANG_ON``        a substring: a segment whose text contains it blocks until
-                               :meth:`release` (or ``KOKORO_FAKE_HANG_S``, default 3600 s)
-``KOKORO_FAKE_EMPTY_ON``       a substring: a segment whose text contains it yields no samples
-=============================  ==============================================================
+=================  ===========================================================================
+``segment_s``      latency of one runtime call, seconds (default ``0.002``)
+``phoneme_s``      extra latency per phoneme of the call's longest segment, seconds (default ``0``)
+``fail_on``        a substring: a segment whose text contains it raises ``RuntimeError``
+``hang_on``        a substring: a segment whose text contains it blocks until :meth:`release`
+                   (or ``hang_s``, default 3600 s)
+``empty_on``       a substring: a segment whose text contains it yields no samples
+=================  ===========================================================================
+
+It runs on the CPU (``device = "cpu"``), so the concurrent mode batches it only with
+``KOKORO_BATCH_ON_CPU``, as it would a real runtime on a CPU.
 
 Threading: thread-safe (``thread_safe = True``); the latency is a ``time.sleep`` on the calling
 worker thread, so it behaves like a runtime that releases the GIL. Never call it on the event loop.
@@ -25,24 +30,19 @@ worker thread, so it behaves like a runtime that releases the GIL. Never call it
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .base import SAMPLE_RATE, Segment
+from .config import BackendConfig
 
 #: Seconds of tone per phoneme at speed 1 (Kokoro speaks roughly 12-15 phonemes a second).
 SECONDS_PER_PHONEME = 0.075
-_PREFIX = "KOKORO_FAKE_"
-
-
-def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
-    raw = environ.get(_PREFIX + name, "")
-    return float(raw) if raw.strip() else default
+KNOBS = ("segment_s", "phoneme_s", "hang_s", "fail_on", "hang_on", "empty_on")
 
 
 class FakeSynthesizer:
@@ -52,27 +52,23 @@ class FakeSynthesizer:
     sample_rate = SAMPLE_RATE
     thread_safe = True
     model_name = "fake"
+    device = "cpu"
+    dtype = "float32"
 
-    def __init__(
-        self,
-        root: Any = None,
-        voices: Any = None,
-        *,
-        device: str | None = None,
-        half: bool = False,
-        threads: int | None = None,
-        environ: Mapping[str, str] | None = None,
-        **knobs: Any,
-    ):
-        env = os.environ if environ is None else environ
+    def __init__(self, voices: Any = None, *, config: BackendConfig | None = None, **knobs: Any):
+        unknown = set(knobs) - set(KNOBS)
+        if unknown:
+            raise TypeError(f"unknown fake runtime knob(s): {', '.join(sorted(unknown))}")
+        config = config if config is not None else BackendConfig.defaults()
+        values = {name: knobs.get(name, getattr(config, f"fake_{name}")) for name in KNOBS}
         self.voices = voices
-        self.threads = threads
-        self.segment_s = float(knobs.get("segment_s", _env_float(env, "SEGMENT_S", 0.002)))
-        self.phoneme_s = float(knobs.get("phoneme_s", _env_float(env, "PHONEME_S", 0.0)))
-        self.hang_s = float(knobs.get("hang_s", _env_float(env, "HANG_S", 3600.0)))
-        self.fail_on: str | None = knobs.get("fail_on", env.get(_PREFIX + "FAIL_ON") or None)
-        self.hang_on: str | None = knobs.get("hang_on", env.get(_PREFIX + "HANG_ON") or None)
-        self.empty_on: str | None = knobs.get("empty_on", env.get(_PREFIX + "EMPTY_ON") or None)
+        self.threads = config.threads
+        self.segment_s = float(values["segment_s"])
+        self.phoneme_s = float(values["phoneme_s"])
+        self.hang_s = float(values["hang_s"])
+        self.fail_on: str | None = values["fail_on"] or None
+        self.hang_on: str | None = values["hang_on"] or None
+        self.empty_on: str | None = values["empty_on"] or None
         self.loaded = False
         #: The text of every segment call, in call order (for tests: what was synthesised).
         self.calls: list[str] = []

@@ -62,6 +62,14 @@ class OnnxSynthesizer:
         self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
         self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
 
+    @property
+    def device(self) -> str:
+        return "cuda" if self.providers[0].startswith("CUDA") else "cpu"
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
     def tokens(self, phonemes: str) -> list[int]:
         return [self.vocab[c] for c in phonemes if c in self.vocab]
 

@@ -119,6 +119,47 @@ def _lstm_gates(w: np.ndarray, hidden: int) -> np.ndarray:
     return np.concatenate([i, f, c, o], axis=0)
 
 
+def _lstm_weights(graph: _Graph, node: Any, path: str) -> list[tuple[str, np.ndarray]]:
+    """A bidirectional DynamicQuantizeLSTM's weights and biases, both directions, in torch's layout."""
+    hidden = next(a.i for a in node.attribute if a.name == "hidden_size")
+    w_q, r_q, bias = (graph.init[node.input[k]] for k in (1, 2, 3))
+    w_s, w_zp, r_s, r_zp = (graph.init[node.input[k]] for k in (8, 9, 10, 11))
+    out: list[tuple[str, np.ndarray]] = []
+    for d, suffix in enumerate(("", "_reverse")):
+        w = _dequantise(w_q[d], w_zp[d], w_s[d]).T  # stored (in, 4H)
+        r = _dequantise(r_q[d], r_zp[d], r_s[d]).T
+        out += [
+            (f"{path}.weight_ih_l0{suffix}", _lstm_gates(w, hidden)),
+            (f"{path}.weight_hh_l0{suffix}", _lstm_gates(r, hidden)),
+            (f"{path}.bias_ih_l0{suffix}", _lstm_gates(bias[d, : 4 * hidden], hidden)),
+            (f"{path}.bias_hh_l0{suffix}", _lstm_gates(bias[d, 4 * hidden :], hidden)),
+        ]
+    return out
+
+
+def _node_weights(graph: _Graph, node: Any, path: str) -> list[tuple[str, np.ndarray]]:
+    """The KModel parameters one node of the export carries (none for most nodes)."""
+    op = node.op_type
+    if op == "MatMulInteger":
+        q, zp = graph.init[node.input[1]], graph.init[node.input[3]]
+        w = _dequantise(q, zp.reshape(1, -1), graph.weight_scale(node).reshape(1, -1))
+        return [(f"{path}.weight", w.T)]
+    if op == "ConvInteger":
+        q, zp = graph.init[node.input[1]], graph.init[node.input[3]]
+        return [(f"{path}.weight", _dequantise(q, zp, graph.weight_scale(node)))]
+    if op == "MatMul" and node.input[1] in graph.init:  # a float MatMul: (in, out)
+        return [(f"{path}.weight", graph.init[node.input[1]].T)]
+    if op in ("Conv", "ConvTranspose") and "istft" not in node.name:  # the conv iSTFT basis is no parameter
+        return [(f"{path}.weight", graph.init[node.input[1]])]
+    if op == "Gather":
+        dq = next(c for c in graph.consumers[node.output[0]] if c.op_type == "DequantizeLinear")
+        q = graph.init[node.input[0]]
+        return [(f"{path}.weight", _dequantise(q, graph.init[dq.input[2]], graph.init[dq.input[1]]))]
+    if op == "DynamicQuantizeLSTM":
+        return _lstm_weights(graph, node, path)
+    return []
+
+
 def _extract(graph: _Graph) -> tuple[dict[str, np.ndarray], list[str]]:
     """Every weight the export carries, by KModel path (``component.module.param``)."""
     out: dict[str, np.ndarray] = {}
@@ -136,35 +177,8 @@ def _extract(graph: _Graph) -> tuple[dict[str, np.ndarray], list[str]]:
         if path is None:
             continue
         path = re.sub(r"_\d+$", "", path)  # ALBERT's repeated layers: query_1 is query
-        op = node.op_type
-        if op == "MatMulInteger":
-            q, zp = graph.init[node.input[1]], graph.init[node.input[3]]
-            w = _dequantise(q, zp.reshape(1, -1), graph.weight_scale(node).reshape(1, -1))
-            put(f"{path}.weight", w.T, node.name)
-        elif op == "ConvInteger":
-            q, zp = graph.init[node.input[1]], graph.init[node.input[3]]
-            put(f"{path}.weight", _dequantise(q, zp, graph.weight_scale(node)), node.name)
-        elif op == "MatMul" and node.input[1] in graph.init:  # a float MatMul: (in, out)
-            put(f"{path}.weight", graph.init[node.input[1]].T, node.name)
-        elif op in ("Conv", "ConvTranspose"):
-            if "istft" in node.name:  # the export's conv iSTFT basis: not a KModel parameter
-                continue
-            put(f"{path}.weight", graph.init[node.input[1]], node.name)
-        elif op == "Gather":
-            dq = next(c for c in graph.consumers[node.output[0]] if c.op_type == "DequantizeLinear")
-            q = graph.init[node.input[0]]
-            put(f"{path}.weight", _dequantise(q, graph.init[dq.input[2]], graph.init[dq.input[1]]), node.name)
-        elif op == "DynamicQuantizeLSTM":
-            hidden = next(a.i for a in node.attribute if a.name == "hidden_size")
-            w_q, r_q, bias = (graph.init[node.input[k]] for k in (1, 2, 3))
-            w_s, w_zp, r_s, r_zp = (graph.init[node.input[k]] for k in (8, 9, 10, 11))
-            for d, suffix in enumerate(("", "_reverse")):
-                w = _dequantise(w_q[d], w_zp[d], w_s[d]).T  # stored (in, 4H)
-                r = _dequantise(r_q[d], r_zp[d], r_s[d]).T
-                put(f"{path}.weight_ih_l0{suffix}", _lstm_gates(w, hidden), node.name)
-                put(f"{path}.weight_hh_l0{suffix}", _lstm_gates(r, hidden), node.name)
-                put(f"{path}.bias_ih_l0{suffix}", _lstm_gates(bias[d, : 4 * hidden], hidden), node.name)
-                put(f"{path}.bias_hh_l0{suffix}", _lstm_gates(bias[d, 4 * hidden :], hidden), node.name)
+        for key, value in _node_weights(graph, node, path):
+            put(key, value, node.name)
     for name, value in graph.init.items():
         path = _initializer_path(name)
         if path is None or value.dtype != np.float32 or re.search(r"_(scale|quantized\w*)$", name):

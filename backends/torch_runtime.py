@@ -22,6 +22,12 @@ Threading: calls are serialised by an internal lock (one forward at a time per s
 ``thread_safe`` is False because a second thread gains nothing). A call cannot be interrupted
 once started; cancel by not submitting work. ``threads`` sets torch's intra-op thread count, which
 is process-wide. Blocking: call from a worker thread, never the event loop.
+
+Precision (``dtype``, ``KOKORO_DTYPE``): ``auto`` is float16 on CUDA and float32 elsewhere;
+float16 and bfloat16 run the forward pass under ``torch.autocast`` (weights stay float32; the
+normalisation statistics and phases stay float32, see :mod:`backends.torch_forward`). float16
+needs CUDA: asked for on a CPU, the runtime warns and runs float32. ``dtype`` reports the
+precision in use once loaded.
 """
 
 from __future__ import annotations
@@ -51,6 +57,22 @@ class VoiceSource(Protocol):
     def get(self, spec: str) -> np.ndarray: ...
 
 
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """The precision ``dtype`` means on ``device`` (``auto``: float16 on CUDA, else float32)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    cuda = device.startswith("cuda")
+    if dtype == "auto":
+        return "float16" if cuda else "float32"
+    if dtype == "float16" and not cuda:
+        log.warning("float16 needs CUDA; running float32 on %s", device)
+        return "float32"
+    return dtype
+
+
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; ``cuda`` without one is an error."""
     import torch
@@ -78,7 +100,7 @@ class TorchSynthesizer:
         voices: VoiceSource,
         *,
         device: str = "auto",
-        half: bool = False,
+        dtype: str = "auto",
         threads: int | None = None,
         deterministic: bool = False,
         warmup: bool = True,
@@ -86,11 +108,14 @@ class TorchSynthesizer:
         self.model_dir = Path(model_dir)
         self.voices = voices
         self.requested_device = device
-        self.half = half
+        self.requested_dtype = dtype
+        #: The precision in use (resolved by ``load()``; until then what was asked for).
+        self.dtype = dtype
         self.threads = threads
         self.deterministic = deterministic
         self.warmup = warmup
-        self.device: str | None = None
+        #: The device in use (resolved by ``load()``; until then what was asked for).
+        self.device = device
         self.checkpoint: Path | None = None
         self.model_name = "kokoro-v1_0"
         self.load_seconds: float | None = None
@@ -104,9 +129,7 @@ class TorchSynthesizer:
 
         started = time.perf_counter()
         self.device = resolve_device(self.requested_device)
-        if self.half and not self.device.startswith("cuda"):
-            log.warning("half precision needs CUDA; running float32 on %s", self.device)
-            self.half = False
+        self.dtype = resolve_dtype(self.requested_dtype, self.device)
         if self.device == "cpu" and self.threads:
             torch.set_num_threads(self.threads)
         config = read_config(self.model_dir / "config.json")
@@ -120,13 +143,11 @@ class TorchSynthesizer:
         if self.warmup:  # first-call allocations and kernel selection, off the request path
             self._forward([self.tokens(WARMUP_PHONEMES)] * 2, np.zeros((2, 256), np.float32), [1.0, 1.0])
         self.load_seconds = time.perf_counter() - started
-        log.info(
-            "torch runtime: %s on %s%s in %.1fs",
-            self.model_name,
-            self.device,
-            " (fp16)" if self.half else "",
-            self.load_seconds,
-        )
+        log.info("torch runtime: %s on %s (%s) in %.1fs", self.model_name, self.device, self.dtype, self.load_seconds)
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
 
     def _rebuild(self) -> Path:
         from .torch_convert import rebuild_checkpoint
@@ -208,9 +229,10 @@ class TorchSynthesizer:
     def _autocast(self) -> contextlib.AbstractContextManager:
         import torch
 
-        if self.half and self.device and self.device.startswith("cuda"):
-            return torch.autocast("cuda", dtype=torch.float16)
-        return contextlib.nullcontext()
+        if self.dtype == "float32":
+            return contextlib.nullcontext()
+        device_type = "cuda" if str(self.device).startswith("cuda") else "cpu"
+        return torch.autocast(device_type, dtype=getattr(torch, self.dtype))
 
 
 def _remove_weight_norm(model: Any) -> None:

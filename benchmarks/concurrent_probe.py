@@ -24,6 +24,7 @@ from pathlib import Path
 from backends.assets import ModelFiles, default_model_dir
 from backends.base import SynthesisRequest
 from backends.concurrent import BatchedBackend
+from backends.config import BackendConfig
 from backends.g2p import EspeakG2P
 from backends.onnx_runtime import OnnxSynthesizer, load_vocab
 from backends.sequential import SequentialBackend
@@ -106,19 +107,17 @@ async def main(args: argparse.Namespace) -> dict:
     samples: dict[str, list[dict]] = {name: [] for name in chosen}
     for rnd in range(args.rounds):
         for name, (mode, workers, threads, batch) in chosen.items():
-            common = dict(max_queue=256, request_timeout_s=None)
             if args.runtime == "torch":
                 import torch
 
                 torch.set_num_threads(threads)  # process-wide in torch
-            if mode == "sequential":
-                backend = SequentialBackend(synths[threads], pipeline, voices, **common)
-            else:
-                forced = args.runtime == "torch" and name.startswith("concurrent batch")
-                backend = BatchedBackend(
-                    synths[threads], pipeline, voices, workers=workers, max_batch_size=batch,
-                    batch_on_cpu=forced, **common,
-                )
+            forced = args.runtime == "torch" and name.startswith("concurrent batch")
+            config = BackendConfig.defaults(
+                mode=mode, max_queue=256, request_timeout_s=None, workers=workers, max_batch_size=batch,
+                batch_on_cpu=forced,
+            )
+            cls = SequentialBackend if mode == "sequential" else BatchedBackend
+            backend = cls(synths[threads], pipeline, voices, config)
             warm = await backend.prepare(SynthesisRequest(text="Warming up.", voice="jm_kumo"))
             async for _ in backend.stream(warm):
                 pass

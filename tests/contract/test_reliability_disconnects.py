@@ -40,7 +40,7 @@ def _vanish(port: int, i: int, rst: bool) -> None:
 
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])
 def test_abrupt_disconnects_leak_nothing_and_drop_queued_work(mode):
-    synth = FakeSynthesizer(environ={}, segment_s=0.01)
+    synth = FakeSynthesizer(segment_s=0.01)
     app = create_app(Settings(max_sessions=CLIENTS), make_backend(synth, mode))
     with ThreadServer(app) as srv:
         metrics_url = f"{srv.url}/metrics"

@@ -20,7 +20,7 @@ TWO_PARTS = "This first sentence is perfectly fine. Then {marker} happens in the
 
 
 def fake(**knobs) -> FakeSynthesizer:
-    return FakeSynthesizer(environ={}, **{"segment_s": 0.0, **knobs})
+    return FakeSynthesizer(**{"segment_s": 0.0, **knobs})
 
 
 def kinds(frames: list[dict]) -> list[str]:

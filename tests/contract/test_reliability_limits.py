@@ -1,15 +1,18 @@
-"""Limits (issue 9): each is a documented setting read from the environment, and each holds at its
+"""Limits: each is a documented setting read from the environment, and each holds at its
 edge — the largest accepted value passes, one more is refused with the contract's answer, and the
 session or server goes on. (The basic refusals are in tests/unit/server; these add the edges, the
 environment and the interplay with work in progress.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
 import pytest
 
+from backends.base import SynthesisRequest, TextTooLong
+from backends.factory import create_backend
 from backends.fake import FakeSynthesizer
 from server.settings import Settings, markdown_table
 from tests.support.inproc import WS, answer, client
@@ -35,9 +38,12 @@ def test_each_limit_is_read_from_the_environment_and_documented(monkeypatch, env
     assert Settings.model_fields[field].description
 
 
-def test_limits_reach_the_backend():
-    options = Settings(max_text_chars=11, max_queue=5, request_timeout_s=3).backend_options()
-    assert (options.max_text_chars, options.max_queue, options.request_timeout_s) == (11, 5, 3)
+def test_limits_reach_the_backend(model_dir):
+    settings = Settings(backend="fake", model_dir=model_dir, max_text_chars=11, max_queue=5, request_timeout_s=3)
+    backend = create_backend(settings.backend_config())
+    assert (backend.config.max_text_chars, backend.config.max_queue, backend.config.request_timeout_s) == (11, 5, 3)
+    with pytest.raises(TextTooLong):
+        asyncio.run(backend.prepare(SynthesisRequest(text="twelve chars")))
 
 
 def test_text_limit_at_its_edge_on_both_routes():
@@ -77,7 +83,7 @@ def test_message_byte_limit_at_its_edge():
 
 
 def test_idle_timeout_never_cuts_a_request_in_progress():
-    synth = FakeSynthesizer(environ={}, segment_s=0.0, hang_on="Slow")
+    synth = FakeSynthesizer(segment_s=0.0, hang_on="Slow")
     with client(synth, idle_timeout_s=0.3) as c, c.websocket_connect(WS) as ws:
         ws.send_text(json.dumps({"text": "Slow one.", "request_id": "slow"}))
         threading.Timer(1.0, synth.release).start()  # the work lasts over three idle periods
@@ -88,7 +94,7 @@ def test_idle_timeout_never_cuts_a_request_in_progress():
 
 
 def test_queue_limit_per_session_frees_its_slots_as_requests_finish():
-    synth = FakeSynthesizer(environ={}, segment_s=0.0, hang_on="Held")
+    synth = FakeSynthesizer(segment_s=0.0, hang_on="Held")
     with client(synth, max_queued_per_session=2) as c, c.websocket_connect(WS) as ws:
         ws.send_text(json.dumps({"text": "Held.", "request_id": "h"}))  # in flight (not queued)
         synth.started.wait(10)

@@ -41,7 +41,7 @@ ACCEPTED = [
 
 @pytest.fixture(scope="module")
 def c():
-    with client(FakeSynthesizer(environ={}, segment_s=0.0, fail_on="Boom")) as c:
+    with client(FakeSynthesizer(segment_s=0.0, fail_on="Boom")) as c:
         yield c
 
 

@@ -25,6 +25,7 @@ from backends.base import (
     SynthesisTimeout,
 )
 from backends.concurrent import BatchedBackend
+from backends.config import BackendConfig
 
 SENTENCES = [
     "Short start, then the rest of the first sentence.",
@@ -106,8 +107,8 @@ class Recorder:
 async def make_backend(pipeline, voices):
     made = []
 
-    def make(synth, **kw) -> BatchedBackend:
-        backend = BatchedBackend(synth, pipeline, voices, **kw)
+    def make(synth, observer=None, **kw) -> BatchedBackend:
+        backend = BatchedBackend(synth, pipeline, voices, BackendConfig.defaults(**kw), observer=observer)
         made.append(backend)
         return backend
 

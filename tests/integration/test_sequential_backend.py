@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from backends.base import SynthesisRequest, TextTooLong, UnknownVoice
+from backends.config import BackendConfig
 from backends.sequential import SequentialBackend
 
 TEXT = "Short start, then the rest of the first sentence. A second sentence follows."
@@ -37,7 +38,7 @@ def backend_factory(onnx_synth, pipeline, voices):
 
     def make(**kw):
         synth = CountingSynth(onnx_synth)
-        backend = SequentialBackend(synth, pipeline, voices, **kw)
+        backend = SequentialBackend(synth, pipeline, voices, BackendConfig.defaults(**kw))
         made.append(backend)
         return backend, synth
 

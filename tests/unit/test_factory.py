@@ -1,12 +1,74 @@
-"""Building backends by name."""
+"""Building backends from the configuration: the environment reaches the engine and the runtime."""
 
 from __future__ import annotations
+
+import asyncio
+
+from backends.base import SynthesisRequest
+from backends.config import BackendConfig
+from backends.factory import create_backend
+from server.cli import build_backend
+from server.settings import Settings
+
+
+class Recorder:
+    def __init__(self):
+        self.segments = 0
+        self.batches: list[int] = []
+
+    def segment_done(self, synth_s, audio_s):
+        self.segments += 1
+
+    def batch_done(self, size):
+        self.batches.append(size)
+
+    def queue_depth(self, n):
+        pass
 
 
 def test_ping_names_the_file_the_runtime_loads(model_dir):
     """Regression: --backend torch reported the ONNX file as its model."""
-    from backends.factory import BackendOptions, create_backend
+    assert create_backend(BackendConfig.defaults(model_dir=model_dir)).info.model.endswith(".onnx")
+    torch_backend = create_backend(BackendConfig.defaults(backend="torch", device="cpu", model_dir=model_dir))
+    assert torch_backend.info.model.endswith(".pth")
 
-    assert create_backend(BackendOptions(model_dir=model_dir)).model_name.endswith(".onnx")
-    torch_backend = create_backend(BackendOptions(runtime="torch", device="cpu", model_dir=model_dir))
-    assert torch_backend.model_name.endswith(".pth")
+
+def test_environment_reaches_the_engine_and_the_runtime(monkeypatch, model_dir):
+    """env -> Settings -> backend: the concurrent mode's knobs (settable at last), the fake runtime's."""
+    env = {
+        "KOKORO_BACKEND": "fake", "KOKORO_MODE": "concurrent", "KOKORO_MODEL_DIR": str(model_dir),
+        "KOKORO_WORKERS": "3", "KOKORO_MAX_AHEAD": "4", "KOKORO_BATCH_ON_CPU": "true",
+        "KOKORO_MAX_BATCH_SIZE": "5", "KOKORO_MAX_WAIT_MS": "7", "KOKORO_MAX_TEXT_CHARS": "40",
+        "KOKORO_FAKE_SEGMENT_S": "0.001", "KOKORO_FAKE_FAIL_ON": "Boom",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    recorder = Recorder()
+    backend = build_backend(Settings(), observer=recorder)
+    assert (backend.mode, backend.workers, backend.max_ahead, backend.batch_on_cpu) == ("concurrent", 3, 4, True)
+    assert (backend.max_batch_size, backend.max_wait_s, backend.config.max_text_chars) == (5, 0.007, 40)
+    assert backend.info.capabilities.batching  # a CPU runtime, batched because KOKORO_BATCH_ON_CPU says so
+    synth = backend.synthesizer
+    assert (synth.segment_s, synth.fail_on, synth.hang_on) == (0.001, "Boom", None)
+
+    async def speak(text: str) -> int:
+        request = await backend.prepare(SynthesisRequest(text=text))
+        try:
+            return len([chunk async for chunk in backend.stream(request)])
+        finally:
+            await backend.aclose()
+
+    assert asyncio.run(speak("Hello there.")) == 1
+    assert recorder.segments == 1 and recorder.batches == [1]  # the observer given at construction
+
+
+def test_torch_precision_comes_from_the_configuration(model_dir):
+    config = BackendConfig.defaults(backend="torch", device="cpu", dtype="bfloat16", model_dir=model_dir)
+    info = create_backend(config).info
+    assert (info.runtime, info.device, info.dtype) == ("torch", "cpu", "bfloat16")
+
+
+def test_defaults_ignore_the_environment(monkeypatch):
+    monkeypatch.setenv("KOKORO_MAX_QUEUE", "3")
+    assert BackendConfig().max_queue == 3
+    assert BackendConfig.defaults().max_queue == 256 and BackendConfig.defaults(max_queue=9).max_queue == 9

@@ -7,13 +7,15 @@ import sys
 
 import pytest
 
+from backends.config import BackendConfig
 from server.cli import _parser, _settings
 from server.settings import Settings, markdown_table
 
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for name in ("KOKORO_PORT", "SAGEMAKER_BIND_TO_PORT", "KOKORO_HOST", "KOKORO_API_KEY", "KOKORO_MODE"):
+    for name in ("KOKORO_PORT", "SAGEMAKER_BIND_TO_PORT", "KOKORO_HOST", "KOKORO_API_KEY", "KOKORO_MODE",
+                 "KOKORO_WORKERS", "KOKORO_FAKE_HANG_ON", "KOKORO_DTYPE"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -62,6 +64,28 @@ def test_cli_flags_override_the_environment(clean_env):
     assert (s.port, s.mode, s.host) == (7000, "concurrent", "0.0.0.0")
 
 
-def test_backend_options_carry_the_settings():
-    options = Settings(mode="concurrent", max_batch_size=4, threads=2).backend_options(observer="obs")
-    assert (options.mode, options.max_batch_size, options.threads, options.observer) == ("concurrent", 4, 2, "obs")
+def test_backend_config_is_the_backend_part_of_the_settings():
+    s = Settings(backend="fake", mode="concurrent", max_batch_size=4, threads=2, workers=3, max_ahead=5,
+                 batch_on_cpu=True, dtype="bfloat16", fake_fail_on="Boom", max_queue=7, api_key="k")
+    config = s.backend_config()
+    assert type(config) is BackendConfig
+    assert config.model_dump() == {name: getattr(s, name) for name in BackendConfig.model_fields}
+    assert (config.runtime, config.mode, config.workers, config.max_ahead, config.batch_on_cpu) == (
+        "fake", "concurrent", 3, 5, True)
+    assert not hasattr(config, "api_key")  # the server's own fields stay with the server
+
+
+def test_backend_variables_are_declared_once_and_documented(clean_env):
+    """Every backend variable is read by the settings object and listed in the README table."""
+    table = markdown_table()
+    for name, field in BackendConfig.model_fields.items():
+        assert f"`KOKORO_{name.upper()}`" in table and field.description
+        assert name in Settings.model_fields
+    clean_env.setenv("KOKORO_WORKERS", "")
+    clean_env.setenv("KOKORO_FAKE_HANG_ON", "Held")
+    clean_env.setenv("KOKORO_DTYPE", "float16")
+    s = Settings()
+    assert (s.workers, s.fake_hang_on, s.dtype) == (None, "Held", "float16")
+    clean_env.setenv("KOKORO_DTYPE", "half")
+    with pytest.raises(ValueError):
+        Settings()

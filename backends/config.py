@@ -1,0 +1,138 @@
+"""The backend's configuration: every ``KOKORO_*`` variable the engine, its runtimes and its text
+pipeline read, declared once (DESIGN.md §5).
+
+:class:`BackendConfig` is a pydantic-settings object: ``BackendConfig()`` reads the environment
+(prefix ``KOKORO_``), keyword arguments override it, and once built it is immutable, so one object
+can be shared by the event loop and the worker threads. The server's settings extend it with the
+server's own fields and hand the backend its part as is; :func:`backends.factory.create_backend`
+takes it straight to the engine, the text pipeline and the runtime. Nothing in ``backends`` reads
+``os.environ`` on the side.
+
+:meth:`BackendConfig.defaults` builds one from the declared defaults alone (no environment), for
+code that builds an engine without settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "KOKORO_"
+
+
+class BackendConfig(BaseSettings):
+    """What the backend needs to know: runtime, scheduling, text planning, limits, fake knobs."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+    )
+
+    # -- runtime ------------------------------------------------------------------------------
+    backend: Literal["onnx", "torch", "fake"] = Field(
+        "onnx",
+        description="Runtime: `onnx` (CPU) or `torch` (CUDA/CPU); `fake` is a model-free stand-in for tests and "
+        "load/soak runs only (`backends/fake.py`).",
+    )
+    mode: Literal["sequential", "concurrent"] = Field(
+        "sequential",
+        description="`sequential`: one synthesis at a time; `concurrent`: micro-batches across sessions.",
+    )
+    model_dir: Path | None = Field(
+        None, description="Model directory (ONNX/PyTorch model, voices, config). Default: the user cache dir."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device for the `torch` runtime.")
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "auto",
+        description="Precision of the `torch` runtime (autocast): `auto` is `float16` on CUDA and `float32` "
+        "elsewhere; `float16` on a CPU runs `float32`.",
+    )
+    threads: int | None = Field(
+        None, ge=1, description="Runtime intra-op threads. Default: the runtime's choice (all cores)."
+    )
+
+    # -- concurrent mode ----------------------------------------------------------------------
+    max_batch_size: int = Field(16, ge=1, description="Concurrent mode: most segments in one batch.")
+    max_wait_ms: float = Field(5.0, ge=0, description="Concurrent mode: longest wait to fill a batch.")
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="Concurrent mode: runtime calls in parallel. Default: 2 (on 2+ cores) for a thread-safe "
+        "runtime without a batch path (ONNX), else 1.",
+    )
+    max_ahead: int = Field(
+        2, ge=1, description="Concurrent mode: chunks a request may have ready and unread before it waits."
+    )
+    batch_on_cpu: bool = Field(
+        False,
+        description="Concurrent mode: batch segments of several sessions into one call on a CPU device too "
+        "(off: a CPU gets single calls, which cost less CPU time per audio second).",
+    )
+
+    # -- text and requests --------------------------------------------------------------------
+    default_voice: str | None = Field(
+        None, description="Voice when a request names none. Default: `af_heart` if present, else `jm_kumo`."
+    )
+    default_lang: str = Field("en-us", description="Language when a request names none.")
+    fast_first_segment: bool = Field(
+        True, description="Cut the first segment at a clause boundary so the first audio comes early."
+    )
+    first_segment_words: int = Field(3, ge=1, description="Fewest words in an early-cut first segment.")
+    first_segment_max_words: int = Field(12, ge=1, description="Most words in an early-cut first segment.")
+    segment_phonemes: int = Field(
+        300, ge=16, le=510, description="Target phonemes per later segment (the model's limit is 510)."
+    )
+    max_text_chars: int = Field(5000, ge=1, description="Longest `text` accepted (413 / `text_too_long`).")
+    max_queue: int = Field(
+        256,
+        ge=1,
+        description="Requests synthesising or waiting for the runtime at once (all sessions); beyond it new "
+        "requests are refused `overloaded` (503).",
+    )
+    request_timeout_s: float | None = Field(
+        120.0, gt=0, description="A request still synthesising after this long fails with `timeout`."
+    )
+
+    # -- the fake runtime (tests, load and soak runs) -----------------------------------------
+    fake_segment_s: float = Field(0.002, ge=0, description="Fake runtime: latency of one runtime call, seconds.")
+    fake_phoneme_s: float = Field(
+        0.0, ge=0, description="Fake runtime: extra latency per phoneme of a call's longest segment, seconds."
+    )
+    fake_fail_on: str | None = Field(
+        None, description="Fake runtime: a segment whose text contains this substring raises an error."
+    )
+    fake_hang_on: str | None = Field(
+        None,
+        description="Fake runtime: a segment whose text contains this substring blocks for "
+        "`KOKORO_FAKE_HANG_S` (or until released in-process).",
+    )
+    fake_hang_s: float = Field(3600.0, ge=0, description="Fake runtime: how long a `KOKORO_FAKE_HANG_ON` call blocks.")
+    fake_empty_on: str | None = Field(
+        None, description="Fake runtime: a segment whose text contains this substring yields no samples."
+    )
+
+    @field_validator(
+        "model_dir", "default_voice", "threads", "workers", "request_timeout_s",
+        "fake_fail_on", "fake_hang_on", "fake_empty_on",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip() == "" else value
+
+    @property
+    def runtime(self) -> str:
+        """The runtime's name (``KOKORO_BACKEND``)."""
+        return self.backend
+
+    @classmethod
+    def defaults(cls, **values: Any) -> BackendConfig:
+        """The declared defaults with ``values`` over them, validated, without reading the
+        environment (a backend built in code, e.g. in a test, does not depend on the shell)."""
+        base = {name: field.default for name, field in cls.model_fields.items()}
+        return cls(**{**base, **values})  # every field given: nothing is taken from the environment

@@ -1,0 +1,328 @@
+"""The engine both scheduling modes share: lifecycle, planning, deadlines, and the single
+per-segment step (DESIGN.md §2).
+
+:class:`Engine` holds what does not depend on scheduling — loading and warming up the runtime,
+health (including a watchdog over stuck runtime calls), validating and planning a request,
+the request timeout, the description (:class:`~backends.base.BackendInfo`), voices and G2P — and
+:meth:`Engine.run_segments`, the one function that turns segments into audio for both modes.
+:class:`~backends.sequential.SequentialBackend` and :class:`~backends.concurrent.BatchedBackend`
+add only their scheduling (``stream``, ``queue_depth``, ``batched``).
+
+The step, for a list of segments (one runtime call's worth):
+
+* the batch path when the mode batches (:attr:`Engine.batched`) and there is more than one
+  segment: ``synthesize_batch_timed`` when the runtime reports durations, else ``synthesize_batch``;
+  if that call fails, returns the wrong count or an empty item, each segment is retried alone,
+  so one bad segment fails only its own request;
+* alone: ``synthesize_timed`` when the runtime reports durations (torch), else ``synthesize``;
+* every output clipped to [-1, 1] (:func:`~backends.base.clip_audio`); empty audio is a
+  :class:`~backends.base.BackendFault` (a segment with phonemes always has sound);
+* the observer hears of every runtime call (``batch_done``, size 1 for a single call) and of every
+  segment (``segment_done`` with its share of the call's time).
+
+Threading: ``run_segments`` runs on a worker thread (never the event loop) and never raises: each
+:class:`SegmentResult` holds audio or the error for its segment. Every runtime call in it is
+registered with the watchdog, so ``check_health`` fails while one call has run longer than the
+request timeout. Everything else is called on the event loop; planning (G2P) and loading run on
+the engine's own single preparation thread. The observer is called from worker threads
+(``segment_done``, ``batch_done``) and from the event loop (``queue_depth``).
+
+Cancellation: a runtime call cannot be interrupted once started. ``run_segments`` takes an
+optional ``skip(i)`` that it asks before each single call, so segments of a request dropped while a
+failed batch is being retried are never synthesised. The modes stop submitting a cancelled
+request's segments; ``aclose()`` refuses new work and releases the threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .base import (
+    AudioChunk,
+    BackendFault,
+    BackendInfo,
+    BackendObserver,
+    Capabilities,
+    KokoroError,
+    NotReady,
+    Segment,
+    SynthesisRequest,
+    SynthesisTimeout,
+    Synthesizer,
+    TextTooLong,
+    clip_audio,
+)
+from .config import BackendConfig
+from .text import TextPipeline
+from .voices import VoiceStore
+
+log = logging.getLogger("kokoro.backend")
+WARMUP_TEXT = "Warming up."
+
+
+@dataclass(slots=True)
+class SegmentResult:
+    """One segment's outcome: audio (clipped) and the runtime's frame durations, or an error.
+
+    ``seconds`` is the wall time of the runtime call that produced it (for a batch, the whole
+    call: what the segment waited for)."""
+
+    audio: np.ndarray | None = None
+    durations: np.ndarray | None = None
+    seconds: float = 0.0
+    error: BaseException | None = None
+
+
+class _NoObserver:
+    def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
+        pass
+
+    def batch_done(self, size: int) -> None:
+        pass
+
+    def queue_depth(self, n: int) -> None:
+        pass
+
+
+class Engine:
+    """The shared lifecycle and the single per-segment step (see the module docstring).
+
+    ``config`` is the backend's part of the settings (defaults without the environment when
+    omitted); ``observer`` receives the backend's measurements (the server's metrics);
+    ``model_name`` is the file the runtime loads (default: the synthesizer's ``model_name``).
+    """
+
+    mode = "engine"
+
+    def __init__(
+        self,
+        synthesizer: Synthesizer,
+        pipeline: TextPipeline,
+        voices: VoiceStore,
+        config: BackendConfig | None = None,
+        *,
+        observer: BackendObserver | None = None,
+        model_name: str = "",
+    ):
+        self.config = config if config is not None else BackendConfig.defaults()
+        self.synthesizer = synthesizer
+        self.pipeline = pipeline
+        self.voices = voices
+        self.model_name = model_name or getattr(synthesizer, "model_name", "")
+        self._observer: BackendObserver = observer if observer is not None else _NoObserver()
+        self._timed = callable(getattr(synthesizer, "synthesize_timed", None))
+        timed_batch = getattr(synthesizer, "synthesize_batch_timed", None) if self._timed else None
+        self._batch_timed = callable(timed_batch)
+        self._batch_call = timed_batch if self._batch_timed else getattr(synthesizer, "synthesize_batch", None)
+        self._ready = False
+        self._closing = False
+        self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
+        self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
+
+    # -- description ----------------------------------------------------------------------------
+    @property
+    def runtime(self) -> str:
+        return str(self.synthesizer.name)
+
+    @property
+    def has_batch_path(self) -> bool:
+        """Whether the runtime can synthesise several segments in one call."""
+        return callable(self._batch_call)
+
+    @property
+    def batched(self) -> bool:
+        """Whether :meth:`run_segments` sends several segments as one runtime call (the
+        concurrent mode decides; the sequential mode never batches)."""
+        return False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        word_timings = self._timed and (self._batch_timed or not self.batched)
+        return Capabilities(word_timings=word_timings, batching=self.batched)
+
+    @property
+    def info(self) -> BackendInfo:
+        synth = self.synthesizer
+        return BackendInfo(
+            runtime=self.runtime, mode=self.mode, model=self.model_name,
+            device=str(getattr(synth, "device", None) or "cpu"),
+            dtype=str(getattr(synth, "dtype", None) or "float32"),
+            capabilities=self.capabilities,
+        )
+
+    @property
+    def queue_depth(self) -> int:
+        return 0
+
+    def phonemize(self, text: str, lang: str) -> str:
+        return self.pipeline.phonemes(text, lang)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._closing
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._prep_executor, self.synthesizer.load)
+        warm = await self.prepare(SynthesisRequest(text=WARMUP_TEXT, request_id="warmup"))
+        async for _ in self.stream(warm):
+            pass
+        self._ready = True
+        log.info("backend ready: %s", self.info.describe())
+
+    async def aclose(self) -> None:
+        self._closing = True
+        self._prep_executor.shutdown(wait=False, cancel_futures=True)
+
+    async def check_health(self) -> None:
+        if not self.ready:
+            raise NotReady("model is loading" if not self._closing else "server is shutting down")
+        stuck = self.stuck_seconds()
+        if stuck is not None:
+            raise NotReady(f"one runtime call has been running for {stuck:.0f} s, longer than the request "
+                           f"timeout ({self.config.request_timeout_s:g} s): the runtime looks stuck")
+
+    def stuck_seconds(self) -> float | None:
+        """How long the oldest runtime call has run, when that is longer than the request timeout
+        (a hung runtime fails every request by timeout; /ping must then stop saying healthy)."""
+        started = list(self._calls.values())  # a C-level copy: safe against worker threads
+        timeout = self.config.request_timeout_s
+        if not started or not timeout:
+            return None
+        age = time.monotonic() - min(started)
+        return age if age > timeout else None
+
+    def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
+        """One chunk per segment, in order: each mode schedules the segments its own way."""
+        raise NotImplementedError
+
+    # -- requests -------------------------------------------------------------------------------
+    def _plan(self, request: SynthesisRequest) -> SynthesisRequest:
+        voice = self.voices.resolve(request.voice)  # raises UnknownVoice / InvalidRequest
+        fast = self.config.fast_first_segment if request.fast_first is None else request.fast_first
+        request.voice = voice
+        request.lang = request.lang or self.config.default_lang
+        request.segments = self.pipeline.plan(
+            request.text, voice=voice, speed=request.speed, lang=request.lang, fast_first=fast
+        )
+        return request
+
+    async def prepare(self, request: SynthesisRequest) -> SynthesisRequest:
+        """Validate and plan ``request`` off the event loop. Raises a :class:`KokoroError`."""
+        if self._closing:
+            raise NotReady("server is shutting down")
+        limit = self.config.max_text_chars
+        if len(request.text) > limit:
+            raise TextTooLong(f"text has {len(request.text)} characters; the limit is {limit}")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._prep_executor, self._plan, request)
+
+    def _deadline(self, request: SynthesisRequest) -> float | None:
+        timeout = self.config.request_timeout_s
+        return None if not timeout else request.created + timeout
+
+    @staticmethod
+    async def _until(deadline: float | None, awaitable: Any) -> Any:
+        if deadline is None:
+            return await awaitable
+        remaining = deadline - time.perf_counter()
+        try:
+            async with asyncio.timeout(max(remaining, 0.001)):
+                return await awaitable
+        except TimeoutError:
+            raise SynthesisTimeout("synthesis took longer than the request timeout") from None
+
+    def _as_error(self, exc: BaseException, request: SynthesisRequest) -> KokoroError:
+        """What the client is told about a failed segment."""
+        if self._closing:
+            return NotReady("server is shutting down")
+        if isinstance(exc, KokoroError):
+            return exc
+        log.error("synthesis failed for request %s: %r", request.request_id, exc, exc_info=exc)
+        return BackendFault(f"synthesis failed: {type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _chunk(segment: Segment, count: int, result: SegmentResult) -> AudioChunk:
+        assert result.audio is not None
+        return AudioChunk(
+            audio=result.audio, index=segment.index, count=count, text=segment.text,
+            synth_seconds=result.seconds, phonemes=segment.phonemes, durations=result.durations,
+        )
+
+    # -- the per-segment step (worker threads) --------------------------------------------------
+    def run_segments(
+        self, segments: Sequence[Segment], skip: Callable[[int], bool] | None = None
+    ) -> list[SegmentResult]:
+        """Synthesise ``segments`` (worker thread; never raises): one batch call when the mode
+        batches, else (or when the batch fails) one call per segment. ``skip(i)`` is asked before
+        each single call; a skipped segment gets a :class:`NotReady` error."""
+        if self.batched and len(segments) > 1:
+            results = self._run_batch(segments)
+            if results is not None:
+                return results
+        return [
+            SegmentResult(error=NotReady("request cancelled")) if skip is not None and skip(i) else self._run_one(seg)
+            for i, seg in enumerate(segments)
+        ]
+
+    def _run_batch(self, segments: Sequence[Segment]) -> list[SegmentResult] | None:
+        """One batch call; None when it failed in any way (the caller retries one by one)."""
+        t0 = time.perf_counter()
+        try:
+            outs = self._call(self._batch_call, list(segments))
+            if len(outs) != len(segments):
+                raise BackendFault(f"the batch call returned {len(outs)} outputs for {len(segments)} segments")
+            pairs = [(clip_audio(o[0]), o[1]) if self._batch_timed else (clip_audio(o), None) for o in outs]
+            if any(audio.size == 0 for audio, _ in pairs):  # retried one by one: only that segment fails
+                raise BackendFault("the runtime produced no audio for a segment")
+        except Exception as e:
+            log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
+            return None
+        elapsed = time.perf_counter() - t0
+        self._observer.batch_done(len(segments))
+        for audio, _ in pairs:  # each segment's share of the runtime's time
+            self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
+        return [SegmentResult(audio, durations, elapsed) for audio, durations in pairs]
+
+    def _run_one(self, segment: Segment) -> SegmentResult:
+        t0 = time.perf_counter()
+        try:
+            durations = None
+            if self._timed:  # the torch runtime reports per-token frame durations at no extra cost
+                audio, durations = self._call(self.synthesizer.synthesize_timed, segment)
+            else:
+                audio = self._call(self.synthesizer.synthesize, segment)
+            audio = clip_audio(audio)
+            if audio.size == 0:  # a segment with phonemes always has sound: never pass silence as success
+                raise BackendFault(f"the runtime produced no audio for segment {segment.index}")
+        except Exception as e:
+            return SegmentResult(seconds=time.perf_counter() - t0, error=e)
+        elapsed = time.perf_counter() - t0
+        self._observer.batch_done(1)
+        self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
+        return SegmentResult(audio, durations, elapsed)
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """One runtime call, where :meth:`stuck_seconds` can see it."""
+        with self._watch():
+            return fn(*args)
+
+    @contextlib.contextmanager
+    def _watch(self) -> Iterator[None]:
+        key = threading.get_ident()
+        self._calls[key] = time.monotonic()
+        try:
+            yield
+        finally:
+            self._calls.pop(key, None)
