@@ -207,8 +207,8 @@ class OpenAIRoutes:
         info = self.backend.info
         if not info.capabilities.word_timings:
             raise Unsupported(
-                f"word timings need a runtime that reports phoneme durations (torch); "
-                f"this server runs the {info.runtime!r} runtime"
+                f"word timings need a backend that reports phoneme durations (the torch runtime); "
+                f"this server runs the {info.runtime!r} runtime in {info.mode} mode, which does not"
             )
         encoder = job.use_encoder(p.format, p.sample_rate)
         first = await self._open(p, request, job)

@@ -75,7 +75,7 @@ def served():
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_4mb_body_gets_413_at_once_on_every_speech_route_and_the_next_request_is_served(served, chunked):
-    synth, server = served
+    _, server = served
     for path in SPEECH_ROUTES:
         status, error = send_part_of_a_big_body(server.port, path, chunked=chunked)
         assert status == 413, (path, error)
@@ -116,6 +116,28 @@ def test_an_openai_client_that_leaves_before_the_first_audio_stops_the_work(serv
     assert synthesised[0] == planned[0].text
     assert not any(segment.text in synthesised for segment in planned[1:]), synthesised
     assert 'kokoro_errors_total{code="cancelled",route="openai"} 1.0' in httpx.get(server.url + "/metrics").text
+
+
+def test_an_openai_client_that_leaves_mid_stream_stops_the_work(served):
+    """The client reads the first segment's audio and hangs up while the rest is on its way: the
+    segments after the one in progress are never synthesised."""
+    synth, server = served
+    text = "The first sentence is here. Hold the second one now. The third one follows. And a fourth closes."
+    planned = [segment.text for segment in pipeline().plan(text, voice="af_test", fast_first=True)]
+    held = next(i for i, segment in enumerate(planned) if "Hold" in segment)
+    assert 0 < held < len(planned) - 1
+    before = len(synth.calls)
+    with httpx.Client(base_url=server.url, timeout=30) as http, http.stream(
+        "POST", "/v1/audio/speech", json=valid_body("/v1/audio/speech", text)
+    ) as r:
+        assert r.status_code == 200
+        next(r.iter_raw())  # the first segment's audio, then hang up
+    wait_for(lambda: 'kokoro_requests_total{route="openai",status="499"} 1.0'
+             in httpx.get(server.url + "/metrics").text)
+    synth.release()
+    wait_for(lambda: synth.active == 0 and server.call(lambda: server.app.state.kokoro.inflight) == 0)
+    # the held segment may or may not have started before the hang-up was seen; none after it did
+    assert synth.calls[before:] in (planned[:held], planned[: held + 1])
 
 
 @pytest.mark.parametrize("path", SPEECH_ROUTES)
