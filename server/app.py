@@ -1,8 +1,9 @@
 """The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
 
 Routes (DESIGN.md §4): ``GET /ping``, ``POST /invocations``, ``WS
-/invocations-bidirectional-stream``, ``GET /metrics`` and, when ``server.openai_api`` is present,
-the OpenAI-compatible routes. Middleware: CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
+/invocations-bidirectional-stream``, ``GET /metrics`` and the OpenAI-compatible routes; every
+speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
+backend only through the :class:`~backends.base.Backend` protocol. Middleware: CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
 auth (when ``KOKORO_API_KEY`` is set; ``/ping`` stays open).
 
 Lifespan: the backend is loaded and warmed up (``backend.start()``, off the loop) in a background
@@ -28,9 +29,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
+from backends.base import Backend
+
 from .auth import BearerAuth
-from .invocations import Invocations
+from .invocations import invocations_endpoint
 from .metrics import Metrics
+from .openai_api import openai_routes
 from .settings import Settings
 from .state import ServerState
 from .ws import websocket_endpoint
@@ -61,7 +65,7 @@ async def ping(request: Request) -> JSONResponse:
 
 async def metrics_endpoint(request: Request) -> Response:
     state: ServerState = request.app.state.kokoro
-    state.metrics.queue.set(getattr(state.backend, "queue_depth", 0) or 0)
+    state.metrics.queue.set(state.backend.queue_depth)
     return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
 
@@ -77,72 +81,20 @@ async def internal_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": {"code": "internal_error", "message": "internal server error"}}, status_code=500)
 
 
-def _openai_routes(state: ServerState) -> list[BaseRoute]:
-    """The OpenAI-compatible routes, each wrapped so that draining refuses new POSTs, waits for the
-    ones in flight, and the request counter sees them (route ``openai``)."""
-    try:
-        from .openai_api import openai_routes
-    except ImportError as e:
-        if e.name and e.name.endswith("openai_api"):
-            return []
-        raise
-    routes = list(openai_routes(state.backend, state.settings))
-    for route in routes:
-        if isinstance(route, Route):
-            route.app = _Tracked(route.app, state)
-    return routes
-
-
-class _Tracked:
-    route = "openai"
-
-    def __init__(self, app: Any, state: ServerState):
-        self.app = app
-        self.state = state
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        state = self.state
-        if scope.get("method") != "POST":
-            await self.app(scope, receive, send)
-            return
-        if state.draining:
-            await JSONResponse(
-                {"error": {"message": "server is shutting down", "type": "server_error", "param": None,
-                           "code": "not_ready"}},
-                status_code=503,
-            )(scope, receive, send)
-            state.metrics.request_done(self.route, 503, "not_ready")
-            return
-        status = 500
-
-        async def watch(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        with state.track(self.route):
-            try:
-                await self.app(scope, receive, watch)
-            finally:
-                state.metrics.request_done(self.route, status)
-
-
 def create_app(
     settings: Settings,
-    backend: Any,
+    backend: Backend,
     *,
     metrics: Metrics | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
 ) -> Starlette:
     """Build the app around ``backend`` (started by the lifespan unless already ready).
 
-    ``metrics`` defaults to a fresh :class:`Metrics` (its own registry); it becomes the backend's
-    observer when the backend has none.
+    ``metrics`` defaults to a fresh :class:`Metrics` (its own registry). The backend reports its
+    own series (segments, batches, queue) to the observer it was built with: pass the same
+    ``Metrics`` to both for one registry.
     """
     metrics = metrics if metrics is not None else Metrics()
-    if hasattr(backend, "observer") and backend.observer is None:
-        backend.observer = metrics
     state = ServerState(settings, backend, metrics)
 
     async def load() -> None:
@@ -175,10 +127,10 @@ def create_app(
 
     routes: list[BaseRoute] = [
         Route("/ping", ping, methods=["GET"]),
-        Route("/invocations", Invocations(), methods=["POST"]),
+        Route("/invocations", invocations_endpoint(), methods=["POST"]),
         WebSocketRoute("/invocations-bidirectional-stream", websocket_endpoint),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
-        *_openai_routes(state),
+        *openai_routes(backend, settings),
     ]
     middleware: list[Middleware] = []
     if settings.cors_origin_list:

@@ -19,13 +19,14 @@ Choices: ``model`` accepts ``kokoro``, OpenAI's TTS model names and the served m
 server's default voice. ``instructions`` is accepted and ignored. Errors use OpenAI's shape
 ``{"error": {"message", "type", "param", "code"}}``.
 
-Streaming and cancellation: the first segment is synthesised before the response starts, so
-request errors (unknown voice, overload, a failing first segment) get a proper status; the first
-encoded bytes leave right after it and then one piece per segment. A failure later in the stream
-aborts the connection (the status is already sent), so the client sees a truncated transfer rather
-than a short file that looks complete. A client that goes away closes the body iterator, which closes
-the backend stream (its pending segments are never synthesised) and discards the encoder. Encoding
-runs in a worker thread; nothing blocking runs on the event loop.
+Every speech route goes through the one synthesis pipeline (``server.pipeline``, ``server.http``):
+the same admission as ``/invocations`` (503 ``not_ready`` while loading or draining), the body
+bounded by ``KOKORO_MAX_MESSAGE_BYTES`` (413 ``text_too_long`` before the rest is read), the first
+segment synthesised before the response starts (so request errors get a proper status) while a
+client that leaves stops the work, then one encoded piece per segment. A failure later in the
+stream cuts the connection (the status is already sent), so the client sees a truncated transfer
+rather than a short file that looks complete. Compressed formats are encoded in a worker thread;
+nothing blocking runs on the event loop.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -41,14 +41,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from backends.audio import check_format, check_sample_rate, make_encoder
+from backends.audio import Encoder, check_format, check_sample_rate
 from backends.base import (
     MAX_SPEED,
     MIN_SPEED,
     AudioChunk,
+    Backend,
     EmptyText,
     InvalidRequest,
     KokoroError,
@@ -57,24 +58,27 @@ from backends.base import (
     UnknownVoice,
     Unsupported,
 )
-from server.params import decode_json
-from server.word_timings import segment_word_timings
 
-log = logging.getLogger("kokoro.openai")
+from .http import AudioStream, SpeechEndpoint, read_body, wait_disconnect
+from .params import decode_json
+from .pipeline import Synthesis
+from .settings import Settings
+from .word_timings import segment_word_timings
 
 MODEL_IDS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 OPENAI_VOICES = frozenset(
     "alloy ash ballad coral echo fable nova onyx sage shimmer verse marin cedar".split()
 )
 _CREATED = int(time.time())
+ROUTE = "openai"
 
 
-class APIError(Exception):
+class APIError(KokoroError):
     """An error answered in OpenAI's shape."""
 
     def __init__(self, status: int, message: str, *, code: str, param: str | None = None, type_: str = ""):
-        super().__init__(message)
-        self.status, self.message, self.code, self.param = status, message, code, param
+        super().__init__(message, code=code)
+        self.status, self.param = status, param
         self.type = type_ or ("invalid_request_error" if status < 500 else "server_error")
 
     @classmethod
@@ -86,14 +90,14 @@ class APIError(Exception):
             param = "input"
         return cls(exc.status, exc.message, code=exc.code, param=param)
 
+    @classmethod
+    def of(cls, exc: KokoroError) -> APIError:
+        return exc if isinstance(exc, APIError) else cls.from_kokoro(exc)
+
     def response(self) -> JSONResponse:
         body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
         headers = {"Retry-After": "1"} if self.status == 503 else None
         return JSONResponse(body, status_code=self.status, headers=headers)
-
-
-def _internal_error() -> APIError:
-    return APIError(500, "internal server error", code="internal_error")
 
 
 @dataclass(slots=True)
@@ -167,135 +171,69 @@ def parse_speech(body: Any, *, model_ids: set[str], loaded: set[str]) -> SpeechP
 class OpenAIRoutes:
     """Handlers bound to one backend. Stateless between requests; safe under concurrency."""
 
-    def __init__(self, backend: Any, settings: Any = None):
+    def __init__(self, backend: Backend, settings: Settings):
         self.backend = backend
         self.settings = settings
 
     # -- helpers --------------------------------------------------------------------------------
     def _model_ids(self) -> set[str]:
         ids = set(MODEL_IDS)
-        name = getattr(self.backend, "model_name", "")
-        if name:
+        if name := self.backend.info.model:
             ids.add(name)
         return ids
 
-    def _voices(self) -> Any:
-        return self.backend.voices
-
     async def _params(self, request: Request) -> SpeechParams:
-        body = decode_json(await request.body())  # InvalidJSON -> 400 invalid_json
-        return parse_speech(body, model_ids=self._model_ids(), loaded=set(self._voices().names()))
+        body = decode_json(await read_body(request, self.settings.max_message_bytes))  # 400 invalid_json
+        return parse_speech(body, model_ids=self._model_ids(), loaded=set(self.backend.voices.names()))
 
-    async def _prepare(self, p: SpeechParams, request_id: str) -> SynthesisRequest:
-        await self.backend.check_health()
-        req = SynthesisRequest(text=p.input, voice=p.voice, speed=p.speed, lang=p.lang, request_id=request_id)
-        return await self.backend.prepare(req)
-
-    @staticmethod
-    def _request_id(request: Request) -> str:
-        return request.headers.get("x-request-id") or f"oai-{time.monotonic_ns():x}"
+    async def _open(self, p: SpeechParams, request: Request, job: Synthesis) -> AudioChunk:
+        job.request_id = request.headers.get("x-request-id") or f"oai-{time.monotonic_ns():x}"
+        req = SynthesisRequest(text=p.input, voice=p.voice, speed=p.speed, lang=p.lang, request_id=job.request_id)
+        return await job.open(req, gone=lambda: wait_disconnect(request))
 
     # -- POST /v1/audio/speech ------------------------------------------------------------------
-    async def speech(self, request: Request) -> Response:
-        received = time.perf_counter()
-        try:
-            p = await self._params(request)
-            prepared = await self._prepare(p, self._request_id(request))
-            encoder = make_encoder(p.format, p.sample_rate)
-            chunks = self.backend.stream(prepared)
-            try:
-                first: AudioChunk | None = await anext(chunks)
-            except StopAsyncIteration:
-                first = None
-            except BaseException:
-                await chunks.aclose()
-                raise
-        except APIError as e:
-            return e.response()
-        except KokoroError as e:
-            return APIError.from_kokoro(e).response()
-        except Exception:
-            log.exception("speech request failed")
-            return _internal_error().response()
-
-        _observe_first_audio(request, received)
-        body = self._encoded(first, chunks, encoder)
+    async def speech(self, request: Request, job: Synthesis) -> Response:
+        p = await self._params(request)
+        encoder = job.use_encoder(p.format, p.sample_rate)
+        first = await self._open(p, request, job)
         headers = {"X-Sample-Rate": str(encoder.sample_rate), "Cache-Control": "no-store"}
         if p.stream_format == "sse":
-            return StreamingResponse(_sse(body), media_type="text/event-stream", headers=headers)
-        return StreamingResponse(body, media_type=encoder.content_type, headers=headers)
-
-    @staticmethod
-    async def _encoded(
-        first: AudioChunk | None, chunks: AsyncIterator[AudioChunk], encoder
-    ) -> AsyncIterator[bytes]:
-        finished = False
-        try:
-            async with aclosing(chunks):
-                if first is not None:
-                    data = await asyncio.to_thread(encoder.encode, first.audio)
-                    if data:
-                        yield data
-                async for chunk in chunks:
-                    data = await asyncio.to_thread(encoder.encode, chunk.audio)
-                    if data:
-                        yield data
-            tail = await asyncio.to_thread(encoder.flush)
-            finished = True
-            if tail:
-                yield tail
-        except KokoroError as e:
-            log.warning("speech stream aborted mid-way: %s (%s)", e.message, e.code)
-            raise
-        finally:
-            if not finished:
-                encoder.close()
+            return AudioStream(job, _sse(job.encoded(first)), media_type="text/event-stream", headers=headers)
+        return AudioStream(job, job.encoded(first), media_type=encoder.content_type, headers=headers)
 
     # -- POST /v1/audio/speech/timed ------------------------------------------------------------
-    def _check_timings_supported(self) -> None:
-        if getattr(self.backend, "supports_word_timings", None) is True:
-            return
-        synth = getattr(self.backend, "synthesizer", None)
-        if synth is None or not hasattr(synth, "synthesize_timed"):
-            runtime = getattr(self.backend, "runtime", "?")
+    async def speech_timed(self, request: Request, job: Synthesis) -> Response:
+        p = await self._params(request)
+        info = self.backend.info
+        if not info.capabilities.word_timings:
             raise Unsupported(
-                f"word timings need a runtime that reports phoneme durations (torch); "
-                f"this server runs the {runtime!r} runtime"
+                f"word timings need a backend that reports phoneme durations (the torch runtime); "
+                f"this server runs the {info.runtime!r} runtime in {info.mode} mode, which does not"
             )
-
-    async def speech_timed(self, request: Request) -> Response:
-        try:
-            p = await self._params(request)
-            self._check_timings_supported()
-            prepared = await self._prepare(p, self._request_id(request))
-            chunks: list[AudioChunk] = []
-            async with aclosing(self.backend.stream(prepared)) as stream:
-                async for chunk in stream:
-                    if chunk.durations is None:
-                        raise Unsupported("the backend did not report durations for this request")
-                    chunks.append(chunk)
-            result = await asyncio.to_thread(self._timed_result, p, chunks, prepared.lang or "en-us")
-        except APIError as e:
-            return e.response()
-        except KokoroError as e:
-            return APIError.from_kokoro(e).response()
-        except Exception:
-            log.exception("timed speech request failed")
-            return _internal_error().response()
+        encoder = job.use_encoder(p.format, p.sample_rate)
+        first = await self._open(p, request, job)
+        chunks = [chunk async for chunk in job.chunks(first)]
+        if any(chunk.durations is None for chunk in chunks):
+            raise Unsupported("the backend did not report durations for this request")
+        lang = (job.request.lang if job.request is not None else None) or "en-us"
+        result = await asyncio.to_thread(self._timed_result, p, encoder, chunks, lang)
+        job.first_audio()
+        job.record(200)
         return JSONResponse(result)
 
-    def _timed_result(self, p: SpeechParams, chunks: list[AudioChunk], lang: str) -> dict[str, Any]:
-        pipeline = getattr(self.backend, "pipeline", None)
-        phonemize = (lambda w: pipeline.phonemes(w, lang)) if pipeline is not None else None
-        encoder = make_encoder(p.format, p.sample_rate)
+    def _timed_result(self, p: SpeechParams, encoder: Encoder, chunks: list[AudioChunk], lang: str) -> dict[str, Any]:
+        """Encode the whole answer and time its words (a worker thread: encoding and G2P block)."""
         parts, words, offset = [], [], 0.0
+
+        def phonemize(word: str) -> str:
+            return self.backend.phonemize(word, lang)
+
         for chunk in chunks:
             parts.append(encoder.encode(chunk.audio))
-            words.extend(
-                segment_word_timings(
-                    chunk.text, chunk.phonemes, chunk.durations, len(chunk.audio), phonemize, offset
-                )
-            )
+            assert chunk.durations is not None
+            words.extend(segment_word_timings(
+                chunk.text, chunk.phonemes, chunk.durations, len(chunk.audio), phonemize, offset
+            ))
             offset += chunk.seconds
         parts.append(encoder.flush())
         return {
@@ -324,36 +262,32 @@ class OpenAIRoutes:
         return JSONResponse(self._model_card(model_id))
 
     async def voices(self, request: Request) -> Response:
-        store = self._voices()
-        return JSONResponse({"voices": store.names(), "default": getattr(store, "default", None)})
+        catalog = self.backend.voices
+        return JSONResponse({"voices": catalog.names(), "default": catalog.default})
 
 
-def _observe_first_audio(request: Request, received: float) -> None:
-    """Feed the app's time-to-first-audio histogram when this runs inside server.app."""
-    state = getattr(request.app.state, "kokoro", None) if "app" in request.scope else None
-    metrics = getattr(state, "metrics", None)
-    if metrics is not None:
-        metrics.first_audio("openai", time.perf_counter() - received)
+def error_response(error: KokoroError, job: Synthesis) -> Response:
+    return APIError.of(error).response()
 
 
 async def _sse(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """OpenAI's speech SSE events around the encoded byte stream."""
-    sent = 0
+    """OpenAI's speech SSE events around the encoded byte stream (no ``done`` after a failure:
+    the error propagates and the transfer is cut)."""
     async with aclosing(body):
         async for data in body:
-            sent += len(data)
             event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
             yield f"data: {json.dumps(event)}\n\n".encode()
     done = {"type": "speech.audio.done", "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}
     yield f"data: {json.dumps(done)}\n\n".encode()
 
 
-def openai_routes(backend: Any, settings: Any = None) -> list[BaseRoute]:
-    """The OpenAI-compatible routes for ``backend`` (mount them in the app's route list)."""
+def openai_routes(backend: Backend, settings: Settings) -> list[BaseRoute]:
+    """The OpenAI-compatible routes for ``backend`` (mount them in the app's route list). The
+    speech routes run through the synthesis pipeline (route label ``openai``)."""
     h = OpenAIRoutes(backend, settings)
     return [
-        Route("/v1/audio/speech", h.speech, methods=["POST"]),
-        Route("/v1/audio/speech/timed", h.speech_timed, methods=["POST"]),
+        Route("/v1/audio/speech", SpeechEndpoint(ROUTE, h.speech, error_response), methods=["POST"]),
+        Route("/v1/audio/speech/timed", SpeechEndpoint(ROUTE, h.speech_timed, error_response), methods=["POST"]),
         Route("/v1/audio/voices", h.voices, methods=["GET"]),
         Route("/v1/models", h.models, methods=["GET"]),
         Route("/v1/models/{model:path}", h.model, methods=["GET"]),

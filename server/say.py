@@ -6,9 +6,11 @@ into place only on success, so a failure or Ctrl-C never leaves a truncated file
 name. A WAV written to a seekable file gets its real sizes patched in at the end; to a pipe
 (``-`` / stdout) it keeps the streaming header (sizes ``0xFFFFFFFF``).
 
-Threading: ``say`` is a coroutine on the caller's loop; encoding and file writes run in worker
-threads, synthesis in the backend's. The backend must already be started. Cancelling ``say`` closes
-the backend stream (pending segments are not synthesised) and removes the temporary file.
+It goes through the same synthesis pipeline as the server's routes (``server.pipeline``: admission,
+prepare, first chunk, the chunk stream, closing), without metrics. Threading: ``say`` is a
+coroutine on the caller's loop; encoding and file writes run in worker threads, synthesis in the
+backend's. The backend must already be started (else ``not_ready``). Cancelling ``say`` closes the
+backend stream (pending segments are not synthesised) and removes the temporary file.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import os
 import secrets
 import sys
 from collections.abc import Callable
-from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import BinaryIO, TextIO
 
-from backends.audio import check_format, make_encoder, wav_header
-from backends.base import SynthesisRequest
+from backends.audio import check_format, wav_header
+from backends.base import Backend, SynthesisRequest
+
+from .pipeline import Synthesis
 
 Progress = Callable[[int, int, float], None]
 
@@ -59,7 +62,7 @@ def stderr_progress(stream: TextIO | None = None) -> Progress:
 
 
 async def say(
-    backend: Any,
+    backend: Backend,
     text: str,
     output: str | os.PathLike[str] | BinaryIO,
     fmt: str | None = None,
@@ -74,58 +77,78 @@ async def say(
     binary file object). Raises the backend's :class:`~backends.base.KokoroError` on bad input."""
     name = getattr(output, "name", "") if not isinstance(output, str | os.PathLike) else output
     fmt = format_for(str(name or ""), fmt)
-    encoder = make_encoder(fmt, sample_rate)
-    request = await backend.prepare(
-        SynthesisRequest(text=text, voice=voice, speed=speed, lang=lang, request_id="say", fast_first=False)
-    )
     report: Progress | None = stderr_progress() if progress is True else (progress or None)
-
-    target: Path | None = None
-    tmp_path: Path | None = None
-    if isinstance(output, str | os.PathLike) and str(output) != "-":
-        target = Path(output)
-        # A fresh name beside the target (same file system for the rename; the umask's permissions).
-        tmp_path = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
-        sink: BinaryIO = await asyncio.to_thread(open, tmp_path, "xb")  # closed in the finally below
-    elif isinstance(output, str | os.PathLike):
-        sink = sys.stdout.buffer
-    else:
-        sink = output
-
-    written, seconds, total = 0, 0.0, len(request.segments)
-
-    def put(data: bytes) -> None:
-        nonlocal written
-        if data:
-            sink.write(data)
-            written += len(data)
-
-    ok = False
-    try:
-        async with aclosing(backend.stream(request)) as chunks:
+    async with Synthesis(backend, "say") as job:
+        job.admit()
+        encoder = job.use_encoder(fmt, sample_rate)
+        first = await job.open(
+            SynthesisRequest(text=text, voice=voice, speed=speed, lang=lang, request_id="say", fast_first=False)
+        )
+        total = len(job.request.segments) if job.request is not None else 1
+        async with _Sink(output) as sink:
+            seconds = 0.0
             done = 0
-            async for chunk in chunks:
-                await asyncio.to_thread(lambda a=chunk.audio: put(encoder.encode(a)))
+            async for chunk in job.chunks(first):
+                await sink.write(await job.encode(chunk.audio))
                 done += 1
                 seconds += chunk.seconds
                 if report is not None:
                     report(done, total, seconds)
-        await asyncio.to_thread(lambda: put(encoder.flush()))
-        if fmt == "wav" and target is not None:
-            await asyncio.to_thread(_patch_wav_sizes, sink, encoder.sample_rate, written)
-        ok = True
-    finally:
-        if not ok:
-            encoder.close()
-        if target is not None:
-            sink.close()
-            if ok:
-                os.replace(tmp_path, target)  # type: ignore[arg-type]
-            else:
-                tmp_path.unlink(missing_ok=True)  # type: ignore[union-attr]
+            await sink.write(await job.flush())
+            if fmt == "wav":
+                await sink.patch_wav_sizes(encoder.sample_rate)
+            sink.ok = True
+        job.record(200)
+    return SayResult(fmt, encoder.sample_rate, seconds, total, sink.written)
+
+
+class _Sink:
+    """Where ``say`` writes: a temporary file renamed over the target only on success (``ok``),
+    stdout, or the caller's file object. Writes run in a worker thread."""
+
+    def __init__(self, output: str | os.PathLike[str] | BinaryIO):
+        self.output = output
+        self.target: Path | None = None
+        self.tmp_path: Path | None = None
+        self.file: BinaryIO | None = None
+        self.written = 0
+        self.ok = False
+
+    async def __aenter__(self) -> _Sink:
+        output = self.output
+        if isinstance(output, str | os.PathLike) and str(output) != "-":
+            self.target = Path(output)
+            # A fresh name beside the target (same file system for the rename; the umask's permissions).
+            self.tmp_path = self.target.with_name(f".{self.target.name}.{secrets.token_hex(4)}.part")
+            self.file = await asyncio.to_thread(open, self.tmp_path, "xb")  # closed in __aexit__
+        elif isinstance(output, str | os.PathLike):
+            self.file = sys.stdout.buffer
         else:
-            sink.flush()
-    return SayResult(fmt, encoder.sample_rate, seconds, total, written)
+            self.file = output
+        return self
+
+    async def write(self, data: bytes) -> None:
+        if data:
+            assert self.file is not None
+            await asyncio.to_thread(self.file.write, data)
+            self.written += len(data)
+
+    async def patch_wav_sizes(self, sample_rate: int) -> None:
+        """The real sizes into the header, where the target is a file of ours (seekable)."""
+        if self.target is not None and self.file is not None:
+            await asyncio.to_thread(_patch_wav_sizes, self.file, sample_rate, self.written)
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.file is not None
+        if self.target is None:
+            self.file.flush()
+            return
+        self.file.close()
+        assert self.tmp_path is not None
+        if self.ok:
+            os.replace(self.tmp_path, self.target)
+        else:
+            self.tmp_path.unlink(missing_ok=True)
 
 
 def _patch_wav_sizes(f: BinaryIO, sample_rate: int, total: int) -> None:

@@ -12,15 +12,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from backends.base import NotReady
+from backends.base import Backend, NotReady
 
 from .metrics import Metrics
 from .settings import Settings
-
-if TYPE_CHECKING:
-    from backends.base import Backend
 
 log = logging.getLogger("kokoro.server")
 
@@ -48,7 +45,7 @@ class ServerState:
     # -- readiness ----------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
-        return bool(self.backend.ready) and not self.draining and self.load_error is None
+        return self.backend.ready and not self.draining and self.load_error is None
 
     def status(self) -> str:
         if self.draining:
@@ -125,10 +122,6 @@ class ServerState:
             await asyncio.wait(tasks)
 
     def describe(self) -> dict[str, Any]:
-        b = self.backend
-        return {
-            "status": self.status(),
-            "backend": getattr(b, "runtime", "?"),
-            "mode": getattr(b, "mode", "?"),
-            "model": getattr(b, "model_name", "?"),
-        }
+        """What /ping reports: the status and the backend's runtime, mode and model."""
+        info = self.backend.info
+        return {"status": self.status(), "backend": info.runtime, "mode": info.mode, "model": info.model}

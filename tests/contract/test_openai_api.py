@@ -1,14 +1,12 @@
 """The OpenAI-compatible API, driven by the official ``openai`` package (only ``base_url`` changed)
 against a real uvicorn server on loopback over the real ONNX runtime.
 
-Word timings need a runtime that reports durations (torch); they are checked here against the real
-sequential backend and text pipeline with a synthesizer whose ``synthesize_timed`` returns audio
-whose length follows Kokoro's rule (600 samples per duration frame).
+Word timings need a runtime that reports durations: they are checked through the real torch
+runtime on the CPU, under both backends (sequential and concurrent).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
@@ -23,7 +21,7 @@ import openai
 import pytest
 import uvicorn
 
-from backends.base import SAMPLE_RATE, AudioChunk
+from backends.base import SAMPLE_RATE
 from backends.sequential import SequentialBackend
 
 TEXT = "Hello there."
@@ -262,129 +260,42 @@ def test_word_timings_unsupported_on_onnx(onnx_server):
 
 
 # ---------------------------------------------------------------------------------------------
-# word timings (a runtime with durations)
+# word timings through the real torch runtime (CPU), in both scheduling modes
 # ---------------------------------------------------------------------------------------------
-class DurationSynth:
-    """Implements the runtime interface plus ``synthesize_timed``, as the torch runtime does:
-    per-token frame durations and audio of exactly 600 samples per frame (a tone per phoneme)."""
-
-    name, sample_rate, thread_safe = "torch", SAMPLE_RATE, False
-
-    def load(self):
-        pass
-
-    def synthesize(self, segment):
-        return self.synthesize_timed(segment)[0]
-
-    def synthesize_timed(self, segment):
-        chars = segment.phonemes
-        durs = np.array([3] + [1 if c == " " else 2 + (ord(c) % 3) for c in chars] + [2], dtype=np.int64)
-        durs = np.maximum(1, np.round(durs / segment.speed)).astype(np.int64)
-        pieces = [np.zeros(600 * durs[0], np.float32)]
-        for c, d in zip(chars, durs[1:-1], strict=True):
-            t = np.arange(600 * d) / SAMPLE_RATE
-            amp = 0.0 if c in " ,.;:!?" else 0.3
-            pieces.append((amp * np.sin(2 * np.pi * (200 + ord(c) % 300) * t)).astype(np.float32))
-        pieces.append(np.zeros(600 * durs[-1], np.float32))
-        return np.concatenate(pieces), durs
+TIMED_TEXT = "Hello there, it costs 42 dollars."
 
 
-class TimedBackend(SequentialBackend):
-    """The sequential backend forwarding the runtime's durations on each chunk."""
+def torch_backend(mode, model_dir, pipeline, voices):
+    from backends.torch_runtime import TorchSynthesizer
 
-    async def stream(self, request):
-        for segment in request.segments:
-            audio, durs = await asyncio.to_thread(self.synthesizer.synthesize_timed, segment)
-            yield AudioChunk(
-                audio=audio,
-                index=segment.index,
-                count=len(request.segments),
-                text=segment.text,
-                synth_seconds=0.0,
-                durations=durs,
-                phonemes=segment.phonemes,
-            )
+    synth = TorchSynthesizer(model_dir, voices, device="cpu", deterministic=True)
+    if mode == "concurrent":
+        from backends.concurrent import BatchedBackend
+
+        return BatchedBackend(synth, pipeline, voices)
+    return SequentialBackend(synth, pipeline, voices)
 
 
-@pytest.fixture(scope="module")
-def timed_server(pipeline, voices):
-    with LiveServer(make_app(TimedBackend(DurationSynth(), pipeline, voices))) as server:
-        yield server
-
-
-def test_word_timings_monotonic_and_cover_the_audio(timed_server):
-    text = "Hello there, this is a test. It costs 42 dollars — quite a lot!"
-    body = {
-        "model": "kokoro",
-        "input": text,
-        "voice": "jm_kumo",
-        "response_format": "wav",
-        "sample_rate": 16000,
-    }
-    with httpx.Client(base_url=timed_server.url, timeout=60) as http:
+@pytest.mark.parametrize("mode", ["sequential", "concurrent"])
+def test_word_timings_from_the_torch_runtime(mode, model_dir, pipeline, voices):
+    backend = torch_backend(mode, model_dir, pipeline, voices)
+    body = {"model": "kokoro", "input": TIMED_TEXT, "voice": "jm_kumo", "response_format": "wav", "sample_rate": 16000}
+    with LiveServer(make_app(backend)) as server, httpx.Client(base_url=server.url, timeout=120) as http:
         r = http.post("/v1/audio/speech/timed", json=body)
-    assert r.status_code == 200, r.text
+        assert r.status_code == 200, r.text
+        faster = http.post("/v1/audio/speech/timed", json={**body, "speed": 2.0})
     result = r.json()
     rate, audio = decode(base64.b64decode(result["audio"]), "wav")
     assert rate == result["sample_rate"] == 16000
     duration = len(audio) / rate
+    assert 1.0 < duration < 6.0  # one short sentence of speech
     assert result["duration"] == pytest.approx(duration, abs=0.01)
     words = result["words"]
-    assert [w["word"] for w in words] == text.split()
+    assert [w["word"] for w in words] == TIMED_TEXT.split()
     prev = 0.0
     for w in words:
-        assert prev <= w["start"] <= w["end"], w
+        assert prev <= w["start"] <= w["end"] <= duration + 0.001, w
         prev = w["end"]
-    spoken = [w for w in words if w["word"] != "—"]
-    assert all(w["end"] > w["start"] for w in spoken)
-    # covers the audio: from just after the leading <bos> frames to just before the trailing ones
-    assert words[0]["start"] <= 0.1
-    assert words[-1]["end"] >= duration - 0.1
-
-
-def test_word_timings_follow_speed(timed_server):
-    def last_end(speed):
-        body = {"model": "kokoro", "input": "One two three four.", "voice": "jm_kumo", "speed": speed}
-        with httpx.Client(base_url=timed_server.url, timeout=60) as http:
-            return http.post("/v1/audio/speech/timed", json=body).json()["words"][-1]["end"]
-
-    assert last_end(2.0) < last_end(1.0)
-
-
-# ---------------------------------------------------------------------------------------------
-# a client that goes away stops the work
-# ---------------------------------------------------------------------------------------------
-class SlowSynth(DurationSynth):
-    """Each segment takes a while; counts the segments actually synthesised."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def synthesize(self, segment):
-        self.calls += 1
-        time.sleep(0.3)
-        return super().synthesize(segment)
-
-
-def test_disconnect_cancels_pending_segments(g2p, vocab, voices):
-    from backends.text import TextPipeline
-
-    synth = SlowSynth()
-    backend = SequentialBackend(synth, TextPipeline(g2p.phonemize, vocab, segment_phonemes=20), voices)
-    text = " ".join(f"Sentence number {n} is here." for n in range(1, 11))
-    with LiveServer(make_app(backend)) as server:
-        warmup = synth.calls
-        body = {"model": "kokoro", "input": text, "voice": "jm_kumo", "response_format": "pcm"}
-        with httpx.Client(base_url=server.url, timeout=60) as http:
-            with http.stream("POST", "/v1/audio/speech", json=body) as r:
-                assert r.status_code == 200
-                next(r.iter_raw())  # the first segment's audio, then hang up
-        planned = len(backend.pipeline.plan(text, voice="jm_kumo", fast_first=True))
-        deadline = time.monotonic() + 30
-        while backend.queue_depth and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)  # a stream that were still running would synthesise ~3 more segments by now
-        done = synth.calls - warmup
-    assert planned >= 8
-    assert done < planned, (done, planned)
-    assert done <= 3, (done, planned)
+    assert all(w["end"] > w["start"] for w in words)  # every word here is spoken
+    assert words[-1]["end"] > duration / 2  # the words span the speech, not a corner of it
+    assert faster.status_code == 200 and faster.json()["words"][-1]["end"] < words[-1]["end"]

@@ -4,6 +4,24 @@ from __future__ import annotations
 
 import re
 
+import pytest
+from starlette.testclient import TestClient
+
+from backends.sequential import SequentialBackend
+from server.app import create_app
+from server.metrics import Metrics
+
+
+@pytest.fixture
+def observed_client(onnx_synth, pipeline, voices, server_settings, wait):
+    """The app and its backend sharing one :class:`Metrics` (the backend's observer), as
+    ``kokoro-serve`` builds them: the backend's own series land in the app's registry."""
+    metrics = Metrics()
+    backend = SequentialBackend(onnx_synth, pipeline, voices, model_name=onnx_synth.model_name, observer=metrics)
+    with TestClient(create_app(server_settings, backend, metrics=metrics)) as client:
+        wait(lambda: client.get("/ping").status_code == 200)
+        yield client
+
 
 def test_ping_when_ready(contract_client):
     r = contract_client.get("/ping")
@@ -31,13 +49,13 @@ SERIES = [
 ]
 
 
-def test_metrics_expose_the_named_series_after_requests(contract_client):
-    assert contract_client.post("/invocations", json={"text": "Hi.", "speed": 2.0}).status_code == 200
-    with contract_client.websocket_connect("/invocations-bidirectional-stream") as ws:
+def test_metrics_expose_the_named_series_after_requests(observed_client):
+    assert observed_client.post("/invocations", json={"text": "Hi.", "speed": 2.0}).status_code == 200
+    with observed_client.websocket_connect("/invocations-bidirectional-stream") as ws:
         ws.send_text('{"text": "Hi.", "speed": 2.0}')
         while "synthesis_complete" not in (ws.receive().get("text") or ""):
             pass
-    r = contract_client.get("/metrics")
+    r = observed_client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     for pattern in SERIES:
         assert re.search(pattern, r.text, re.M), pattern

@@ -1,0 +1,124 @@
+"""The HTTP side of the synthesis pipeline, shared by ``POST /invocations`` and the OpenAI routes.
+
+* :class:`SpeechEndpoint` — the ASGI endpoint: one :class:`~server.pipeline.Synthesis` spans the
+  whole exchange (admission, the handler, the streamed body, closing), so in-flight accounting,
+  the outcome count and the abort of pending segments hold on every path. A handler only maps its
+  wire format onto the pipeline and returns a response; every :class:`KokoroError` it raises
+  becomes that route's error shape with the error's status.
+* :func:`read_body` — the body, at most ``max_message_bytes``: a larger ``Content-Length`` is
+  refused (413 ``text_too_long``) before a byte of the body is read, and a body without one is
+  refused as soon as the bytes received pass the limit — never read whole.
+* :func:`wait_disconnect` — finishes when the client goes away (the pipeline's ``gone`` watch:
+  a client that leaves before the first audio stops the backend's work).
+* :class:`AudioStream` — a streamed body that ends *without* the final empty chunk when synthesis
+  fails after the first bytes (the status is already sent), so the client sees a truncated
+  transfer, never a short file that looks complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from urllib.parse import quote
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from backends.base import KokoroError, TextTooLong
+
+from .pipeline import Cancelled, Synthesis
+from .state import ServerState
+
+log = logging.getLogger("kokoro.http")
+
+Handler = Callable[[Request, Synthesis], Awaitable[Response]]
+ErrorResponse = Callable[[KokoroError, Synthesis], Response]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (413) anything over ``limit`` bytes without reading it all."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TextTooLong(f"request body of {declared} bytes is over the {limit}-byte limit")
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise TextTooLong(f"request body is over the {limit}-byte limit")
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def wait_disconnect(request: Request) -> None:
+    """Return when the client has gone away (call once the body has been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def header_value(text: str) -> str:
+    """A client-chosen id as a header value: printable ASCII as is, anything else (non-Latin-1
+    characters, CR/LF) percent-encoded."""
+    if all(" " <= c <= "~" for c in text):
+        return text
+    return quote(text, safe="")
+
+
+class AudioStream(StreamingResponse):
+    """The streamed answer of one :class:`Synthesis`: counts the first audio when its first bytes
+    leave and the outcome at the end; a failure mid-way is counted and cuts the body short."""
+
+    def __init__(self, job: Synthesis, content: AsyncIterator[bytes], *, media_type: str,
+                 headers: Mapping[str, str] | None = None):
+        super().__init__(content, media_type=media_type, headers=headers)
+        self.job = job
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                self.job.first_audio()
+        except KokoroError as e:
+            log.warning("request %s: %s after the first bytes; cutting the response: %s",
+                        self.job.request_id, e.code, e.message)
+            self.job.fail(e)
+            return
+        self.job.record(200)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class SpeechEndpoint:
+    """An ASGI endpoint running ``handler`` inside one :class:`Synthesis` for ``route``."""
+
+    def __init__(self, route: str, handler: Handler, error_response: ErrorResponse):
+        self.route = route
+        self.handler = handler
+        self.error_response = error_response
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        state: ServerState = request.app.state.kokoro
+        async with Synthesis(state.backend, self.route, state=state) as job:
+            response = await self._respond(request, job)
+            try:
+                await response(scope, receive, send)
+            except ClientDisconnect:
+                pass  # counted as cancelled when the synthesis closes
+
+    async def _respond(self, request: Request, job: Synthesis) -> Response:
+        try:
+            job.admit()
+            return await self.handler(request, job)
+        except (Cancelled, ClientDisconnect):
+            job.record(Cancelled.status, Cancelled.code)
+            return Response(status_code=Cancelled.status)
+        except KokoroError as e:
+            job.fail(e)
+            return self.error_response(e, job)
+        except Exception:
+            log.exception("%s: request %s failed", self.route, job.request_id)
+            error = KokoroError("internal server error")
+            job.fail(error)
+            return self.error_response(error, job)
