@@ -64,7 +64,7 @@ def send_part_of_a_big_body(port: int, path: str, *, chunked: bool) -> tuple[int
 def served():
     """``synth, server`` — the real app under uvicorn; the fake runtime holds a segment whose text
     contains 'Hold' until ``synth.release()``."""
-    synth = FakeSynthesizer(environ={}, segment_s=0.0, hang_on="Hold")
+    synth = FakeSynthesizer(segment_s=0.0, hang_on="Hold")
     app = create_app(Settings(), make_backend(synth))
     try:
         with ThreadServer(app) as server:
