@@ -19,6 +19,10 @@ for the voices and the phoneme vocabulary). Knobs, read once when the synthesize
 ``KOKORO_FAKE_EMPTY_ON``       a substring: a segment whose text contains it yields no samples
 =============================  ==============================================================
 
+Two more knobs are for tests that drive a request step by step, as keyword arguments or set on
+the instance at any time: ``gate`` (a :class:`threading.Event`: every segment call waits on it — a
+segment held mid-synthesis) and ``load_gate`` (``load()`` waits on it — a model still loading).
+
 Threading: thread-safe (``thread_safe = True``); the latency is a ``time.sleep`` on the calling
 worker thread, so it behaves like a runtime that releases the GIL. Never call it on the event loop.
 """
@@ -62,6 +66,8 @@ class FakeSynthesizer:
         half: bool = False,
         threads: int | None = None,
         environ: Mapping[str, str] | None = None,
+        gate: threading.Event | None = None,
+        load_gate: threading.Event | None = None,
         **knobs: Any,
     ):
         env = os.environ if environ is None else environ
@@ -73,6 +79,8 @@ class FakeSynthesizer:
         self.fail_on: str | None = knobs.get("fail_on", env.get(_PREFIX + "FAIL_ON") or None)
         self.hang_on: str | None = knobs.get("hang_on", env.get(_PREFIX + "HANG_ON") or None)
         self.empty_on: str | None = knobs.get("empty_on", env.get(_PREFIX + "EMPTY_ON") or None)
+        self.gate = gate
+        self.load_gate = load_gate
         self.loaded = False
         #: The text of every segment call, in call order (for tests: what was synthesised).
         self.calls: list[str] = []
@@ -83,11 +91,16 @@ class FakeSynthesizer:
         self.active = 0  # calls running now
 
     def load(self) -> None:
+        if self.load_gate is not None:
+            self.load_gate.wait(self.hang_s)
         self.loaded = True
 
     def release(self) -> None:
-        """Let every hanging call (``hang_on``) return, now and from now on."""
+        """Let every hanging call (``hang_on``) return, now and from now on, and open the gates."""
         self._release.set()
+        for gate in (self.gate, self.load_gate):
+            if gate is not None:
+                gate.set()
 
     def synthesize(self, segment: Segment) -> np.ndarray:
         return self._run([segment])[0]
@@ -103,6 +116,8 @@ class FakeSynthesizer:
             self.active += 1
         self.started.set()
         try:
+            if self.gate is not None:
+                self.gate.wait(self.hang_s)
             for s in segments:
                 if self.voices is not None:
                     self.voices.style(s.voice, max(1, len(s.phonemes)))  # as the ONNX runtime does

@@ -2,18 +2,15 @@
 against a real uvicorn server on loopback over the real ONNX runtime.
 
 Word timings need a runtime that reports durations (torch); they are checked here against the real
-sequential backend and text pipeline with a synthesizer whose ``synthesize_timed`` returns audio
-whose length follows Kokoro's rule (600 samples per duration frame).
+backend and text pipeline, with a synthesizer whose ``synthesize_timed`` returns audio whose length
+follows Kokoro's rule (600 samples per duration frame).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
-import socket
-import threading
 import time
 
 import av
@@ -21,10 +18,12 @@ import httpx
 import numpy as np
 import openai
 import pytest
-import uvicorn
 
-from backends.base import SAMPLE_RATE, AudioChunk
-from backends.sequential import SequentialBackend
+from backends.base import SAMPLE_RATE
+from backends.text import TextPipeline
+from server.settings import Settings
+from tests.support.app import Loaded, build_app, fake_synth
+from tests.support.live import ThreadServer
 
 TEXT = "Hello there."
 LONG = "The first sentence is here. A second one follows it. And a third closes."
@@ -33,52 +32,13 @@ LONG = "The first sentence is here. A second one follows it. And a third closes.
 # ---------------------------------------------------------------------------------------------
 # servers
 # ---------------------------------------------------------------------------------------------
-def make_app(backend):
-    """The project's app (server.app.create_app), which mounts the OpenAI routes."""
-    from server.app import create_app
-    from server.settings import Settings
-
-    return create_app(Settings(api_key=None, cors_origins=""), backend)
-
-
-class LiveServer:
-    """uvicorn in a thread on a loopback port it bound itself (compare vLLM's RemoteOpenAIServer)."""
-
-    def __init__(self, app):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + 120
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.05)
-        while httpx.get(self.url + "/ping").status_code != 200:  # the model loads after start-up
-            if time.monotonic() > deadline:
-                raise RuntimeError("server never became ready")
-            time.sleep(0.1)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
+SETTINGS = Settings(api_key=None, cors_origins="")
 
 
 @pytest.fixture(scope="module")
 def onnx_server(onnx_synth, pipeline, voices):
-    backend = SequentialBackend(onnx_synth, pipeline, voices, model_name="kokoro-v1.0.int8.onnx")
-    with LiveServer(make_app(backend)) as server:
+    """The project's app (which mounts the OpenAI routes) under uvicorn, on the real ONNX runtime."""
+    with ThreadServer(build_app(Loaded(onnx_synth), settings=SETTINGS, pipeline=pipeline, voices=voices)) as server:
         yield server
 
 
@@ -289,26 +249,11 @@ class DurationSynth:
         return np.concatenate(pieces), durs
 
 
-class TimedBackend(SequentialBackend):
-    """The sequential backend forwarding the runtime's durations on each chunk."""
-
-    async def stream(self, request):
-        for segment in request.segments:
-            audio, durs = await asyncio.to_thread(self.synthesizer.synthesize_timed, segment)
-            yield AudioChunk(
-                audio=audio,
-                index=segment.index,
-                count=len(request.segments),
-                text=segment.text,
-                synth_seconds=0.0,
-                durations=durs,
-                phonemes=segment.phonemes,
-            )
-
-
-@pytest.fixture(scope="module")
-def timed_server(pipeline, voices):
-    with LiveServer(make_app(TimedBackend(DurationSynth(), pipeline, voices))) as server:
+@pytest.fixture(scope="module", params=["sequential"])
+def timed_server(request, pipeline, voices):
+    """The real backend over a runtime that reports durations."""
+    app = build_app(DurationSynth(), request.param, settings=SETTINGS, pipeline=pipeline, voices=voices)
+    with ThreadServer(app) as server:
         yield server
 
 
@@ -354,37 +299,24 @@ def test_word_timings_follow_speed(timed_server):
 # ---------------------------------------------------------------------------------------------
 # a client that goes away stops the work
 # ---------------------------------------------------------------------------------------------
-class SlowSynth(DurationSynth):
-    """Each segment takes a while; counts the segments actually synthesised."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def synthesize(self, segment):
-        self.calls += 1
-        time.sleep(0.3)
-        return super().synthesize(segment)
-
-
 def test_disconnect_cancels_pending_segments(g2p, vocab, voices):
-    from backends.text import TextPipeline
-
-    synth = SlowSynth()
-    backend = SequentialBackend(synth, TextPipeline(g2p.phonemize, vocab, segment_phonemes=20), voices)
+    synth = fake_synth(segment_s=0.3)  # each segment takes a while
+    pipeline = TextPipeline(g2p.phonemize, vocab, segment_phonemes=20)
     text = " ".join(f"Sentence number {n} is here." for n in range(1, 11))
-    with LiveServer(make_app(backend)) as server:
-        warmup = synth.calls
+    with ThreadServer(build_app(synth, settings=SETTINGS, pipeline=pipeline, voices=voices)) as server:
+        backend = server.app.state.kokoro.backend
+        warmup = len(synth.calls)
         body = {"model": "kokoro", "input": text, "voice": "jm_kumo", "response_format": "pcm"}
         with httpx.Client(base_url=server.url, timeout=60) as http:
             with http.stream("POST", "/v1/audio/speech", json=body) as r:
                 assert r.status_code == 200
                 next(r.iter_raw())  # the first segment's audio, then hang up
-        planned = len(backend.pipeline.plan(text, voice="jm_kumo", fast_first=True))
+        planned = len(pipeline.plan(text, voice="jm_kumo", fast_first=True))
         deadline = time.monotonic() + 30
         while backend.queue_depth and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(1.0)  # a stream that were still running would synthesise ~3 more segments by now
-        done = synth.calls - warmup
+        done = len(synth.calls) - warmup
     assert planned >= 8
     assert done < planned, (done, planned)
     assert done <= 3, (done, planned)

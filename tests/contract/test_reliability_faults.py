@@ -12,15 +12,11 @@ import threading
 
 import pytest
 
-from backends.fake import FakeSynthesizer
+from tests.support.app import fake_synth as fake
 from tests.support.inproc import WS, answer, audio_bytes, client, metric, wait_for
 
 MODES = ["sequential", "concurrent"]
 TWO_PARTS = "This first sentence is perfectly fine. Then {marker} happens in the second one."
-
-
-def fake(**knobs) -> FakeSynthesizer:
-    return FakeSynthesizer(environ={}, **{"segment_s": 0.0, **knobs})
 
 
 def kinds(frames: list[dict]) -> list[str]:
