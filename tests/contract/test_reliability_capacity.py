@@ -1,4 +1,4 @@
-"""Capacity is never leaked (issue 9): 10,000 bad requests — malformed bodies, wrong fields, unknown
+"""Capacity is never leaked: 10,000 bad requests — malformed bodies, wrong fields, unknown
 voices and languages, oversize texts and bodies, empty texts, runtime faults, refused upgrades,
 sessions dropped mid-queue — and afterwards every counter reads zero and the server takes as much
 work as it did at the start (a peer went permanently 503 after two malformed requests).

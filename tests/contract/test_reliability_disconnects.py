@@ -1,4 +1,4 @@
-"""100 abrupt client disconnects mid-synthesis (issue 9): active sessions back to 0, no task or
+"""100 abrupt client disconnects mid-synthesis: active sessions back to 0, no task or
 thread left behind, the queued work of the vanished clients never synthesised, the server serving.
 
 uvicorn runs the real app in a thread of this process (so the test can count its event loop's

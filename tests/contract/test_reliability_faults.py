@@ -1,4 +1,4 @@
-"""Faults cost the one request they hit (issue 9): a runtime that raises on a chosen segment, a
+"""Faults cost the one request they hit: a runtime that raises on a chosen segment, a
 runtime that hangs, a runtime that returns nothing, a decoder bug — each is a typed error for that
 request, and the next request on the same session succeeds. Both scheduling modes.
 

@@ -1,4 +1,4 @@
-"""Limits (issue 9): each is a documented setting read from the environment, and each holds at its
+"""Limits: each is a documented setting read from the environment, and each holds at its
 edge — the largest accepted value passes, one more is refused with the contract's answer, and the
 session or server goes on. (The basic refusals are in tests/unit/server; these add the edges, the
 environment and the interplay with work in progress.)"""

@@ -1,4 +1,4 @@
-"""No silent failures (issue 9): empty or whitespace-only text, text with nothing to pronounce, a
+"""No silent failures: empty or whitespace-only text, text with nothing to pronounce, a
 language the server lacks, text in a script the language cannot read, a runtime error — each is a
 typed error on every route, never a 200 (or a ``synthesis_complete``) without speech.
 
