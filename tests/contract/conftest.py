@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from server.settings import Settings
-from tests.support.app import Loaded, build_app, wait_for
+from tests.support.app import LoadedRuntime, build_app, wait_for
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,7 @@ def server_settings() -> Settings:
 @pytest.fixture(scope="session")
 def contract_client(onnx_synth, pipeline, voices, server_settings) -> Iterator[TestClient]:
     """One app over one real backend for the whole session (ready: loaded and warmed up)."""
-    app = build_app(Loaded(onnx_synth), settings=server_settings, pipeline=pipeline, voices=voices)
+    app = build_app(LoadedRuntime(onnx_synth), settings=server_settings, pipeline=pipeline, voices=voices)
     with TestClient(app) as client:
         wait_for(lambda: client.get("/ping").status_code == 200)
         yield client
@@ -32,7 +32,7 @@ def contract_client(onnx_synth, pipeline, voices, server_settings) -> Iterator[T
 def loading_client(onnx_synth, pipeline, voices, server_settings) -> Iterator[TestClient]:
     """An app whose backend is still loading (released at teardown)."""
     gate = threading.Event()
-    app = build_app(Loaded(onnx_synth, gate), settings=server_settings, pipeline=pipeline, voices=voices)
+    app = build_app(LoadedRuntime(onnx_synth, gate), settings=server_settings, pipeline=pipeline, voices=voices)
     try:
         with TestClient(app) as client:
             yield client

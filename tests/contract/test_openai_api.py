@@ -22,7 +22,7 @@ import pytest
 from backends.base import SAMPLE_RATE
 from backends.text import TextPipeline
 from server.settings import Settings
-from tests.support.app import Loaded, build_app, fake_synth
+from tests.support.app import LoadedRuntime, build_app, fake_synth
 from tests.support.live import ThreadServer
 
 TEXT = "Hello there."
@@ -38,7 +38,8 @@ SETTINGS = Settings(api_key=None, cors_origins="")
 @pytest.fixture(scope="module")
 def onnx_server(onnx_synth, pipeline, voices):
     """The project's app (which mounts the OpenAI routes) under uvicorn, on the real ONNX runtime."""
-    with ThreadServer(build_app(Loaded(onnx_synth), settings=SETTINGS, pipeline=pipeline, voices=voices)) as server:
+    app = build_app(LoadedRuntime(onnx_synth), settings=SETTINGS, pipeline=pipeline, voices=voices)
+    with ThreadServer(app) as server:
         yield server
 
 

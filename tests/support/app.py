@@ -1,7 +1,7 @@
 """The one in-process app builder: the real app (:func:`server.app.create_app`) over the real
 sequential or concurrent backend and text pipeline (espeak-ng, offline), around a given
 synthesizer — :class:`~backends.fake.FakeSynthesizer` (built by :func:`fake_synth`) or a real,
-already-loaded runtime wrapped in :class:`Loaded`.
+already-loaded runtime wrapped in :class:`LoadedRuntime`.
 
 One :class:`~server.metrics.Metrics` object is both the app's metrics and the backend's observer,
 handed to the backend when it is built, as the server's CLI does.
@@ -55,7 +55,7 @@ def fake_synth(**knobs: Any) -> FakeSynthesizer:
     return FakeSynthesizer(environ={}, **{"segment_s": 0.0, **knobs})
 
 
-class Loaded:
+class LoadedRuntime:
     """A real runtime the test session has already loaded: ``load()`` does not load it again,
     it only waits on ``gate`` when one is given (a model "still loading")."""
 
