@@ -3,8 +3,8 @@
 * :class:`ServerProcess` — a server as a subprocess on a free loopback port (compare vLLM's
   ``RemoteOpenAIServer``): ``python -m server serve`` by default, or any entry that starts one
   (the SageMaker ``serve`` script, the RunPod worker), with the environment the test gives it on
-  top of this one's, less every ``KOKORO_*``, ``SAGEMAKER_*`` and ``RUNPOD_*`` variable of the
-  shell that runs the tests.
+  top of this one's, less every ``KOKORO_*``, ``SAGEMAKER_*``, ``RUNPOD_*`` and ``AWS_*`` variable
+  of the shell that runs the tests.
 * :class:`ThreadServer` — an ASGI app under a real uvicorn in a thread of this process, so a test
   can look inside (its event loop's tasks, this process's threads) after real TCP traffic.
 * :func:`wait_ready` — the one wait until a server answers; :func:`free_port`.
@@ -34,8 +34,9 @@ import httpx
 from .inproc import WS
 
 REPO = Path(__file__).resolve().parents[2]
-#: Variables a test server never inherits from the shell: its configuration is what the test says.
-_CONFIG_PREFIXES = ("KOKORO_", "SAGEMAKER_", "RUNPOD_")
+#: Variables a test server never inherits from the shell: its configuration is what the test says,
+#: and no test reaches a real cloud account.
+_CONFIG_PREFIXES = ("KOKORO_", "SAGEMAKER_", "RUNPOD_", "AWS_")
 
 
 def free_port() -> int:
