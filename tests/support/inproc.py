@@ -16,10 +16,10 @@ from starlette.testclient import TestClient
 from server.settings import Settings
 
 from .app import build_app, fake_synth, wait_for
+from .live import WS
 
 __all__ = ["ERROR_CODES", "WS", "answer", "audio_bytes", "client", "metric", "wait_for"]
 
-WS = "/invocations-bidirectional-stream"
 #: Every error code the wire contract (and this server) may send.
 ERROR_CODES = frozenset({
     "invalid_json", "invalid_request", "empty_text", "invalid_voice", "invalid_language", "language_mismatch",

@@ -11,6 +11,9 @@
 * :class:`RawWS` — a WebSocket client on a bare socket: the handshake and frames written by hand,
   so it can send what no library would (bad opcodes, reserved bits, unmasked frames, lies about
   lengths) and disconnect abruptly (RST).
+
+Standard library only (uvicorn is imported by :class:`ThreadServer` alone), so the tests that run
+in the Python 3.12 venv, which has none of the server's dependencies, can start servers with it.
 """
 
 from __future__ import annotations
@@ -25,18 +28,20 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import httpx
-
-from .inproc import WS
 
 REPO = Path(__file__).resolve().parents[2]
 #: Variables a test server never inherits from the shell: its configuration is what the test says,
 #: and no test reaches a real cloud account.
 _CONFIG_PREFIXES = ("KOKORO_", "SAGEMAKER_", "RUNPOD_", "AWS_")
+#: The bidirectional-stream route of the wire contract.
+WS = "/invocations-bidirectional-stream"
+#: Loopback is never reached through a proxy the shell may name.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_port() -> int:
@@ -54,9 +59,10 @@ def wait_ready(url: str, *, gone: Callable[[], str | None] = lambda: None, timeo
         if why is not None:
             raise RuntimeError(f"{url} will not answer: {why}")
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
+            with _DIRECT.open(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline:
             raise TimeoutError(f"{url} did not answer 200 within {timeout:.0f} s")
