@@ -20,7 +20,6 @@ import hashlib
 import importlib.resources as resources
 import json
 import os
-import shutil
 import tempfile
 import urllib.parse
 import urllib.request
@@ -310,12 +309,3 @@ def fetch_assets(source: str, model_dir: Path, *, progress: Progress = lambda _m
     if not fetched:
         raise AssetError(f"{source} has none of {', '.join(OFFICIAL_FILES)}")
     return fetched
-
-
-def copy_tree(src: Path, dest: Path) -> None:
-    """Used by deploy packaging: copy a model directory (only the files runtimes load)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for p in Path(src).iterdir():
-        if p.name.startswith("."):
-            continue
-        (shutil.copytree if p.is_dir() else shutil.copy2)(p, dest / p.name)

@@ -24,6 +24,10 @@ keyword arguments of the same names without the prefix override them:
 It runs on the CPU (``device = "cpu"``), so the concurrent mode batches it only with
 ``KOKORO_BATCH_ON_CPU``, as it would a real runtime on a CPU.
 
+Two more knobs are for tests that drive a request step by step, as keyword arguments or set on
+the instance at any time: ``gate`` (a :class:`threading.Event`: every segment call waits on it — a
+segment held mid-synthesis) and ``load_gate`` (``load()`` waits on it — a model still loading).
+
 Threading: thread-safe (``thread_safe = True``); the latency is a ``time.sleep`` on the calling
 worker thread, so it behaves like a runtime that releases the GIL. Never call it on the event loop.
 """
@@ -55,7 +59,15 @@ class FakeSynthesizer:
     device = "cpu"
     dtype = "float32"
 
-    def __init__(self, voices: Any = None, *, config: BackendConfig | None = None, **knobs: Any):
+    def __init__(
+        self,
+        voices: Any = None,
+        *,
+        config: BackendConfig | None = None,
+        gate: threading.Event | None = None,
+        load_gate: threading.Event | None = None,
+        **knobs: Any,
+    ):
         unknown = set(knobs) - set(KNOBS)
         if unknown:
             raise TypeError(f"unknown fake runtime knob(s): {', '.join(sorted(unknown))}")
@@ -69,6 +81,8 @@ class FakeSynthesizer:
         self.fail_on: str | None = values["fail_on"] or None
         self.hang_on: str | None = values["hang_on"] or None
         self.empty_on: str | None = values["empty_on"] or None
+        self.gate = gate
+        self.load_gate = load_gate
         self.loaded = False
         #: The text of every segment call, in call order (for tests: what was synthesised).
         self.calls: list[str] = []
@@ -79,11 +93,16 @@ class FakeSynthesizer:
         self.active = 0  # calls running now
 
     def load(self) -> None:
+        if self.load_gate is not None:
+            self.load_gate.wait(self.hang_s)
         self.loaded = True
 
     def release(self) -> None:
-        """Let every hanging call (``hang_on``) return, now and from now on."""
+        """Let every hanging call (``hang_on``) return, now and from now on, and open the gates."""
         self._release.set()
+        for gate in (self.gate, self.load_gate):
+            if gate is not None:
+                gate.set()
 
     def synthesize(self, segment: Segment) -> np.ndarray:
         return self._run([segment])[0]
@@ -99,6 +118,8 @@ class FakeSynthesizer:
             self.active += 1
         self.started.set()
         try:
+            if self.gate is not None:
+                self.gate.wait(self.hang_s)
             for s in segments:
                 if self.voices is not None:
                     self.voices.style(s.voice, max(1, len(s.phonemes)))  # as the ONNX runtime does

@@ -1,12 +1,11 @@
 """End to end: first audio through the agent, ``bidi`` vs ``batch``, with the scripted model
 streaming a fixed reply at a fixed token rate (so runs compare), against a live TTS server.
 
-Preferred path: the AgentCore app as a subprocess (``kokoro-agent serve`` / ``python -m agent serve`` ``--model scripted
---tokens-per-second R --tts-url URL``), ``POST /invocations`` with ``{"prompt", "mode", "voice"}``,
+The AgentCore app runs as a subprocess (``kokoro-agent serve`` / ``python -m agent serve`` ``--model scripted
+--tokens-per-second R --tts-url URL``); each turn is a ``POST /invocations`` with ``{"prompt", "mode", "voice"}``,
 reading its SSE events; first audio is when the first ``audio_chunk`` event reaches this client.
-When the app has not landed but ``agent.agent.converse`` has, the same turn runs in this process
-through ``converse`` (the SSE hop is then missing; the result says so). When neither exists the
-benchmark writes a ``not_run`` result with the reason and exits non-zero.
+When the app does not start, the benchmark writes a ``not_run`` result with the reason and exits
+non-zero.
 
 Modes alternate run by run, so load drift hits both alike.
 """
@@ -14,9 +13,7 @@ Modes alternate run by run, so load drift hits both alike.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import shlex
 import shutil
 import sys
 import time
@@ -28,7 +25,7 @@ import httpx
 from . import prom
 from .live import LiveServer, ServerFailed
 from .raw import VOICE
-from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .results import Result, command_line, load_average, markdown_table, median, rnd, shown_command
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -39,23 +36,13 @@ MODES = ("bidi", "batch")
 AWS_REFERENCE_SPEEDUP = 2.4
 
 
-def _agent_command() -> list[str] | None:
+def _agent_command() -> list[str]:
+    """The ``kokoro-agent`` console script beside this interpreter or on PATH, else the module."""
     script = Path(sys.executable).with_name("kokoro-agent")
     if script.is_file():
         return [str(script)]
     found = shutil.which("kokoro-agent")
-    if found:
-        return [found]
-    if importlib.util.find_spec("agent.app") is not None and importlib.util.find_spec("agent.__main__") is not None:
-        return [sys.executable, "-m", "agent"]
-    return None
-
-
-def _has(module: str, attr: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None and hasattr(importlib.import_module(module), attr)
-    except Exception:
-        return False
+    return [found] if found else [sys.executable, "-m", "agent"]
 
 
 def _turn_stats(events: list[tuple[float, dict]], t0: float) -> dict:
@@ -95,19 +82,6 @@ async def _sse_turn(client: httpx.AsyncClient, url: str, mode: str) -> dict:
     return _turn_stats(events, t0)
 
 
-async def _inprocess_turn(tts_url: str, mode: str) -> dict:
-    from agent.agent import build_agent, build_model, converse
-    from agent.tts_client import TTSClient
-
-    agent = build_agent(build_model("scripted", tokens_per_second=TOKENS_PER_SECOND, reply=REPLY))
-    tts = TTSClient.websocket(tts_url, voice=VOICE)
-    events: list[tuple[float, dict]] = []
-    t0 = time.perf_counter()
-    async for event in converse(agent, tts, PROMPT, mode=mode, voice=VOICE):
-        events.append((time.perf_counter(), event))
-    return _turn_stats(events, t0)
-
-
 async def _measure(turn, runs: int, log) -> list[dict]:
     samples = []
     for run in range(1, runs + 1):
@@ -130,31 +104,22 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
         config={"prompt": PROMPT, "reply": REPLY, "tokens_per_second": TOKENS_PER_SECOND, "model": "scripted", "voice": VOICE,
                 "modes": list(MODES), "runs_per_mode": runs, "aws_reference_speedup": AWS_REFERENCE_SPEEDUP},
     )
-    app = _agent_command()
-    inprocess = app is None and _has("agent.agent", "converse") and _has("agent.tts_client", "TTSClient")
-    if app is None and not inprocess:
-        return _not_run(result, "the agent has not landed: neither `kokoro-agent` (agent/app.py) nor agent.agent.converse exists")
     with LiveServer(model_dir=model_dir, log=log) as tts:
         before = tts.scrape()
-        if app is not None:
-            result.config["path"] = "AgentCore app subprocess, POST /invocations, SSE"
-            argv = [*app, "serve", "--model", "scripted", "--tokens-per-second", str(TOKENS_PER_SECOND),
-                    "--reply", REPLY, "--tts-url", tts.url, "--voice", VOICE]
-            result.config["agent_command"] = " ".join(shlex.quote(a) for a in argv)
-            try:
-                with LiveServer(argv=argv, name="kokoro-agent (scripted)", log=log, startup_timeout_s=120) as agent:
+        result.config["path"] = "AgentCore app subprocess, POST /invocations, SSE"
+        argv = [*_agent_command(), "serve", "--model", "scripted", "--tokens-per-second", str(TOKENS_PER_SECOND),
+                "--reply", REPLY, "--tts-url", tts.url, "--voice", VOICE]
+        result.config["agent_command"] = shown_command(argv)
+        try:
+            with LiveServer(argv=argv, name="kokoro-agent (scripted)", log=log, startup_timeout_s=120) as agent:
 
-                    async def main() -> list[dict]:
-                        async with httpx.AsyncClient(timeout=600) as client:
-                            return await _measure(lambda m: _sse_turn(client, agent.url, m), runs, log)
+                async def main() -> list[dict]:
+                    async with httpx.AsyncClient(timeout=600) as client:
+                        return await _measure(lambda m: _sse_turn(client, agent.url, m), runs, log)
 
-                    result.samples = asyncio.run(main())
-            except ServerFailed as e:
-                return _not_run(result, f"the agent app did not start: {str(e)[:600]}")
-        else:
-            result.config["path"] = "in-process agent.agent.converse (the AgentCore app has not landed; no SSE hop)"
-            result.notes.append(result.config["path"])
-            result.samples = asyncio.run(_measure(lambda m: _inprocess_turn(tts.url, m), runs, log))
+                result.samples = asyncio.run(main())
+        except ServerFailed as e:
+            return _not_run(result, f"the agent app did not start: {str(e)[:600]}")
         result.server_view = {"tts": prom.server_view(before, tts.scrape())}
     summarize(result)
     return result

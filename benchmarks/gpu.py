@@ -1,5 +1,5 @@
 """The PyTorch runtime on one device: batched-vs-single correctness, then throughput and first audio
-under closed-loop load with micro-batching (DESIGN.md §7; it runs on CPU too).
+under closed-loop load with micro-batching (the GPU benchmark; it runs on CPU too).
 
     python -m benchmarks.gpu [--device auto|cuda|cpu] [--dtype float32|float16|bfloat16|auto] [--quick] [--max-batch N]
                              [--levels 1,8,32,128,256] [--requests-per-client N] [--onnx]

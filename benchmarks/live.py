@@ -47,16 +47,6 @@ def server_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from server.cli import main; sys.exit(main())"]
 
 
-def server_available() -> bool:
-    """Whether a server can be started at all (``server/cli.py`` has landed)."""
-    try:
-        import importlib.util
-
-        return importlib.util.find_spec("server.cli") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def _peak_rss_kib(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -1,5 +1,5 @@
 """Load: many WebSocket sessions at once, each pipelining several sentences, against a live server —
-0 lost, 0 misordered, every request answered — with ``/ping`` latency measured throughout (issue 9).
+0 lost, 0 misordered, every request answered — with ``/ping`` latency measured throughout.
 
 ``python -m benchmarks.load [--quick]`` writes ``benchmarks/results/load.{json,md}``:
 

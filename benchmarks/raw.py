@@ -9,7 +9,6 @@ executor. Nothing here starts a server.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +82,3 @@ class RawRuntime:
                 first = time.perf_counter() - t0
             audio_s += len(audio) / sr
         return RawTiming(first or 0.0, time.perf_counter() - t0, audio_s)
-
-    def stream_first(self, text: str) -> RawTiming:
-        """Blocking wrapper over :meth:`create_stream` (runs its own event loop)."""
-        return asyncio.run(self.create_stream(text))

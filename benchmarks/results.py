@@ -109,6 +109,24 @@ def command_line(name: str, quick: bool, extra: list[str] | None = None) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def shown_command(argv: list[str]) -> str:
+    """``argv`` as a shell line that reads the same on any machine: this interpreter as ``python``,
+    a console script beside it by its name, a path inside the repository relative to it."""
+    interpreter = Path(sys.executable)
+
+    def shown(arg: str) -> str:
+        path = Path(arg)
+        if not path.is_absolute():
+            return arg
+        if path == interpreter:
+            return "python"
+        if path.parent == interpreter.parent:
+            return path.name
+        return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else arg
+
+    return " ".join(shlex.quote(shown(a)) for a in argv)
+
+
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 

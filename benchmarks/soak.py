@@ -1,4 +1,4 @@
-"""Soak: 1,000 mixed requests against a live server, watching its memory (issue 9; goal: RSS grows
+"""Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows
 by less than 5% after warm-up).
 
 ``python -m benchmarks.soak [--quick] [--runtime fake|onnx] [--requests N] [--mode M]`` writes

@@ -12,7 +12,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 echo "== ruff (deploy)"
-"$PY" -m ruff check deploy deploy/sagemaker/serve tests/deploy_support tests/contract/test_deploy_*.py
+"$PY" -m ruff check deploy deploy/sagemaker/serve tests/support tests/contract/test_deploy_*.py
 
 echo "== Dockerfiles: torch >= 2.10 pinned, no model hub at run time, SageMaker label/port/serve, COPY sources"
 "$PY" -m deploy.dockerfiles

@@ -3,7 +3,7 @@ AWS served on loopback (``AWS_ENDPOINT_URL``, dummy credentials), with no Docker
 
 moto serves every call the CLI makes, AgentCore's control plane included, through botocore's own
 service models. What it lacks, a SageMaker endpoint that is still ``Creating``, comes from
-tests/deploy_support/moto_server.py. The smoke test is skipped here (``--skip-smoke``): it runs
+tests/support/moto_server.py. The smoke test is skipped here (``--skip-smoke``): it runs
 against the real server in test_deploy_serve_entry.py.
 """
 
@@ -17,8 +17,8 @@ import boto3
 import pytest
 
 from deploy.sagemaker.endpoint import STACK_TAG
-from tests.deploy_support.moto_server import ACCOUNT, REGION, moto_server
-from tests.deploy_support.processes import REPO
+from tests.support.live import REPO
+from tests.support.moto_server import ACCOUNT, REGION, moto_server
 
 REGISTRY = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
 

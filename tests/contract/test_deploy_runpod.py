@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
-import subprocess
 import sys
 import threading
 import urllib.error
@@ -17,15 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-pytest.importorskip("runpod")
-
 from deploy.runpod import deploy as rp_deploy
 from deploy.runpod import handler as rp_handler
 from deploy.runpod import start as rp_start
 from deploy.smoke import websocket_smoke
-from tests.deploy_support import processes
+from tests.support.live import REPO, ServerProcess, free_port
 
-HANDLER = processes.REPO / "deploy" / "runpod" / "handler.py"
+HANDLER = REPO / "deploy" / "runpod" / "handler.py"
+START = [sys.executable, "-m", "deploy.runpod.start"]  # as the image starts a container
 
 
 # -- input parsing ----------------------------------------------------------------------------
@@ -46,28 +42,18 @@ def _post(url, body, timeout=180):
 
 
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory):
-    """``python handler.py --rp_serve_api``: RunPod's FastAPI worker; the handler starts the server."""
-    port = processes.free_port()
-    log = tmp_path_factory.mktemp("logs") / "worker.log"
-    env = processes.base_env(KOKORO_MODEL_DIR=str(processes.model_source_dir()), KOKORO_MODE="concurrent",
-                             RUNPOD_DEBUG_LEVEL="ERROR")
-    with open(log, "wb") as out:
-        # its own process group: the handler's server child goes down with it
-        proc = subprocess.Popen([sys.executable, str(HANDLER), "--rp_serve_api", "--rp_api_port", str(port),
-                                 "--rp_api_host", "127.0.0.1"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=str(processes.REPO), start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+def worker(model_dir, tmp_path_factory):
+    """``python handler.py --rp_serve_api``: RunPod's FastAPI worker; the handler starts the server
+    (its own process group: the handler's server child goes down with it)."""
+    port = free_port()
+    argv = [sys.executable, str(HANDLER), "--rp_serve_api", "--rp_api_port", str(port), "--rp_api_host", "127.0.0.1"]
+    proc = ServerProcess(tmp_path_factory.mktemp("logs") / "worker.log", argv=argv, port=port, own_group=True,
+                         KOKORO_MODEL_DIR=str(model_dir), KOKORO_MODE="concurrent", KOKORO_THREADS="1",
+                         RUNPOD_DEBUG_LEVEL="ERROR")
     try:
-        processes.wait_http(f"{url}/docs", proc)
-        yield url
+        yield proc.wait_ready("/").url  # the worker API's docs page (/docs redirects there)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stop(30)
 
 
 def test_runsync_streams_base64_pcm_per_segment_then_completion_per_request(worker):
@@ -137,14 +123,13 @@ def test_pod_mode_requires_an_api_key_and_runs_concurrent_mode_on_8080():
     assert rp_start.plan({"RUNPOD_WEBHOOK_GET_JOB": "u"})[0][-1].endswith("handler.py")
 
 
-def test_pod_mode_process_serves_behind_the_api_key():
-    port = processes.free_port()
-    env = processes.base_env(KOKORO_RUNPOD_MODE="pod", KOKORO_API_KEY="pod-secret", KOKORO_PORT=str(port),
-                             KOKORO_MODEL_DIR=str(processes.model_source_dir()))
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.runpod.start"], env=env, cwd=str(processes.REPO),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def test_pod_mode_process_serves_behind_the_api_key(model_dir, tmp_path):
+    port = free_port()
+    proc = ServerProcess(tmp_path / "pod.log", argv=START, port=port, KOKORO_RUNPOD_MODE="pod",
+                         KOKORO_API_KEY="pod-secret", KOKORO_PORT=str(port), KOKORO_MODEL_DIR=str(model_dir),
+                         KOKORO_THREADS="1")
     try:
-        processes.wait_http(f"http://127.0.0.1:{port}/ping", proc)  # /ping stays open for health checks
+        proc.wait_ready()  # /ping stays open for health checks
         with pytest.raises(urllib.error.HTTPError) as denied:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5)
         assert denied.value.code == 401
@@ -156,7 +141,7 @@ def test_pod_mode_process_serves_behind_the_api_key():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5) as r:
             assert json.loads(r.read())["mode"] == "concurrent"
     finally:
-        assert processes.stop(proc) == 0
+        assert proc.stop() == 0, proc.log()
 
 
 # -- deploy.py against a stand-in of RunPod's GraphQL API -------------------------------------------
@@ -306,28 +291,22 @@ class JobQueueStandIn:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def test_production_worker_streams_each_chunk_and_fails_a_refused_job():
+def test_production_worker_streams_each_chunk_and_fails_a_refused_job(model_dir, tmp_path):
     queue = JobQueueStandIn([{"id": "job-ok", "input": {"texts": ["Hello there.", "Good bye."]}},
                              {"id": "job-bad", "input": {"text": "Hello.", "voice": "no_such_voice"}}])
     base = f"{queue.url}/v2/kokoro-endpoint"
-    env = processes.base_env(
-        KOKORO_MODEL_DIR=str(processes.model_source_dir()), RUNPOD_POD_ID="worker-1",
+    # exactly as the image starts a serverless worker (KOKORO_RUNPOD_MODE unset: detected from the env)
+    proc = ServerProcess(
+        tmp_path / "worker.log", argv=START, own_group=True,
+        KOKORO_MODEL_DIR=str(model_dir), KOKORO_THREADS="1", RUNPOD_POD_ID="worker-1",
         RUNPOD_WEBHOOK_GET_JOB=f"{base}/job-take/$RUNPOD_POD_ID?gpu=none",
         RUNPOD_WEBHOOK_POST_OUTPUT=f"{base}/job-done/$RUNPOD_POD_ID/$ID?gpu=none",
         RUNPOD_WEBHOOK_POST_STREAM=f"{base}/job-stream/$RUNPOD_POD_ID/$ID?gpu=none",
         RUNPOD_SKIP_GPU_CHECK="true")
-    # exactly as the image starts a serverless worker (KOKORO_RUNPOD_MODE unset: detected from the env)
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.runpod.start"], env=env, cwd=str(processes.REPO),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        assert queue.finished.wait(240), (queue.done, proc.poll())
+        assert queue.finished.wait(240), (queue.done, proc.log())
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stop(30)
         queue.server.shutdown()
 
     chunks = [item["output"] for item in queue.streamed["job-ok"]]
@@ -345,7 +324,7 @@ def test_every_kokoro_variable_the_runpod_code_reads_is_declared():
 
     declared = {e for name in RunPodSettings.model_fields for e in RunPodSettings.env_names(name)}
     used = set()
-    for path in (processes.REPO / "deploy" / "runpod").glob("*.py"):
+    for path in (REPO / "deploy" / "runpod").glob("*.py"):
         if path.name != "deploy.py":  # deploy.py writes variables into templates; it reads none
             used |= set(re.findall(r"KOKORO_[A-Z_]+[A-Z]", path.read_text()))
     assert used <= declared, used - declared

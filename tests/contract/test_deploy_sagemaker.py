@@ -1,7 +1,7 @@
 """boto3 deploy / autoscale / destroy of the SageMaker endpoint, against moto's AWS.
 
 moto's two SageMaker gaps (no ml.g5 instance types, no UpdateEndpoint) are filled in the test
-(tests/deploy_support/moto_sagemaker.py), never in the code under test. The smoke test is injected
+(tests/support/moto_sagemaker.py), never in the code under test. The smoke test is injected
 here and records what it saw; the real one runs against a real server in
 test_deploy_serve_entry.py.
 """
@@ -13,12 +13,10 @@ import tarfile
 
 import pytest
 
-moto = pytest.importorskip("moto")
-
-from deploy.sagemaker import agent_runtime, endpoint, package_model, teardown  # noqa: E402
-from deploy.sagemaker import deploy as sm_deploy  # noqa: E402
-from deploy.sagemaker.endpoint import DeployError, EndpointSpec  # noqa: E402
-from tests.deploy_support.moto_sagemaker import REGION, mocked_aws  # noqa: E402
+from deploy.sagemaker import agent_runtime, endpoint, package_model, teardown
+from deploy.sagemaker import deploy as sm_deploy
+from deploy.sagemaker.endpoint import DeployError, EndpointSpec
+from tests.support.moto_sagemaker import REGION, mocked_aws
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-serve:gpu"
 

@@ -14,7 +14,6 @@ import importlib.machinery
 import importlib.util
 import json
 import signal
-import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -22,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from deploy.smoke import SmokeTestFailed, sagemaker_smoke, websocket_smoke
-from tests.deploy_support import processes
+from tests.support.live import REPO, ServerProcess, ThreadServer, free_port
 
-SERVE = processes.REPO / "deploy" / "sagemaker" / "serve"
+SERVE = REPO / "deploy" / "sagemaker" / "serve"
 SHORT = ("Hello there.", "Good bye.")  # two requests, kept short: this machine synthesises on CPU
 
 
@@ -69,24 +68,21 @@ def test_train_is_refused():
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(model_dir, tmp_path_factory):
     """``serve serve`` as SageMaker runs it; the model dir stands in for /opt/ml/model."""
     opt_ml_model = tmp_path_factory.mktemp("opt_ml_model")
-    for f in processes.model_source_dir().iterdir():
+    for f in model_dir.iterdir():
         if f.is_file():
             (opt_ml_model / f.name).symlink_to(f)
-    port = processes.free_port()
-    log = tmp_path_factory.mktemp("logs") / "serve.log"
-    env = processes.base_env(SAGEMAKER_BIND_TO_PORT=str(port), KOKORO_SM_MODEL_DIR=str(opt_ml_model),
-                             KOKORO_IMAGE_MODEL_DIR="/nonexistent/baked")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(SERVE), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    port = free_port()
+    server = ServerProcess(tmp_path_factory.mktemp("logs") / "serve.log", argv=[sys.executable, str(SERVE), "serve"],
+                           port=port, SAGEMAKER_BIND_TO_PORT=str(port), KOKORO_SM_MODEL_DIR=str(opt_ml_model),
+                           KOKORO_IMAGE_MODEL_DIR="/nonexistent/baked", KOKORO_THREADS="1")
     try:
-        processes.wait_http(f"{url}/ping", proc)
-        yield {"url": url, "proc": proc, "log": log, "model_dir": opt_ml_model}
+        server.wait_ready()
+        yield {"url": server.url, "proc": server.proc, "log": server.log_path, "model_dir": opt_ml_model}
     finally:
-        processes.stop(proc)
+        server.stop()
 
 
 def test_serve_answers_ping_from_the_sagemaker_model_dir(served):
@@ -117,34 +113,22 @@ def test_smoke_test_through_the_agents_sagemaker_transport(served):
 
 def test_smoke_test_fails_on_a_server_that_only_answers_ping():
     """InService-but-broken: a container whose bidirectional handler is missing fails the check."""
-    import threading
-
-    import uvicorn
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
     app = Starlette(routes=[Route("/ping", lambda _r: JSONResponse({"status": "ok"}))])
-    port = processes.free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            thread.join(0.05)
+    with ThreadServer(app) as server:
         with pytest.raises(Exception) as info:
-            websocket_smoke(f"ws://127.0.0.1:{port}/invocations-bidirectional-stream", timeout_s=10)
+            websocket_smoke(f"ws://127.0.0.1:{server.port}/invocations-bidirectional-stream", timeout_s=10)
         assert not isinstance(info.value, AssertionError)
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def test_moto_deploy_gated_by_the_real_smoke_test(served, monkeypatch):
     from deploy.sagemaker import deploy as sm_deploy
     from deploy.sagemaker.endpoint import EndpointSpec
     from tests.agent_support import sagemaker_standin
-    from tests.deploy_support.moto_sagemaker import mocked_aws
+    from tests.support.moto_sagemaker import mocked_aws
 
     container = served["url"].replace("http", "ws") + "/invocations-bidirectional-stream"
 

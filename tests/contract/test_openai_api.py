@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import socket
-import threading
 import time
 
 import av
@@ -19,10 +17,11 @@ import httpx
 import numpy as np
 import openai
 import pytest
-import uvicorn
 
 from backends.base import SAMPLE_RATE
-from backends.sequential import SequentialBackend
+from server.settings import Settings
+from tests.support.app import LoadedRuntime, build_app
+from tests.support.live import ThreadServer
 
 TEXT = "Hello there."
 LONG = "The first sentence is here. A second one follows it. And a third closes."
@@ -31,52 +30,14 @@ LONG = "The first sentence is here. A second one follows it. And a third closes.
 # ---------------------------------------------------------------------------------------------
 # servers
 # ---------------------------------------------------------------------------------------------
-def make_app(backend):
-    """The project's app (server.app.create_app), which mounts the OpenAI routes."""
-    from server.app import create_app
-    from server.settings import Settings
-
-    return create_app(Settings(api_key=None, cors_origins=""), backend)
-
-
-class LiveServer:
-    """uvicorn in a thread on a loopback port it bound itself (compare vLLM's RemoteOpenAIServer)."""
-
-    def __init__(self, app):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + 120
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.05)
-        while httpx.get(self.url + "/ping").status_code != 200:  # the model loads after start-up
-            if time.monotonic() > deadline:
-                raise RuntimeError("server never became ready")
-            time.sleep(0.1)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
+SETTINGS = Settings(api_key=None, cors_origins="")
 
 
 @pytest.fixture(scope="module")
 def onnx_server(onnx_synth, pipeline, voices):
-    backend = SequentialBackend(onnx_synth, pipeline, voices, model_name="kokoro-v1.0.int8.onnx")
-    with LiveServer(make_app(backend)) as server:
+    """The project's app (which mounts the OpenAI routes) under uvicorn, on the real ONNX runtime."""
+    app = build_app(LoadedRuntime(onnx_synth), settings=SETTINGS, pipeline=pipeline, voices=voices)
+    with ThreadServer(app) as server:
         yield server
 
 
@@ -265,22 +226,18 @@ def test_word_timings_unsupported_on_onnx(onnx_server):
 TIMED_TEXT = "Hello there, it costs 42 dollars."
 
 
-def torch_backend(mode, model_dir, pipeline, voices):
+def torch_app(mode, model_dir, pipeline, voices):
     from backends.torch_runtime import TorchSynthesizer
 
     synth = TorchSynthesizer(model_dir, voices, device="cpu", deterministic=True)
-    if mode == "concurrent":
-        from backends.concurrent import BatchedBackend
-
-        return BatchedBackend(synth, pipeline, voices)
-    return SequentialBackend(synth, pipeline, voices)
+    return build_app(synth, mode, settings=SETTINGS, pipeline=pipeline, voices=voices)
 
 
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])
 def test_word_timings_from_the_torch_runtime(mode, model_dir, pipeline, voices):
-    backend = torch_backend(mode, model_dir, pipeline, voices)
+    app = torch_app(mode, model_dir, pipeline, voices)
     body = {"model": "kokoro", "input": TIMED_TEXT, "voice": "jm_kumo", "response_format": "wav", "sample_rate": 16000}
-    with LiveServer(make_app(backend)) as server, httpx.Client(base_url=server.url, timeout=120) as http:
+    with ThreadServer(app) as server, httpx.Client(base_url=server.url, timeout=120) as http:
         r = http.post("/v1/audio/speech/timed", json=body)
         assert r.status_code == 200, r.text
         faster = http.post("/v1/audio/speech/timed", json={**body, "speed": 2.0})

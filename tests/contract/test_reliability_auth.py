@@ -1,4 +1,4 @@
-"""Auth and CORS (issue 9), beyond tests/unit/server/test_server_auth.py: *every* route the app has
+"""Auth and CORS, beyond tests/unit/server/test_server_auth.py: *every* route the app has
 — found by walking its routes, so a route added later is covered too — needs the key except
 /ping; the key is compared in constant time; a token anywhere but the header is refused; refusals
 cost no capacity; CORS answers only the configured origins; both are set from the environment."""

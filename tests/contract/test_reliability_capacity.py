@@ -1,4 +1,4 @@
-"""Capacity is never leaked (issue 9): 10,000 bad requests — malformed bodies, wrong fields, unknown
+"""Capacity is never leaked: 10,000 bad requests — malformed bodies, wrong fields, unknown
 voices and languages, oversize texts and bodies, empty texts, runtime faults, refused upgrades,
 sessions dropped mid-queue — and afterwards every counter reads zero and the server takes as much
 work as it did at the start (a peer went permanently 503 after two malformed requests).
@@ -15,11 +15,10 @@ import json
 
 import pytest
 
-from backends.fake import FakeSynthesizer
-from server.app import create_app
 from server.settings import Settings
+from tests.support.app import build_app, fake_synth
 from tests.support.asgi import WSConn, post, running
-from tests.support.inproc import WS, make_backend, metric
+from tests.support.inproc import WS, metric
 
 SESSIONS, PER_SESSION, BACKEND_QUEUE = 2, 2, 2
 POST_BAD = [
@@ -69,12 +68,11 @@ async def _full_capacity_works(app) -> None:
 
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])
 async def test_ten_thousand_bad_requests_leave_full_capacity(mode):
-    synth = FakeSynthesizer(segment_s=0.0, fail_on="Boom")
+    synth = fake_synth(fail_on="Boom")
     limits = Settings(max_sessions=SESSIONS, max_queued_per_session=PER_SESSION, max_text_chars=300,
                       max_message_bytes=4096)
-    backend = make_backend(synth, mode, max_queue=BACKEND_QUEUE)
-    app = create_app(limits, backend)
-    await backend.start()  # loaded and warmed up: the lifespan only marks it ready
+    app = build_app(synth, mode, settings=limits, max_queue=BACKEND_QUEUE)
+    await app.state.kokoro.backend.start()  # loaded and warmed up: the lifespan only marks it ready
     async with running(app):
         assert app.state.kokoro.ready
         zero = _counters(app)

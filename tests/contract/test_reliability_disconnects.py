@@ -1,4 +1,4 @@
-"""100 abrupt client disconnects mid-synthesis (issue 9): active sessions back to 0, no task or
+"""100 abrupt client disconnects mid-synthesis: active sessions back to 0, no task or
 thread left behind, the queued work of the vanished clients never synthesised, the server serving.
 
 uvicorn runs the real app in a thread of this process (so the test can count its event loop's
@@ -15,10 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from backends.fake import FakeSynthesizer
-from server.app import create_app
 from server.settings import Settings
-from tests.support.inproc import make_backend, metric, wait_for
+from tests.support.app import build_app, fake_synth, wait_for
+from tests.support.inproc import metric
 from tests.support.live import BINARY, RawWS, ThreadServer
 
 CLIENTS = 100
@@ -40,8 +39,8 @@ def _vanish(port: int, i: int, rst: bool) -> None:
 
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])
 def test_abrupt_disconnects_leak_nothing_and_drop_queued_work(mode):
-    synth = FakeSynthesizer(segment_s=0.01)
-    app = create_app(Settings(max_sessions=CLIENTS), make_backend(synth, mode))
+    synth = fake_synth(segment_s=0.01)
+    app = build_app(synth, mode, settings=Settings(max_sessions=CLIENTS))
     with ThreadServer(app) as srv:
         metrics_url = f"{srv.url}/metrics"
 

@@ -1,4 +1,4 @@
-"""Faults cost the one request they hit (issue 9): a runtime that raises on a chosen segment, a
+"""Faults cost the one request they hit: a runtime that raises on a chosen segment, a
 runtime that hangs, a runtime that returns nothing, a decoder bug — each is a typed error for that
 request, and the next request on the same session succeeds. Both scheduling modes.
 
@@ -12,15 +12,11 @@ import threading
 
 import pytest
 
-from backends.fake import FakeSynthesizer
+from tests.support.app import fake_synth as fake
 from tests.support.inproc import WS, answer, audio_bytes, client, metric, wait_for
 
 MODES = ["sequential", "concurrent"]
 TWO_PARTS = "This first sentence is perfectly fine. Then {marker} happens in the second one."
-
-
-def fake(**knobs) -> FakeSynthesizer:
-    return FakeSynthesizer(**{"segment_s": 0.0, **knobs})
 
 
 def kinds(frames: list[dict]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Fuzzing the decoders (issue 9): whatever a client sends over the WebSocket or as a POST body —
+"""Fuzzing the decoders: whatever a client sends over the WebSocket or as a POST body —
 random bytes, invalid UTF-8, JSON of every wrong shape and type, huge numbers, NUL bytes, path-like
 voice names, blend-syntax abuse — gets a typed answer, and the session and the server keep working.
 

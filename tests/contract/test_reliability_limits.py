@@ -13,8 +13,8 @@ import pytest
 
 from backends.base import SynthesisRequest, TextTooLong
 from backends.factory import create_backend
-from backends.fake import FakeSynthesizer
 from server.settings import Settings, markdown_table
+from tests.support.app import fake_synth
 from tests.support.inproc import WS, answer, client
 
 LIMITS = {
@@ -83,7 +83,7 @@ def test_message_byte_limit_at_its_edge():
 
 
 def test_idle_timeout_never_cuts_a_request_in_progress():
-    synth = FakeSynthesizer(segment_s=0.0, hang_on="Slow")
+    synth = fake_synth(hang_on="Slow")
     with client(synth, idle_timeout_s=0.3) as c, c.websocket_connect(WS) as ws:
         ws.send_text(json.dumps({"text": "Slow one.", "request_id": "slow"}))
         threading.Timer(1.0, synth.release).start()  # the work lasts over three idle periods
@@ -94,7 +94,7 @@ def test_idle_timeout_never_cuts_a_request_in_progress():
 
 
 def test_queue_limit_per_session_frees_its_slots_as_requests_finish():
-    synth = FakeSynthesizer(segment_s=0.0, hang_on="Held")
+    synth = fake_synth(hang_on="Held")
     with client(synth, max_queued_per_session=2) as c, c.websocket_connect(WS) as ws:
         ws.send_text(json.dumps({"text": "Held.", "request_id": "h"}))  # in flight (not queued)
         synth.started.wait(10)

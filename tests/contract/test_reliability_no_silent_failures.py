@@ -1,4 +1,4 @@
-"""No silent failures (issue 9): empty or whitespace-only text, text with nothing to pronounce, a
+"""No silent failures: empty or whitespace-only text, text with nothing to pronounce, a
 language the server lacks, text in a script the language cannot read, a runtime error — each is a
 typed error on every route, never a 200 (or a ``synthesis_complete``) without speech.
 
@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from backends.fake import FakeSynthesizer
 from backends.g2p import check_script
+from tests.support.app import fake_synth
 from tests.support.inproc import WS, answer, audio_bytes, client
 
 NOTHING = ["", " ", "\t\n  \r\n", "\x00", "\x00\x00\x00", "\u200b\u200b", "\ufeff", "...", "!?", "- - -", "\u2028"]
@@ -41,7 +41,7 @@ ACCEPTED = [
 
 @pytest.fixture(scope="module")
 def c():
-    with client(FakeSynthesizer(segment_s=0.0, fail_on="Boom")) as c:
+    with client(fake_synth(fail_on="Boom")) as c:
         yield c
 
 

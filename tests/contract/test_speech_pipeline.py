@@ -10,10 +10,7 @@ import socket
 import httpx
 import pytest
 
-from backends.fake import FakeSynthesizer
-from server.app import create_app
-from server.settings import Settings
-from tests.support.inproc import make_backend, pipeline, wait_for
+from tests.support.app import build_app, fake_pipeline, fake_synth, wait_for
 from tests.support.live import ThreadServer
 
 SPEECH_ROUTES = ("/invocations", "/v1/audio/speech", "/v1/audio/speech/timed")
@@ -64,8 +61,8 @@ def send_part_of_a_big_body(port: int, path: str, *, chunked: bool) -> tuple[int
 def served():
     """``synth, server`` — the real app under uvicorn; the fake runtime holds a segment whose text
     contains 'Hold' until ``synth.release()``."""
-    synth = FakeSynthesizer(segment_s=0.0, hang_on="Hold")
-    app = create_app(Settings(), make_backend(synth))
+    synth = fake_synth(hang_on="Hold")
+    app = build_app(synth)
     try:
         with ThreadServer(app) as server:
             yield synth, server
@@ -96,7 +93,7 @@ def test_a_4mb_body_gets_413_at_once_on_every_speech_route_and_the_next_request_
 def test_an_openai_client_that_leaves_before_the_first_audio_stops_the_work(served, stream_format):
     synth, server = served
     text = "Hold on. The second sentence is here. The third one follows. And a fourth closes."
-    planned = pipeline().plan(text, voice="af_test", fast_first=True)
+    planned = fake_pipeline().plan(text, voice="af_test", fast_first=True)
     assert len(planned) >= 3
     synth.started.clear()
     before = len(synth.calls)
@@ -123,7 +120,7 @@ def test_an_openai_client_that_leaves_mid_stream_stops_the_work(served):
     segments after the one in progress are never synthesised."""
     synth, server = served
     text = "The first sentence is here. Hold the second one now. The third one follows. And a fourth closes."
-    planned = [segment.text for segment in pipeline().plan(text, voice="af_test", fast_first=True)]
+    planned = [segment.text for segment in fake_pipeline().plan(text, voice="af_test", fast_first=True)]
     held = next(i for i, segment in enumerate(planned) if "Hold" in segment)
     assert 0 < held < len(planned) - 1
     before = len(synth.calls)

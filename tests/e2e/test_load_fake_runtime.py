@@ -1,4 +1,4 @@
-"""End to end under load and abuse (issue 9): ``python -m server serve`` as a real subprocess with
+"""End to end under load and abuse: ``python -m server serve`` as a real subprocess with
 the fake runtime (``KOKORO_BACKEND=fake``: the real server, pipeline and backends, a model-free
 synthesizer with a fixed latency), driven over loopback.
 

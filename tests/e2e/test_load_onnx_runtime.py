@@ -1,4 +1,4 @@
-"""The load check with real inference (issue 9): ``python -m server serve`` with the real ONNX
+"""The load check with real inference: ``python -m server serve`` with the real ONNX
 runtime, 4 sessions x 2 pipelined sentences at once — 0 lost, 0 misordered, every request answered
 with speech, /ping answered 200 throughout while inference holds the cores (p99 printed; the
 numbers live in benchmarks/results/load.json)."""

@@ -10,83 +10,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import re
 import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-WS_PATH = "/invocations-bidirectional-stream"
-REPO = Path(__file__).resolve().parents[2]
-
-
-class ServerProcess:
-    """``python -m server serve`` on a free loopback port; ``stop()`` sends SIGTERM."""
-
-    def __init__(self, model_dir: Path, log_path: Path, **env: str):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.ws_url = f"ws://127.0.0.1:{self.port}{WS_PATH}"
-        self.log_path = log_path
-        full_env = {
-            **os.environ,
-            "KOKORO_MODEL_DIR": str(model_dir),
-            "KOKORO_HOST": "127.0.0.1",
-            "KOKORO_PORT": str(self.port),
-            "KOKORO_LOG_LEVEL": "info",
-            "HF_HUB_OFFLINE": "1",
-            **env,
-        }
-        self._log = open(log_path, "wb")  # closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve"], cwd=REPO, env=full_env, stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/ping", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"server not ready:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
+from tests.support.inproc import metric
+from tests.support.live import ServerProcess
 
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    proc = ServerProcess(model_dir, tmp_path_factory.mktemp("server") / "server.log")
+    proc = ServerProcess(tmp_path_factory.mktemp("server") / "server.log", KOKORO_MODEL_DIR=str(model_dir))
     try:
-        proc.wait_ready()
-        yield proc
+        yield proc.wait_ready()
     finally:
         proc.stop()
 
@@ -124,11 +64,6 @@ async def until(check) -> None:
             if await check():
                 return
             await asyncio.sleep(0.02)
-
-
-def metric(text: str, pattern: str) -> float:
-    m = re.search(rf"^{pattern} ([0-9.e+-]+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,7 +166,7 @@ async def test_ping_answers_while_three_long_syntheses_run(server):
 
 
             async def all_in_flight() -> bool:
-                return metric((await http.get("/metrics")).text, re.escape(inflight)) == 3
+                return metric((await http.get("/metrics")).text, inflight) == 3
 
             await until(all_in_flight)
             clean = False
@@ -242,7 +177,7 @@ async def test_ping_answers_while_three_long_syntheses_run(server):
                 assert ping.status_code == 200
                 seg0 = metric(m0, "kokoro_segment_synthesis_seconds_count")
                 seg1 = metric(m1, "kokoro_segment_synthesis_seconds_count")
-                if seg0 == seg1 and metric(m1, re.escape(inflight)) == 3 and not any(p.done() for p in posts):
+                if seg0 == seg1 and metric(m1, inflight) == 3 and not any(p.done() for p in posts):
                     clean = True
                     break
             assert clean
@@ -269,7 +204,7 @@ def test_metrics_expose_the_named_series(server):
 async def test_sigterm_drains(model_dir, tmp_path):
     """SIGTERM: /ping 503, new work refused, the in-flight WebSocket request and POST finish,
     the socket closes 1001, the process exits 0."""
-    proc = ServerProcess(model_dir, tmp_path / "server.log")
+    proc = ServerProcess(tmp_path / "server.log", KOKORO_MODEL_DIR=str(model_dir))
     try:
         await asyncio.to_thread(proc.wait_ready)
         async with httpx.AsyncClient(base_url=proc.url, timeout=60) as http, connect(proc.ws_url) as ws:
@@ -285,7 +220,7 @@ async def test_sigterm_drains(model_dir, tmp_path):
 
             async def post_in_flight() -> bool:
                 text = (await http.get("/metrics")).text
-                return metric(text, re.escape('kokoro_inflight_requests{route="invocations"}')) == 1
+                return metric(text, 'kokoro_inflight_requests{route="invocations"}') == 1
 
             await until(post_in_flight)
             proc.proc.send_signal(signal.SIGTERM)

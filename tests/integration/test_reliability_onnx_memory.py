@@ -1,5 +1,5 @@
-"""The ONNX session is built so that memory stays flat across text lengths (issue 9's soak: with
-ONNX Runtime's per-shape memory patterns on, RSS grew with every new input length)."""
+"""The ONNX session is built so that memory stays flat across text lengths (with ONNX
+Runtime's per-shape memory patterns on, RSS grew with every new input length in the soak run)."""
 
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
-"""The test suite's shared harness: the real app over the real backends and text pipeline with
-:class:`backends.fake.FakeSynthesizer`, in process (``inproc``, ``asgi``) or as a live server
-(``live``: uvicorn in a thread, or ``python -m server serve`` as a subprocess)."""
+"""The test suite's one harness: the real app built in process over a given synthesizer (``app``;
+``backends.fake.FakeSynthesizer`` is the only fake runtime), driven through a ``TestClient``
+(``inproc``) or straight over ASGI (``asgi``); live servers on loopback (``live``: a uvicorn thread,
+or a server entry as a subprocess); moto's AWS with its SageMaker gaps filled (``moto_sagemaker``)."""

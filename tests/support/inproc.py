@@ -1,32 +1,25 @@
-"""The real app, the real SequentialBackend/BatchedBackend and TextPipeline (espeak-ng, offline),
-over :class:`~backends.fake.FakeSynthesizer` — in process, no model needed.
-
-Frames from a Starlette ``TestClient`` WebSocket are read with :func:`answer` (one request's
-frames up to its terminal event)."""
+"""The real app in process behind a Starlette ``TestClient`` (built by :mod:`tests.support.app`,
+over :class:`~backends.fake.FakeSynthesizer` unless a test brings its own synthesizer), and what
+tests read from it: one WebSocket request's frames (:func:`answer`), the audio in them, one
+metric's value.
+"""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 from starlette.testclient import TestClient
 
-from backends.fake import FakeSynthesizer
-from backends.g2p import EspeakG2P
-from backends.onnx_runtime import load_vocab
-from backends.text import TextPipeline
-from backends.voices import VoiceStore
-from server.app import create_app
 from server.settings import Settings
 
-WS = "/invocations-bidirectional-stream"
-VOICES = ("af_test", "am_other", "jf_third")
+from .app import build_app, fake_synth, wait_for
+from .live import WS
+
+__all__ = ["ERROR_CODES", "WS", "answer", "audio_bytes", "client", "metric", "wait_for"]
+
 #: Every error code the wire contract (and this server) may send.
 ERROR_CODES = frozenset({
     "invalid_json", "invalid_request", "empty_text", "invalid_voice", "invalid_language", "language_mismatch",
@@ -36,53 +29,22 @@ ERROR_CODES = frozenset({
 TERMINAL = ("synthesis_complete", "error")
 
 
-@cache
-def pipeline() -> TextPipeline:
-    import kokoro_onnx
-
-    vocab = load_vocab(Path(kokoro_onnx.__file__).parent / "config.json")
-    return TextPipeline(EspeakG2P().phonemize, vocab, segment_phonemes=60)
-
-
-@cache
-def voices() -> VoiceStore:
-    rng = np.random.default_rng(0)
-    return VoiceStore({v: rng.standard_normal((510, 1, 256)).astype(np.float32) for v in VOICES}, VOICES[0])
-
-
-def make_backend(synth: FakeSynthesizer, mode: str = "sequential", **kw: Any) -> Any:
-    if mode == "concurrent":
-        from backends.concurrent import BatchedBackend
-
-        return BatchedBackend(synth, pipeline(), voices(), model_name="fake", **kw)
-    from backends.sequential import SequentialBackend
-
-    return SequentialBackend(synth, pipeline(), voices(), model_name="fake", **kw)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll until ``predicate()`` holds (a condition to reach, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.01)
-
-
 @contextmanager
-def client(
-    synth: FakeSynthesizer | None = None, *, mode: str = "sequential", backend_kw: dict | None = None, **settings: Any
-) -> Iterator[TestClient]:
-    """``with client(synth, **settings) as c:`` — the real app, ready (warmed up)."""
-    synth = synth if synth is not None else FakeSynthesizer(environ={}, segment_s=0.0)
-    backend = make_backend(synth, mode, **(backend_kw or {}))
-    app = create_app(Settings(**settings), backend)
+def client(synth: Any = None, *, mode: str = "sequential", backend_kw: dict | None = None,
+           wait_ready: bool = True, **settings: Any) -> Iterator[TestClient]:
+    """``with client(synth, **settings) as c:`` — the real app, ready (loaded and warmed up) unless
+    ``wait_ready`` is false. A fake synthesizer's held calls are released on the way out."""
+    synth = synth if synth is not None else fake_synth()
+    app = build_app(synth, mode, settings=Settings(**settings), **(backend_kw or {}))
     with TestClient(app) as c:
-        wait_for(lambda: c.get("/ping").status_code == 200)
         try:
+            if wait_ready:
+                wait_for(lambda: c.get("/ping").status_code == 200)
             yield c
         finally:
-            synth.release()
+            release = getattr(synth, "release", None)
+            if release is not None:
+                release()
 
 
 def answer(ws: Any) -> list[dict]:

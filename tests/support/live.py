@@ -1,12 +1,19 @@
 """Live servers on loopback and a raw WebSocket client.
 
-* :class:`ThreadServer` — the app under a real uvicorn in a thread of this process, so a test can
-  look inside (its event loop's tasks, this process's threads) after real TCP traffic.
-* :class:`ServerProcess` — ``python -m server serve`` as a subprocess (compare vLLM's
-  ``RemoteOpenAIServer``), with the environment it is given (``KOKORO_BACKEND=fake`` for speed).
+* :class:`ServerProcess` — a server as a subprocess on a free loopback port (compare vLLM's
+  ``RemoteOpenAIServer``): ``python -m server serve`` by default, or any entry that starts one
+  (the SageMaker ``serve`` script, the RunPod worker), with the environment the test gives it on
+  top of this one's, less every ``KOKORO_*``, ``SAGEMAKER_*``, ``RUNPOD_*`` and ``AWS_*`` variable
+  of the shell that runs the tests.
+* :class:`ThreadServer` — an ASGI app under a real uvicorn in a thread of this process, so a test
+  can look inside (its event loop's tasks, this process's threads) after real TCP traffic.
+* :func:`wait_ready` — the one wait until a server answers; :func:`free_port`.
 * :class:`RawWS` — a WebSocket client on a bare socket: the handshake and frames written by hand,
   so it can send what no library would (bad opcodes, reserved bits, unmasked frames, lies about
   lengths) and disconnect abruptly (RST).
+
+Standard library only (uvicorn is imported by :class:`ThreadServer` alone), so the tests that run
+in the Python 3.12 venv, which has none of the server's dependencies, can start servers with it.
 """
 
 from __future__ import annotations
@@ -21,14 +28,20 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from .inproc import WS, wait_for
-
 REPO = Path(__file__).resolve().parents[2]
+#: Variables a test server never inherits from the shell: its configuration is what the test says,
+#: and no test reaches a real cloud account.
+_CONFIG_PREFIXES = ("KOKORO_", "SAGEMAKER_", "RUNPOD_", "AWS_")
+#: The bidirectional-stream route of the wire contract.
+WS = "/invocations-bidirectional-stream"
+#: Loopback is never reached through a proxy the shell may name.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_port() -> int:
@@ -37,41 +50,59 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/ping", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+def wait_ready(url: str, *, gone: Callable[[], str | None] = lambda: None, timeout: float = 180) -> None:
+    """Poll ``GET url`` until it answers 200. ``gone()`` says why the server can no longer answer
+    (its process exited, its thread ended), which fails at once instead of at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        why = gone()
+        if why is not None:
+            raise RuntimeError(f"{url} will not answer: {why}")
+        try:
+            with _DIRECT.open(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer 200 within {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 class ThreadServer:
-    """``with ThreadServer(app) as srv:`` — uvicorn on a free loopback port, in a thread."""
+    """``with ThreadServer(app) as srv:`` — uvicorn on a loopback port it bound itself, in a
+    thread; ready once ``ready_path`` answers 200 (the app's model is loaded and warmed up)."""
 
-    def __init__(self, app: Any, **config: Any):
+    def __init__(self, app: Any, ready_path: str = "/ping", **config: Any):
         import uvicorn
 
         self.app = app
-        self.port = free_port()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        self.ready_path = ready_path
         self.loop = asyncio.new_event_loop()
         self.server = uvicorn.Server(uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
-            timeout_graceful_shutdown=2, ws_per_message_deflate=False, **config,
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2, ws_per_message_deflate=False,
+            **config,
         ))
         self.thread = threading.Thread(target=self._run, name="uvicorn-test", daemon=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self.server.serve())
+        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
 
     def __enter__(self) -> ThreadServer:
         self.thread.start()
-        wait_for(lambda: _ready(self.url), timeout=30)
+        wait_ready(self.url + self.ready_path, timeout=120,
+                   gone=lambda: None if self.thread.is_alive() else "the server thread ended")
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+        self.sock.close()
 
     def call(self, fn: Any) -> Any:
         """Run ``fn()`` on the server's loop and return its result."""
@@ -86,45 +117,60 @@ class ThreadServer:
 
 
 class ServerProcess:
-    """``python -m server serve`` on a free loopback port; ``stop()`` sends SIGTERM."""
+    """A server process on a free loopback port; ``stop()`` sends SIGTERM and returns the exit code.
 
-    def __init__(self, log_path: Path, **env: str):
-        self.port = free_port()
+    ``argv`` defaults to ``python -m server serve`` on ``port`` (``KOKORO_HOST``/``KOKORO_PORT`` are
+    set for it); another entry is told its port the way it reads it, in ``env``. With
+    ``own_group``, the process leads a process group of its own and the signals reach its children
+    too (an entry that starts the server as a child). Output goes to ``log_path``.
+    """
+
+    def __init__(self, log_path: Path, *, argv: Sequence[str] | None = None, port: int | None = None,
+                 own_group: bool = False, **env: str):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}{WS}"
         self.log_path = log_path
-        full_env = {**os.environ, "KOKORO_HOST": "127.0.0.1", "KOKORO_PORT": str(self.port),
-                    "KOKORO_LOG_LEVEL": "warning", "HF_HUB_OFFLINE": "1", **env}
+        self.own_group = own_group
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(_CONFIG_PREFIXES)}
+        full_env.update({"HF_HUB_OFFLINE": "1", "KOKORO_LOG_LEVEL": "warning",
+                         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"})
+        if argv is None:
+            argv = [sys.executable, "-m", "server", "serve"]
+            full_env.update({"KOKORO_HOST": "127.0.0.1", "KOKORO_PORT": str(self.port)})
         self._log = open(log_path, "wb")  # closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "server", "serve"], cwd=REPO, env=full_env,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(list(argv), cwd=REPO, env={**full_env, **env}, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=own_group)
 
-    def wait_ready(self, timeout: float = 180) -> ServerProcess:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            if _ready(self.url):
-                return self
-            time.sleep(0.1)
-        raise TimeoutError(f"server not ready:\n{self.log()}")
+    def wait_ready(self, path: str = "/ping", timeout: float = 180) -> ServerProcess:
+        """Wait until ``path`` answers 200 (``/ping``: the model is loaded and warmed up)."""
+
+        def gone() -> str | None:
+            code = self.proc.poll()
+            return None if code is None else f"the process exited with {code}:\n{self.log()}"
+
+        try:
+            wait_ready(self.url + path, gone=gone, timeout=timeout)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}:\n{self.log()}") from None
+        return self
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
+    def signal(self, signum: int) -> None:
+        if self.own_group:
+            os.killpg(self.proc.pid, signum)
+        else:
+            self.proc.send_signal(signum)
 
-    def stop(self) -> int:
+    def stop(self, timeout: float = 60) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.signal(signal.SIGTERM)
             try:
-                self.proc.wait(60)
+                self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self.signal(signal.SIGKILL)
                 self.proc.wait(10)
         self._log.close()
         return self.proc.returncode

@@ -90,3 +90,14 @@ def test_render_only_rewrites_the_table_from_the_json(tmp_path):
     md = (tmp_path / "ttfa.md").read_text()
     assert "| batch | 900.0 |" in md and "`python -m benchmarks ttfa`" in md
     assert (tmp_path / "ttfa.png").exists()
+
+
+def test_a_recorded_command_reads_the_same_on_any_machine():
+    import sys
+    from pathlib import Path
+
+    argv = [sys.executable, "-m", "agent", "serve", "--reply", "Two words.",
+            str(Path(sys.executable).with_name("kokoro-agent")), str(results.REPO_ROOT / "deploy" / "sagemaker" / "serve"),
+            "/opt/ml/model"]
+    assert results.shown_command(argv) == (
+        "python -m agent serve --reply 'Two words.' kokoro-agent deploy/sagemaker/serve /opt/ml/model")

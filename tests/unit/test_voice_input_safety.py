@@ -1,5 +1,5 @@
 """Voice names and blends from clients: only the loaded set, parsed never evaluated, never a path,
-never a NaN voice (issue 9). Each bug fixed here has the test that would have caught it."""
+never a NaN voice. Each bug fixed here has the test that would have caught it."""
 
 from __future__ import annotations
 

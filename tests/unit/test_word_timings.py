@@ -91,9 +91,8 @@ def test_times_clamped_to_audio():
     check_monotonic(words, n / SAMPLE_RATE)
 
 
-def test_real_espeak_alignment():
+def test_real_espeak_alignment(g2p):
     """Real G2P: per-word phonemes from espeak-ng align onto the sentence's phonemes."""
-    g2p = pytest.importorskip("backends.g2p").EspeakG2P()
     text = "On the 3rd of May, Dr. Smith paid 42 dollars — quite a lot."
     ph = g2p.phonemize(text, "en-us")
     d = frames(ph, per_char=2)

@@ -7,7 +7,7 @@ endpoint reads ``Creating`` for minutes after ``CreateEndpoint``, moto's is InSe
 endpoints stay ``Creating``, so a test can see what the CLI does with an endpoint that is not
 InService yet.
 
-    python -m tests.deploy_support.moto_server --port PORT [--endpoints-stay-creating]
+    python -m tests.support.moto_server --port PORT [--endpoints-stay-creating]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from tests.deploy_support.processes import REPO, free_port, stop
+from tests.support.live import REPO, free_port
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -52,7 +52,7 @@ def moto_server(*, endpoints_stay_creating: bool = False) -> Iterator[dict[str, 
     """Run a moto server; yields the environment for the CLI (and for boto3 in the test)."""
     port = free_port()
     if endpoints_stay_creating:
-        command = [sys.executable, "-m", "tests.deploy_support.moto_server", "--port", str(port),
+        command = [sys.executable, "-m", "tests.support.moto_server", "--port", str(port),
                    "--endpoints-stay-creating"]
     else:
         command = [sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"]
@@ -62,7 +62,12 @@ def moto_server(*, endpoints_stay_creating: bool = False) -> Iterator[dict[str, 
         _wait_listening(port, proc)
         yield aws_env(port)
     finally:
-        stop(proc)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _endpoints_stay_creating() -> None:

@@ -1,1 +1,0 @@
-"""Test support for the deploy tests: moto's missing SageMaker pieces, real server processes."""

@@ -1,0 +1,115 @@
+"""The one in-process app builder: the real app (:func:`server.app.create_app`) over the real
+sequential or concurrent backend and text pipeline (espeak-ng, offline), around a given
+synthesizer — :class:`~backends.fake.FakeSynthesizer` (built by :func:`fake_synth`) or a real,
+already-loaded runtime wrapped in :class:`LoadedRuntime`.
+
+One :class:`~server.metrics.Metrics` object is both the app's metrics and the backend's observer,
+handed to the backend when it is built, as the server's CLI does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+
+from backends.concurrent import BatchedBackend
+from backends.config import BackendConfig
+from backends.fake import FakeSynthesizer
+from backends.g2p import EspeakG2P
+from backends.onnx_runtime import load_vocab
+from backends.sequential import SequentialBackend
+from backends.text import TextPipeline
+from backends.voices import VoiceStore
+from server.app import create_app
+from server.metrics import Metrics
+from server.settings import Settings
+
+#: The fake voice set: random style vectors under real-looking names (the first is the default).
+VOICES = ("af_test", "am_other", "jf_third")
+
+
+@cache
+def fake_pipeline(segment_phonemes: int = 60) -> TextPipeline:
+    """The real text pipeline with Kokoro's vocabulary; short segments, so texts split."""
+    import kokoro_onnx
+
+    vocab = load_vocab(Path(kokoro_onnx.__file__).parent / "config.json")
+    return TextPipeline(EspeakG2P().phonemize, vocab, segment_phonemes=segment_phonemes)
+
+
+@cache
+def fake_voices() -> VoiceStore:
+    rng = np.random.default_rng(0)
+    return VoiceStore({v: rng.standard_normal((510, 1, 256)).astype(np.float32) for v in VOICES}, VOICES[0])
+
+
+def fake_synth(**knobs: Any) -> FakeSynthesizer:
+    """The fake runtime with no latency unless asked (``segment_s``, ``fail_on``, ``gate``, ...),
+    deaf to the ``KOKORO_FAKE_*`` variables of the shell running the tests."""
+    return FakeSynthesizer(**{"segment_s": 0.0, **knobs})
+
+
+class LoadedRuntime:
+    """A real runtime the test session has already loaded: ``load()`` does not load it again,
+    it only waits on ``gate`` when one is given (a model "still loading")."""
+
+    def __init__(self, inner: Any, gate: threading.Event | None = None):
+        self.inner = inner
+        self.name, self.sample_rate, self.thread_safe = inner.name, inner.sample_rate, inner.thread_safe
+        self.model_name = inner.model_name
+        self.gate = gate
+
+    def load(self) -> None:
+        if self.gate is not None:
+            self.gate.wait(60)
+
+    def synthesize(self, segment: Any) -> np.ndarray:
+        return self.inner.synthesize(segment)
+
+
+def build_backend(
+    synth: Any,
+    mode: str = "sequential",
+    *,
+    metrics: Metrics | None = None,
+    pipeline: TextPipeline | None = None,
+    voices: VoiceStore | None = None,
+    **backend_kw: Any,
+) -> Any:
+    """The real backend of ``mode`` around ``synth``, reporting to ``metrics``."""
+    pipeline = pipeline if pipeline is not None else fake_pipeline()
+    voices = voices if voices is not None else fake_voices()
+    backend_class = BatchedBackend if mode == "concurrent" else SequentialBackend
+    return backend_class(synth, pipeline, voices, BackendConfig.defaults(**backend_kw), observer=metrics)
+
+
+def build_app(
+    synth: Any,
+    mode: str = "sequential",
+    *,
+    settings: Settings | None = None,
+    pipeline: TextPipeline | None = None,
+    voices: VoiceStore | None = None,
+    **backend_kw: Any,
+) -> Starlette:
+    """The real app over the real backend of ``mode`` around ``synth`` (not started: its lifespan
+    loads and warms it up). The backend is ``app.state.kokoro.backend``."""
+    metrics = Metrics()
+    backend = build_backend(synth, mode, metrics=metrics, pipeline=pipeline, voices=voices, **backend_kw)
+    return create_app(settings if settings is not None else Settings(), backend, metrics=metrics)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll until ``predicate()`` holds (a condition to reach, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.01)
