@@ -153,6 +153,7 @@ def test_the_agent_cli_reads_the_environment_the_runtime_is_given(synth):
 
     runtime_env = _only(synth["agent"], "AWS::BedrockAgentCore::Runtime")["EnvironmentVariables"]
     image_env = Dockerfile.parse(REPO / "deploy/sagemaker/Dockerfile.agent").env
-    args = cli._parser({**image_env, **runtime_env}).parse_args(["serve"])
-    assert (args.endpoint_name, args.region, args.host, args.port) == ("kokoro-tts", "us-east-1", "0.0.0.0", 8080)
+    settings = cli.settings_from(cli._parser().parse_args(["serve"]), {**image_env, **runtime_env})
+    assert (settings.endpoint_name, settings.region, settings.host, settings.port) == (
+        "kokoro-tts", "us-east-1", "0.0.0.0", 8080)
 

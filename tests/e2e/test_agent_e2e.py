@@ -58,7 +58,7 @@ def speech_checks(events: list[dict], text: str) -> float:
 
 @pytest.fixture(scope="module")
 def real_tts(tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("onnx") / "server.log", KOKORO_BACKEND="onnx").wait_ready(300)
+    proc = ServerProcess(tmp_path_factory.mktemp("onnx") / "server.log", KOKORO_BACKEND="onnx").wait_ready(timeout=300)
     yield proc.url
     proc.stop()
 
