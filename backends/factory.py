@@ -63,6 +63,8 @@ def _model_name(runtime: str, files: ModelFiles) -> str:
     """What /ping reports: the file the chosen runtime actually loads."""
     if runtime == "torch":
         return (files.torch_checkpoint or files.root / REBUILT_PTH).name
+    if runtime == "fake":  # no model file is loaded: never let a stand-in pass for the model
+        return "fake"
     return files.model_name
 
 

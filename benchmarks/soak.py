@@ -76,62 +76,72 @@ class Soak:
 
     async def one(self, kind: str, i: int, http: httpx.AsyncClient) -> int:
         """Run one unit of the mix; returns how many requests it made."""
+        run = getattr(self, f"_{kind}")
         try:
-            if kind == "ws":
-                n = self.rng.randint(1, 3)
-                async with connect(self.ws_url, max_size=None, open_timeout=60) as ws:
-                    for j in range(n):
-                        await ws.send(json.dumps(self._request(f"{i}-{j}")))
-                    done = 0
-                    while done < n:
-                        message = await ws.recv()
-                        if isinstance(message, str):
-                            event = json.loads(message)
-                            if event["type"] == "error":
-                                self.failures.append(f"ws {i}: {event['code']}: {event['message']}")
-                            done += event["type"] in ("synthesis_complete", "error")
-                    await ws.send('{"type": "close"}')
-                    await ws.wait_closed()
-                self._count("ws", n)
-                return n
-            if kind == "post":
-                fmt = ("wav", "pcm", "mp3")[i % 3]
-                async with http.stream("POST", "/invocations", json={**self._request(str(i)), "format": fmt}) as r:
-                    size = sum([len(c) async for c in r.aiter_raw()])
-                if r.status_code != 200 or size <= 44:
-                    self.failures.append(f"post {i}: {r.status_code} ({size} bytes)")
-            elif kind == "openai":
-                r = await http.post("/v1/audio/speech", json={"model": "kokoro", "input": self.rng.choice(self.texts),
-                                                              "voice": self.rng.choice(self.voices),
-                                                              "response_format": ("mp3", "wav", "opus")[i % 3]})
-                if r.status_code != 200 or not r.content:
-                    self.failures.append(f"openai {i}: {r.status_code}")
-            elif kind == "bad_post":
-                r = await http.post("/invocations", content=BAD_POST[i % len(BAD_POST)])
-                if not (400 <= r.status_code < 500 and r.json()["error"]["code"]):
-                    self.failures.append(f"bad_post {i}: {r.status_code}")
-            elif kind == "bad_ws":
-                async with connect(self.ws_url, open_timeout=60) as ws:
-                    await ws.send(BAD_WS[i % len(BAD_WS)])
-                    event = json.loads(await ws.recv())
-                    if event["type"] != "error":
-                        self.failures.append(f"bad_ws {i}: {event}")
-            elif kind == "vanish":  # a client that leaves after the first audio, work still queued
-                async with connect(self.ws_url, max_size=None, open_timeout=60) as ws:
-                    await ws.send(json.dumps({**self._request(f"{i}-a"), "text": " ".join(self.texts)}))
-                    await ws.send(json.dumps(self._request(f"{i}-b")))
-                    while not isinstance(await ws.recv(), bytes):
-                        pass
-                    ws.transport.abort()
-                self._count(kind, 2)
-                return 2
-            self._count(kind)
-            return 1
+            n = await run(i, http)
         except Exception as e:  # a soak records failures and goes on
             if kind != "vanish":
                 self.failures.append(f"{kind} {i}: {type(e).__name__}: {e}")
-            self._count(kind)
-            return 1
+            n = 1
+        self._count(kind, n)
+        return n
+
+    async def _ws(self, i: int, http: httpx.AsyncClient) -> int:
+        n = self.rng.randint(1, 3)
+        async with connect(self.ws_url, max_size=None, open_timeout=60) as ws:
+            for j in range(n):
+                await ws.send(json.dumps(self._request(f"{i}-{j}")))
+            done = 0
+            while done < n:
+                message = await ws.recv()
+                if isinstance(message, str):
+                    event = json.loads(message)
+                    if event["type"] == "error":
+                        self.failures.append(f"ws {i}: {event['code']}: {event['message']}")
+                    done += event["type"] in ("synthesis_complete", "error")
+            await ws.send('{"type": "close"}')
+            await ws.wait_closed()
+        return n
+
+    async def _post(self, i: int, http: httpx.AsyncClient) -> int:
+        fmt = ("wav", "pcm", "mp3")[i % 3]
+        async with http.stream("POST", "/invocations", json={**self._request(str(i)), "format": fmt}) as r:
+            size = sum([len(c) async for c in r.aiter_raw()])
+        if r.status_code != 200 or size <= 44:
+            self.failures.append(f"post {i}: {r.status_code} ({size} bytes)")
+        return 1
+
+    async def _openai(self, i: int, http: httpx.AsyncClient) -> int:
+        r = await http.post("/v1/audio/speech", json={"model": "kokoro", "input": self.rng.choice(self.texts),
+                                                      "voice": self.rng.choice(self.voices),
+                                                      "response_format": ("mp3", "wav", "opus")[i % 3]})
+        if r.status_code != 200 or not r.content:
+            self.failures.append(f"openai {i}: {r.status_code}")
+        return 1
+
+    async def _bad_post(self, i: int, http: httpx.AsyncClient) -> int:
+        r = await http.post("/invocations", content=BAD_POST[i % len(BAD_POST)])
+        if not (400 <= r.status_code < 500 and r.json()["error"]["code"]):
+            self.failures.append(f"bad_post {i}: {r.status_code}")
+        return 1
+
+    async def _bad_ws(self, i: int, http: httpx.AsyncClient) -> int:
+        async with connect(self.ws_url, open_timeout=60) as ws:
+            await ws.send(BAD_WS[i % len(BAD_WS)])
+            event = json.loads(await ws.recv())
+            if event["type"] != "error":
+                self.failures.append(f"bad_ws {i}: {event}")
+        return 1
+
+    async def _vanish(self, i: int, http: httpx.AsyncClient) -> int:
+        """A client that leaves after the first audio, work still queued."""
+        async with connect(self.ws_url, max_size=None, open_timeout=60) as ws:
+            await ws.send(json.dumps({**self._request(f"{i}-a"), "text": " ".join(self.texts)}))
+            await ws.send(json.dumps(self._request(f"{i}-b")))
+            while not isinstance(await ws.recv(), bytes):
+                pass
+            ws.transport.abort()
+        return 2
 
 
 async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: int, log) -> dict[str, Any]:

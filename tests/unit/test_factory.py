@@ -48,6 +48,7 @@ def test_environment_reaches_the_engine_and_the_runtime(monkeypatch, model_dir):
     assert (backend.mode, backend.workers, backend.max_ahead, backend.batch_on_cpu) == ("concurrent", 3, 4, True)
     assert (backend.max_batch_size, backend.max_wait_s, backend.config.max_text_chars) == (5, 0.007, 40)
     assert backend.info.capabilities.batching  # a CPU runtime, batched because KOKORO_BATCH_ON_CPU says so
+    assert backend.info.model == "fake"  # /ping never names the model file for the stand-in
     synth = backend.synthesizer
     assert (synth.segment_s, synth.fail_on, synth.hang_on) == (0.001, "Boom", None)
 
