@@ -17,6 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
+from backends.config import BackendConfig
+
 from . import results
 
 TITLES = {
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 render(name, args.out)
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model_dir = args.model_dir or (Path(os.environ["KOKORO_MODEL_DIR"]) if os.environ.get("KOKORO_MODEL_DIR") else None)
+    model_dir = args.model_dir or BackendConfig().model_dir
     names = NAMES if args.name == "all" else (args.name,)
     failed = []
     t0 = time.perf_counter()

@@ -183,11 +183,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from backends.assets import default_model_dir
     from backends.base import Segment
+    from backends.config import BackendConfig
     from backends.g2p import EspeakG2P
     from backends.torch_runtime import TorchSynthesizer, resolve_device
     from backends.voices import VoiceStore
 
-    model_dir = args.model_dir or Path(os.environ.get("KOKORO_MODEL_DIR") or default_model_dir())
+    model_dir = args.model_dir or BackendConfig().model_dir or default_model_dir()
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
     levels = (

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploy.cli import env_pairs
+from deploy.runpod.settings import RunPodSettings
 
 PORT = 8080
 
@@ -125,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--smoke", action="store_true", help="wait for the pod, then run the bidirectional smoke test")
     s = sub.add_parser("smoke")
     s.add_argument("--pod-id", required=True)
-    s.add_argument("--api-key", default=os.environ.get("KOKORO_API_KEY"))
+    s.add_argument("--api-key", default=RunPodSettings().api_key, help="the server's API key (KOKORO_API_KEY)")
     t = sub.add_parser("terminate")
     t.add_argument("--pod-id", required=True)
     return p

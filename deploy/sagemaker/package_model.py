@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 import tarfile
 from pathlib import Path
@@ -113,8 +112,10 @@ def package_and_upload(model_dir: Path, s3_uri: str, *, s3: Any = None, keep: Pa
 
 
 def main(argv: list[str] | None = None) -> int:
+    from backends.config import BackendConfig
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", type=Path, default=os.environ.get("KOKORO_MODEL_DIR"),
+    p.add_argument("--model-dir", type=Path, default=BackendConfig().model_dir,
                    help="the model directory (default: $KOKORO_MODEL_DIR)")
     p.add_argument("--s3-uri", help="s3://bucket/key for model.tar.gz; omit to only build --out")
     p.add_argument("--out", type=Path, help="keep the archive here")
