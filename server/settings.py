@@ -113,11 +113,18 @@ def _default(name: str, field: Any) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table: every variable, its default and what it does."""
+    """The README's table: every ``KOKORO_*`` variable of the project — the server's and its
+    backend's, then the agent's, the RunPod worker's and the SageMaker entry's (declared in their own packages, which
+    must not import the server) — with its default and what it does."""
+    from agent.settings import AgentSettings
+    from deploy.runpod.settings import RunPodSettings
+    from deploy.sagemaker.settings import ServeSettings
+
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         env = " / ".join(f"`{e}`" for e in _env_names(name, field))
         rows.append(f"| {env} | {_default(name, field)} | {field.description} |")
+    rows += AgentSettings.markdown_rows() + RunPodSettings.markdown_rows() + ServeSettings.markdown_rows()
     return "\n".join(rows) + "\n"
 
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploy.cli import env_pairs
-from deploy.runpod.settings import RunPodSettings
 
 PORT = 8080
 
@@ -126,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--smoke", action="store_true", help="wait for the pod, then run the bidirectional smoke test")
     s = sub.add_parser("smoke")
     s.add_argument("--pod-id", required=True)
-    s.add_argument("--api-key", default=RunPodSettings().api_key, help="the server's API key (KOKORO_API_KEY)")
+    s.add_argument("--api-key", help="the server's API key (default: KOKORO_API_KEY)")
     t = sub.add_parser("terminate")
     t.add_argument("--pod-id", required=True)
     return p
@@ -144,7 +143,9 @@ def _sdk() -> Any:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "smoke":
-        print(wait_and_smoke(args.pod_id, args.api_key))
+        from deploy.runpod.settings import RunPodSettings
+
+        print(wait_and_smoke(args.pod_id, args.api_key or RunPodSettings().api_key))
         return 0
     if args.command == "terminate":
         _sdk().terminate_pod(args.pod_id)

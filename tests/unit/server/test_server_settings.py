@@ -89,3 +89,23 @@ def test_backend_variables_are_declared_once_and_documented(clean_env):
     clean_env.setenv("KOKORO_DTYPE", "half")
     with pytest.raises(ValueError):
         Settings()
+
+
+def test_every_kokoro_variable_in_the_product_is_in_the_readme_table():
+    """Nothing reads a KOKORO_* variable that the settings classes do not declare: every name the
+    product's code, Dockerfiles and scripts mention is a row of the generated table, and the README
+    carries that table as generated."""
+    import re
+
+    from tests.support.live import REPO
+
+    table = markdown_table()
+    assert table in (REPO / "README.md").read_text()
+    declared = set(re.findall(r"`(KOKORO_[A-Z0-9_]+)`", table))
+    files = [p for d in ("backends", "server", "agent", "deploy", "benchmarks") for p in (REPO / d).rglob("*")
+             if p.is_file() and (p.suffix in (".py", ".sh", "") or p.name.startswith("Dockerfile"))]
+    mentioned = {m for p in files for m in re.findall(r"\bKOKORO_[A-Z0-9_]*[A-Z0-9]\b", p.read_text(errors="ignore"))}
+    prefixes = {"KOKORO_AGENT", "KOKORO_FAKE"}  # prefixes named in docstrings, not variables
+    build_args = {m for p in files if p.name.startswith("Dockerfile")
+                  for m in re.findall(r"^ARG (KOKORO_\w+)", p.read_text(), re.M)}  # image build, not run time
+    assert mentioned - declared - prefixes - build_args == set()
