@@ -8,7 +8,6 @@ import sys
 import pytest
 
 import agent.cli as cli
-from agent.agent import for_speech
 
 
 @pytest.fixture
@@ -111,38 +110,3 @@ def test_agent_imports_no_server_and_no_runtime():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_no_import_cycle_among_agent_modules():
-    """Every import between agent modules — at module level or inside a function — points one way."""
-    import ast
-    from pathlib import Path
-
-    package = Path(cli.__file__).parent
-    graph: dict[str, set[str]] = {}
-    for path in package.glob("*.py"):
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                deps.add(node.module.split(".")[0])
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent."):
-                deps.add(node.module.split(".")[1])
-            elif isinstance(node, ast.Import):
-                deps |= {a.name.split(".")[1] for a in node.names if a.name.startswith("agent.")}
-        graph[path.stem] = deps
-    assert graph["sagemaker_transport"] and graph["tts_client"]  # the walk sees imports at all
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        return any(d == goal or (d not in seen and reaches(d, goal, seen | {d})) for d in graph.get(start, ()))
-
-    cycles = [m for m in graph if reaches(m, m, {m})]
-    assert cycles == []
-
-
-@pytest.mark.parametrize(
-    ("chunk", "spoken"),
-    [("**Bold** claim.", "Bold claim."), ("- a list item", "a list item"), ("## Heading", "Heading"),
-     ("Use `kokoro-serve` now.", "Use kokoro-serve now."), ("```", None), ("...", None), ("1. First", "1. First")],
-)
-def test_markup_is_not_read_aloud(chunk, spoken):
-    assert for_speech(chunk) == spoken
