@@ -132,5 +132,10 @@ class ContractSession:
         while (event := await self.next_event()) is not None:
             yield event
 
+    @property
+    def close_code(self) -> int | None:
+        """The code the session closed with (1000: normally), None while it is open."""
+        return self._ws.close_code
+
     async def aclose(self) -> None:
         await self._ws.close()

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from websockets.asyncio.client import connect
+
+from agent.ws_client import ContractSession
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -51,52 +52,60 @@ class SessionOutcome:
     closed_normally: bool = False
 
 
-async def _session(ws_url: str, sid: int, texts: list[str], *, speed: float, headers: dict | None) -> SessionOutcome:
+async def _session(ws_url: str, sid: int, texts: list[str], *, speed: float, api_key: str | None) -> SessionOutcome:
     sent = [f"s{sid}-r{j}" for j in range(len(texts))]
     out = SessionOutcome(sid, sent)
-    async with connect(ws_url, max_size=None, open_timeout=120, close_timeout=30,
-                       additional_headers=headers or {}) as ws:
+    async with await ContractSession.connect(ws_url, api_key=api_key, open_timeout=120, max_size=None) as session:
         for rid, text in zip(sent, texts, strict=True):  # pipelined: all sent before any answer
-            await ws.send(json.dumps({"text": text, "request_id": rid, "speed": speed}))
+            await session.synthesize(text, rid, speed=speed)
         current: str | None = None
         while len(out.answered) < len(sent):
-            message = await ws.recv()
+            message = await session.receive()
+            if message is None:
+                out.violations.append("the session closed before every request was answered")
+                break
             if isinstance(message, bytes):
                 if current is None:
                     out.violations.append("audio outside a request")
                 out.audio_bytes += len(message)
                 continue
-            event = json.loads(message)
-            kind, rid = event.get("type"), event.get("request_id")
-            if kind == "synthesis_start":
-                if current is not None:
-                    out.violations.append(f"{rid} started inside {current}")
-                current = rid
-            elif kind in ("synthesis_complete", "error"):
-                if current is not None and rid != current:
-                    out.violations.append(f"{kind} of {rid} inside {current}")
-                out.answered.append(rid)
-                if kind == "synthesis_complete":
-                    out.completed += 1
-                    out.ttfa_ms.append(event["ttfa_ms"])
-                else:
-                    out.errors.append(event.get("code", "?"))
-                current = None
-        await ws.send(json.dumps({"type": "close"}))
-        await ws.wait_closed()
-        out.closed_normally = ws.close_code == 1000
+            current = _answer(out, json.loads(message), current)
+        await session.close()
+        while await session.receive() is not None:
+            pass
+        out.closed_normally = session.close_code == 1000
     return out
 
 
+def _answer(out: SessionOutcome, event: dict[str, Any], current: str | None) -> str | None:
+    """Check one control event against the contract's order; returns the request now in progress."""
+    kind, rid = event.get("type"), event.get("request_id")
+    if kind == "synthesis_start":
+        if current is not None:
+            out.violations.append(f"{rid} started inside {current}")
+        return rid
+    if kind in ("synthesis_complete", "error"):
+        if current is not None and rid != current:
+            out.violations.append(f"{kind} of {rid} inside {current}")
+        out.answered.append(rid)
+        if kind == "synthesis_complete":
+            out.completed += 1
+            out.ttfa_ms.append(event["ttfa_ms"])
+        else:
+            out.errors.append(event.get("code", "?"))
+        return None
+    return current
+
+
 async def run_sessions(ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0,
-                       headers: dict | None = None) -> list[SessionOutcome]:
+                       api_key: str | None = None) -> list[SessionOutcome]:
     """``sessions`` WebSocket sessions at once, each pipelining ``per_session`` sentences."""
 
     def texts(i: int) -> list[str]:
         return [SENTENCES[(i + j) % len(SENTENCES)] for j in range(per_session)]
 
     return list(await asyncio.gather(*(
-        _session(ws_url, i, texts(i), speed=speed, headers=headers) for i in range(sessions))))
+        _session(ws_url, i, texts(i), speed=speed, api_key=api_key) for i in range(sessions))))
 
 
 def tally(outcomes: list[SessionOutcome]) -> dict[str, Any]:
