@@ -143,6 +143,16 @@ def _bedrock_agent(tts: ServerProcess, exception: str = "", seconds_per_token: f
     return standin, agent
 
 
+def _bedrock_turn(tts: ServerProcess, standin: subprocess.Popen, agent: Process, on_event=None) -> list[dict]:
+    try:
+        return _turn(agent.url, on_event)  # type: ignore[attr-defined]
+    finally:
+        agent.stop()
+        standin.kill()
+        standin.wait()
+        tts.stop()
+
+
 def _model_failed(events: list[dict]) -> None:
     assert events[-1]["type"] == "agent_end" and sum(e["type"] == "agent_end" for e in events) == 1
     errors = [e for e in events if e["type"] == "error"]
@@ -154,14 +164,7 @@ def _model_failed(events: list[dict]) -> None:
 def test_the_bedrock_stream_failing_mid_stream_is_an_error_and_a_clean_end(tmp_path):
     tts = _tts(tmp_path, free_port(), "bedrock-error").wait_ready()
     standin, agent = _bedrock_agent(tts, exception="modelStreamErrorException")
-    try:
-        events = _turn(agent.url)
-    finally:
-        agent.stop()
-        standin.kill()
-        standin.wait()
-        tts.stop()
-    _model_failed(events)
+    _model_failed(_bedrock_turn(tts, standin, agent))
 
 
 def test_the_bedrock_stand_in_killed_mid_stream_is_an_error_and_a_clean_end(tmp_path):
@@ -172,11 +175,4 @@ def test_the_bedrock_stand_in_killed_mid_stream_is_an_error_and_a_clean_end(tmp_
         if event["type"] == "text_delta" and len(events) > 5 and standin.poll() is None:
             standin.kill()  # SIGKILL mid-stream
 
-    try:
-        events = _turn(agent.url, kill)
-    finally:
-        agent.stop()
-        standin.kill()
-        standin.wait()
-        tts.stop()
-    _model_failed(events)
+    _model_failed(_bedrock_turn(tts, standin, agent, kill))
