@@ -13,7 +13,7 @@ RunPod pod replaced, a server restarted).
 * :func:`reopening` — the same policy over any ``connect()`` coroutine (the SageMaker stream).
 
 Both yield one open :class:`~agent.messages.Transport` at a time; asking for the next one means the
-previous one was lost. They run on the caller's event loop.
+previous one was lost. They run on the caller's event loop; ``websockets`` is imported on first use.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-
-from websockets.client import backoff
-from websockets.client import process_exception as transient
 
 from .messages import Transport, TTSError
 
@@ -39,6 +36,8 @@ class Reconnect:
 
     def delays(self) -> Iterator[float]:
         """The waits before attempts 2..``tries``; then :class:`TTSError` ``tts_unavailable``."""
+        from websockets.client import backoff
+
         waits = backoff(initial_delay=self.delay_s, min_delay=self.delay_s, max_delay=self.max_delay_s)
         for _ in range(max(self.tries - 1, 0)):
             yield next(waits)
@@ -53,6 +52,7 @@ async def websocket_sessions(url: str, retry: Reconnect, *, api_key: str | None 
                              open_timeout: float = 10.0) -> AsyncIterator[Transport]:
     """Open sessions to ``url`` with ``websockets``' reconnecting iterator, one at a time."""
     from websockets.asyncio.client import connect
+    from websockets.client import process_exception as transient
 
     from .ws_client import ContractSession
 
