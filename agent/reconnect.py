@@ -43,9 +43,10 @@ class Reconnect:
             yield next(waits)
         raise self.gave_up()
 
-    def gave_up(self) -> TTSError:
+    def gave_up(self, cause: BaseException | None = None) -> TTSError:
+        last = f" (last: {cause})" if cause is not None else ""
         return TTSError("tts_unavailable",
-                        f"the TTS server could not be reached again in {self.tries} attempts; giving up")
+                        f"the TTS server could not be reached in {self.tries} attempts; giving up{last}")
 
 
 async def websocket_sessions(url: str, retry: Reconnect, *, api_key: str | None = None,
@@ -65,7 +66,9 @@ async def websocket_sessions(url: str, retry: Reconnect, *, api_key: str | None 
         async for ws in connect(url, additional_headers=headers, open_timeout=open_timeout, max_size=2**24,
                                 compression=None, reconnect_delays=retry.delays, process_exception=classify):
             yield ContractSession(ws)
-    except TTSError:
+    except TTSError as exc:
+        if exc.code == "tts_unavailable" and exc.__context__ is not None:
+            raise retry.gave_up(exc.__context__) from exc.__context__
         raise
     except (OSError, TimeoutError) as exc:
         raise TTSError("connect_failed", f"cannot reach {url}: {exc}", retryable=True) from exc
@@ -84,5 +87,9 @@ async def reopening(connect: Callable[[], Awaitable[Transport]], retry: Reconnec
             except TTSError as exc:
                 if not exc.retryable or retry.tries == 0:
                     raise
-                await asyncio.sleep(next(delays))
+                try:
+                    delay = next(delays)
+                except TTSError:
+                    raise retry.gave_up(exc) from exc
+                await asyncio.sleep(delay)
         yield transport
