@@ -127,6 +127,8 @@ class Session:
         """Why ``task`` ended: a stalled client (closed 1008, counted), a fault (1011), or normally."""
         error = None if task.cancelled() else task.exception()
         if isinstance(error, SendTimeout):
+            if self._stalled:  # the reader and the worker both gave up on the same client
+                return
             log.warning("session %s: %s; closing", self.id, error.message)
             self.state.metrics.send_timed_out(ROUTE)
             self._close = (1008, "send timeout: the client is not reading")
