@@ -297,7 +297,8 @@ def body(data: dict[str, Any]) -> str:
              s["slope_kib_per_request"],
              s["failures"], s["wall_s"]] for s in data["samples"]]
     return ("A fixed shuffled mix of WebSocket sessions, streamed POSTs (wav/pcm/mp3), OpenAI speech, bad "
-            "requests and vanishing clients against a live server; RSS sampled every 25 requests.\n\n"
+            "requests and vanishing clients against a live server; RSS sampled every 25 requests (every 10 with the "
+            "real runtime).\n\n"
             + markdown_table(["runtime", "allocator", "mode", "requests", "RSS start MiB", "RSS after warm-up MiB",
                               "RSS end MiB", "RSS peak MiB", "growth", "growth, 2nd half", "slope KiB/req", "failures", "wall s"],
                              rows))
