@@ -38,6 +38,8 @@ from .messages import (
     SynthesisStart,
     TTSError,
     TTSEvent,
+    VoiceLost,
+    VoiceRestored,
 )
 from .tts_client import TTSClient
 
@@ -247,6 +249,10 @@ class _Turn:
                           fatal=False)
             elif isinstance(event, SynthesisComplete):
                 audio.carry = b""
+            elif isinstance(event, VoiceLost):
+                self.emit("voice_lost", code=event.code, message=event.message)
+            elif isinstance(event, VoiceRestored):
+                self.emit("voice_restored", resent=event.resent)
         audio.end()
 
     async def watch(self, tasks: set[asyncio.Task[None]]) -> None:
@@ -317,7 +323,8 @@ async def converse(
     deltas: Callable[[Agent, str], AsyncIterable[str]] = text_deltas,
 ) -> AsyncIterator[dict[str, Any]]:
     """One conversational turn as events: ``agent_start``, ``text_delta``…, ``audio_stream_start``,
-    ``audio_chunk``…, ``audio_stream_end``, ``agent_end`` (``error`` where something failed).
+    ``audio_chunk``…, ``audio_stream_end``, ``agent_end`` (``error`` where something failed;
+    ``voice_lost`` and ``voice_restored`` around a TTS session that dropped and was reopened).
 
     ``t_ms`` on every event is milliseconds since the turn started.
     """

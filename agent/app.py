@@ -9,9 +9,12 @@ Each SSE event is one ``data: {json}`` line whose ``type`` is ``agent_start``, `
 (``text``), ``audio_stream_start`` (``sample_rate``, ``encoding``: ``pcm_s16le``, ``channels``),
 ``audio_chunk`` (``audio``: base64 PCM s16le 24 kHz mono, ``seq``, ``request_id``, and on a
 sentence's first chunk its ``text``), ``audio_stream_end`` (``chunks``, ``bytes``,
-``audio_duration_s``), ``agent_end`` (``text``, ``first_text_ms``, ``first_audio_ms``,
-``total_ms``, ``sentences``) or ``error`` (``code``, ``message``, ``fatal``); every event carries
-``t_ms`` since the turn began.
+``audio_duration_s``), ``voice_lost`` (``code``, ``message``: the TTS session dropped; the text
+keeps streaming while a new session is opened), ``voice_restored`` (``resent``: the sentences not
+yet spoken, sent again — each sentence is still spoken once), ``agent_end`` (``text``,
+``first_text_ms``, ``first_audio_ms``, ``total_ms``, ``sentences``) or ``error`` (``code``,
+``message``, ``fatal``; ``tts_unavailable`` once the reconnect tries are spent); every event
+carries ``t_ms`` since the turn began. Every turn ends with ``agent_end``, whatever failed.
 
 Disconnects: the entrypoint returns the turn as a ``StreamingResponse`` over an async generator
 (formatted as BedrockAgentCoreApp formats an entrypoint's generator) rather than returning the
@@ -99,11 +102,11 @@ def build_tts(settings: AgentSettings) -> TTSClient:
         if not settings.region:
             raise ValueError("a region is required with a SageMaker endpoint name")
         return TTSClient.sagemaker(settings.endpoint_name, settings.region, voice=settings.voice,
-                                   speed=settings.speed)
+                                   speed=settings.speed, retry=settings.reconnect())
     if not settings.tts_url:
         raise ValueError("either a TTS URL or a SageMaker endpoint name is required")
     return TTSClient.websocket(settings.tts_url, api_key=settings.tts_api_key, voice=settings.voice,
-                               speed=settings.speed)
+                               speed=settings.speed, retry=settings.reconnect())
 
 
 def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCoreApp:

@@ -6,6 +6,8 @@
   JSON) or ``bytes`` binary frame (raw PCM s16le) — into :class:`SynthesisStart`,
   :class:`AudioChunk`, :class:`SynthesisComplete` and :class:`SynthesisFailed` events, keeping track
   of which request the audio belongs to (answers come strictly in request order).
+* :class:`VoiceLost` / :class:`VoiceRestored` — what the reconnecting TTS client reports when a
+  session drops mid-reply and when a new one is open.
 * :class:`TTSError` — a failure of the session itself; ``retryable`` says whether a new session may
   succeed. A refused request is a :class:`SynthesisFailed` event instead, and the session goes on.
 * :class:`Transport` — one duplex connection (the WebSocket client and the SageMaker HTTP/2 stream).
@@ -76,7 +78,22 @@ class SynthesisFailed:
     message: str
 
 
-TTSEvent = SynthesisStart | AudioChunk | SynthesisComplete | SynthesisFailed
+@dataclass(frozen=True)
+class VoiceLost:
+    """The session to the TTS server was lost mid-reply; the client is opening a new one."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class VoiceRestored:
+    """A new session is open; ``resent`` sentences that had not completed were sent again."""
+
+    resent: int
+
+
+TTSEvent = SynthesisStart | AudioChunk | SynthesisComplete | SynthesisFailed | VoiceLost | VoiceRestored
 
 
 class Transport(Protocol):

@@ -133,3 +133,20 @@ class AgentSettings(EnvironSettings):
     first_clause_words: int | None = Field(
         6, ge=0, description="The first chunk may end at a clause after this many words (`0`: off).",
     )
+    tts_reconnect_tries: int = Field(
+        3, ge=0,
+        description="When the TTS session drops mid-reply (or cannot be opened), open a new one up to this many "
+        "times, re-sending the sentences not yet spoken, before giving up with `tts_unavailable` (`0`: never).",
+    )
+    tts_reconnect_delay_s: float = Field(
+        0.2, gt=0, description="First wait before reopening a lost TTS session; it grows 1.6x per failed attempt.",
+    )
+    tts_reconnect_max_delay_s: float = Field(
+        2.0, gt=0, description="Longest wait between attempts to reopen a lost TTS session.",
+    )
+
+    def reconnect(self) -> Any:
+        """The TTS client's :class:`~agent.reconnect.Reconnect` policy from these settings."""
+        from .reconnect import Reconnect
+
+        return Reconnect(self.tts_reconnect_tries, self.tts_reconnect_delay_s, self.tts_reconnect_max_delay_s)

@@ -11,6 +11,12 @@
   arrives (sentence N+1 leaves before N's audio is complete; the server answers strictly in order),
   sends ``close`` when the sentences run out, and yields :class:`SynthesisStart`, :class:`AudioChunk`,
   :class:`SynthesisComplete` and :class:`SynthesisFailed` events in order.
+* Reconnection (:mod:`agent.reconnect`): when the session drops mid-reply, ``speak`` yields
+  :class:`VoiceLost`, opens a new session under its :class:`Reconnect` policy (bounded tries,
+  capped backoff), yields :class:`VoiceRestored` and sends again, under the same request ids, the
+  sentences that had not completed — a completed sentence is never sent twice, a sentence cut
+  mid-way resumes its audio at the byte where it stopped (the same text and voice synthesise to
+  the same audio), and no sentence is lost. With the tries spent it raises ``tts_unavailable``.
 
 Cancellation: closing the ``speak`` iterator early (``aclose()``, or cancelling the task that iterates
 it — e.g. the listener went away) sends ``{"type": "cancel"}`` so the server drops queued and in-flight
@@ -37,13 +43,16 @@ from .messages import (
     Transport,
     TTSError,
     TTSEvent,
+    VoiceLost,
+    VoiceRestored,
     cancel_message,
     synthesis_request,
 )
+from .reconnect import Reconnect, reopening, websocket_sessions
 from .ws_client import ContractSession, ws_url
 
-__all__ = ["AudioChunk", "SynthesisComplete", "SynthesisFailed", "SynthesisStart", "TTSClient", "TTSError",
-           "TTSEvent", "Transport"]
+__all__ = ["AudioChunk", "Reconnect", "SynthesisComplete", "SynthesisFailed", "SynthesisStart", "TTSClient",
+           "TTSError", "TTSEvent", "Transport", "VoiceLost", "VoiceRestored"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +62,9 @@ class TTSClient:
 
     ``connect`` opens a fresh transport; use :meth:`websocket` or :meth:`sagemaker` to build one.
     ``receive_timeout_s`` bounds the wait for the next frame while requests are outstanding.
+    ``retry`` (:class:`~agent.reconnect.Reconnect`) says how often a lost session is opened again
+    (default: never); ``sessions``, when given, yields the sessions instead (the WebSocket
+    client's reconnecting iterator).
     """
 
     def __init__(
@@ -63,8 +75,12 @@ class TTSClient:
         speed: float | None = None,
         sample_rate: int | None = None,
         receive_timeout_s: float = 60.0,
+        retry: Reconnect | None = None,
+        sessions: Callable[[], AsyncIterator[Transport]] | None = None,
     ) -> None:
         self._connect = connect
+        self._open_sessions = sessions
+        self.retry = retry or Reconnect()
         self.voice = voice
         self.speed = speed
         self.sample_rate = sample_rate
@@ -75,7 +91,9 @@ class TTSClient:
         """A client for ``url`` (``http(s)://`` is accepted and turned into ``ws(s)://``; a bare
         ``host:port`` gets the bidirectional path)."""
         url = ws_url(url)
-        return cls(lambda: ContractSession.connect(url, api_key=api_key, open_timeout=10.0), **kwargs)
+        retry = kwargs.pop("retry", None) or Reconnect()
+        return cls(lambda: ContractSession.connect(url, api_key=api_key, open_timeout=10.0), retry=retry,
+                   sessions=lambda: websocket_sessions(url, retry, api_key=api_key), **kwargs)
 
     @classmethod
     def sagemaker(cls, endpoint_name: str, region: str, *, boto_session: Any = None, **kwargs: Any) -> TTSClient:
@@ -99,21 +117,59 @@ class TTSClient:
 
         ``voice``/``speed`` override the client's defaults for this session.
 
-        Raises :class:`TTSError` when the session itself fails (cannot connect, connection lost,
-        timeout). A refused sentence is a :class:`SynthesisFailed` event, not an exception.
+        When the session drops mid-reply and :attr:`retry` allows, a :class:`VoiceLost` event is
+        yielded, a new session opened (with backoff) and :class:`VoiceRestored` yielded; the
+        sentences that had not completed are sent again under their request ids, so each
+        sentence's start and completion are yielded once and its audio resumes where it stopped.
+
+        Raises :class:`TTSError` when the session fails for good (cannot connect, lost with no
+        tries left — ``tts_unavailable`` —, timeout). A refused sentence is a
+        :class:`SynthesisFailed` event, not an exception.
         """
-        transport = await self._connect()
+        speech = _Speech(sentences)
+        pump = asyncio.create_task(speech.pump(), name="tts-sentences")
+        lost: TTSError | None = None
+        try:
+            async with contextlib.aclosing(self._sessions()) as sessions:
+                async for transport in sessions:
+                    if lost is not None:
+                        yield VoiceRestored(resent=len(speech.sent))
+                    try:
+                        async with contextlib.aclosing(self._session(transport, speech, voice, speed)) as events:
+                            async for event in events:
+                                yield event
+                        return
+                    except TTSError as exc:
+                        if not exc.retryable or self.retry.tries == 0:
+                            raise
+                        if speech.losses >= self.retry.tries:
+                            raise self.retry.gave_up() from exc
+                        speech.losses += 1
+                        lost = exc
+                        logger.warning("TTS session lost (%s); reconnecting", exc)
+                        yield VoiceLost(exc.code, exc.message)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
+
+    def _sessions(self) -> AsyncIterator[Any]:
+        return self._open_sessions() if self._open_sessions is not None else reopening(self._connect, self.retry)
+
+    async def _session(
+        self, transport: Transport, speech: _Speech, voice: str | None, speed: float | None
+    ) -> AsyncIterator[TTSEvent]:
+        """One session: what is unanswered goes out again, then every new sentence; its events."""
         answers = Answers()
         sending_done = asyncio.Event()
 
         async def send_all() -> None:
-            prefix = uuid.uuid4().hex[:8]
-            counter = itertools.count(1)
             try:
-                async for text in sentences:
-                    if not text.strip():
-                        continue
-                    rid = f"{prefix}-{next(counter)}"
+                for rid, text in list(speech.sent.items()):
+                    answers.expect(rid, text)
+                    await transport.send(self._request(text, rid, voice, speed))
+                while (item := await speech.next_sentence()) is not None:
+                    rid, text = item
                     answers.expect(rid, text)
                     await transport.send(self._request(text, rid, voice, speed))
                 await transport.send(CLOSE)
@@ -125,7 +181,7 @@ class TTSClient:
         try:
             while not (sending_done.is_set() and not answers.pending):
                 event = await self._next_event(transport, sender, answers)
-                if event is not None:
+                if event is not None and (event := speech.once(event)) is not None:
                     yield event
             if sender.done() and sender.exception() is not None:
                 raise sender.exception()  # type: ignore[misc]
@@ -197,3 +253,75 @@ class TTSClient:
 
         async for event in self.speak(one(), voice=voice, speed=speed):
             yield event
+
+
+_END = object()
+
+
+class _Speech:
+    """One ``speak`` call's sentences across sessions: read from the caller's iterable by one task
+    (so a lost session never interrupts the caller's iterator), numbered once, remembered until
+    answered, and their events passed on once — a sentence sent again after a reconnect yields no
+    second start, and its audio resumes at the byte where the listener stopped."""
+
+    def __init__(self, sentences: AsyncIterable[str]) -> None:
+        self._source = sentences
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._error: BaseException | None = None
+        self._ended = False
+        self._prefix = uuid.uuid4().hex[:8]
+        self._counter = itertools.count(1)
+        #: Sent and not yet answered, in order: request id -> text.
+        self.sent: dict[str, str] = {}
+        self.losses = 0  # sessions lost since the last answer
+        self._started: set[str] = set()
+        self._delivered: dict[str, int] = {}  # bytes of audio passed on, per request id
+        self._seen: dict[str, int] = {}  # bytes of audio received in the current session
+
+    async def pump(self) -> None:
+        try:
+            async for text in self._source:
+                if text.strip():
+                    self._queue.put_nowait(text)
+        except Exception as exc:
+            self._error = exc
+        finally:
+            self._queue.put_nowait(_END)
+
+    async def next_sentence(self) -> tuple[str, str] | None:
+        """The next new sentence with its id (remembered as sent), or None at the end."""
+        if self._ended:
+            return None
+        text = await self._queue.get()
+        if text is _END:
+            self._ended = True
+            if self._error is not None:
+                raise self._error
+            return None
+        rid = f"{self._prefix}-{next(self._counter)}"
+        self.sent[rid] = text
+        return rid, text
+
+    def once(self, event: TTSEvent) -> TTSEvent | None:
+        """``event`` as the caller should see it, or None when it was already passed on."""
+        if isinstance(event, SynthesisStart):
+            self._seen[event.request_id] = 0
+            if event.request_id in self._started:
+                return None
+            self._started.add(event.request_id)
+        elif isinstance(event, AudioChunk) and event.request_id is not None:
+            return self._resume(event)
+        elif isinstance(event, SynthesisComplete | SynthesisFailed):
+            self.sent.pop(event.request_id or "", None)
+            self.losses = 0
+        return event
+
+    def _resume(self, event: AudioChunk) -> AudioChunk | None:
+        rid = event.request_id or ""
+        start = self._seen.get(rid, 0)
+        end = self._seen[rid] = start + len(event.pcm)
+        done = self._delivered.get(rid, 0)
+        if end <= done:
+            return None
+        self._delivered[rid] = end
+        return event if start >= done else AudioChunk(rid, event.pcm[done - start:])

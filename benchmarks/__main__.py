@@ -26,7 +26,7 @@ TITLES = {
     "throughput": "Throughput: audio-hours per hour by concurrency",
     "payload": "Payload size by wire format",
     "overhead": "Serving overhead vs the raw runtime",
-    "e2e": "End to end: first audio through the agent, bidi vs batch",
+    "e2e": "End to end: first audio through the agent, bidi vs batch vs bidi without the early first clause",
 }
 NAMES = tuple(TITLES)
 

@@ -1,5 +1,8 @@
-"""End to end: first audio through the agent, ``bidi`` vs ``batch``, with the scripted model
-streaming a fixed reply at a fixed token rate (so runs compare), against a live TTS server.
+"""End to end: first audio through the agent, ``bidi`` vs ``batch`` vs ``bidi_no_early_clause``, with
+the scripted model streaming a fixed reply at a fixed token rate (so runs compare), against a live
+TTS server. ``bidi_no_early_clause`` is ``bidi`` from a second agent started with
+``--first-clause-words 0``: the chunker waits for the first full sentence instead of sending the
+reply's first clause as soon as it is complete, which shows what the early clause is worth.
 
 The AgentCore app runs as a subprocess (``kokoro-agent serve`` / ``python -m agent serve`` ``--model scripted
 --tokens-per-second R --tts-url URL``); each turn is a ``POST /invocations`` with ``{"prompt", "mode", "voice"}``,
@@ -7,7 +10,7 @@ reading its SSE events; first audio is when the first ``audio_chunk`` event reac
 When the app does not start, the benchmark writes a ``not_run`` result with the reason and exits
 non-zero.
 
-Modes alternate run by run, so load drift hits both alike.
+Variants alternate run by run, so load drift hits them alike.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ TOKENS_PER_SECOND = 30.0
 PROMPT = "Why does streaming speech feel faster?"
 #: The scripted reply: the TTFA paragraph (267 characters, 4 sentences), so the two benchmarks compare.
 REPLY = PARAGRAPH
-MODES = ("bidi", "batch")
+MODES = ("bidi", "batch", "bidi_no_early_clause")
+#: The request mode each variant sends, and whether its agent cuts the first clause early.
+VARIANTS = {"bidi": ("bidi", True), "batch": ("batch", True), "bidi_no_early_clause": ("bidi", False)}
 AWS_REFERENCE_SPEEDUP = 2.4
 
 
@@ -68,7 +73,9 @@ def _turn_stats(events: list[tuple[float, dict]], t0: float) -> dict:
     }
 
 
-async def _sse_turn(client: httpx.AsyncClient, url: str, mode: str) -> dict:
+async def _sse_turn(client: httpx.AsyncClient, urls: dict[bool, str], variant: str) -> dict:
+    mode, early = VARIANTS[variant]
+    url = urls[early]
     events: list[tuple[float, dict]] = []
     t0 = time.perf_counter()
     async with client.stream("POST", f"{url}/invocations", json={"prompt": PROMPT, "mode": mode, "voice": VOICE}) as r:
@@ -110,12 +117,16 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
         argv = [*_agent_command(), "serve", "--model", "scripted", "--tokens-per-second", str(TOKENS_PER_SECOND),
                 "--reply", REPLY, "--tts-url", tts.url, "--voice", VOICE]
         result.config["agent_command"] = shown_command(argv)
+        result.config["agent_command_no_early_clause"] = shown_command([*argv, "--first-clause-words", "0"])
         try:
-            with LiveServer(argv=argv, name="kokoro-agent (scripted)", log=log, startup_timeout_s=120) as agent:
+            with LiveServer(argv=argv, name="kokoro-agent (scripted)", log=log, startup_timeout_s=120) as agent, \
+                    LiveServer(argv=[*argv, "--first-clause-words", "0"], name="kokoro-agent (no early clause)",
+                               log=log, startup_timeout_s=120) as plain:
 
                 async def main() -> list[dict]:
                     async with httpx.AsyncClient(timeout=600) as client:
-                        return await _measure(lambda m: _sse_turn(client, agent.url, m), runs, log)
+                        urls = {True: agent.url, False: plain.url}
+                        return await _measure(lambda m: _sse_turn(client, urls, m), runs, log)
 
                 result.samples = asyncio.run(main())
         except ServerFailed as e:
@@ -147,7 +158,10 @@ def summarize(result: Result) -> None:
         s["first_audio_ms"] is not None and s["last_text_ms"] is not None and s["first_audio_ms"] < s["last_text_ms"]
         for s in result.samples if s["mode"] == "bidi"
     )
+    plain = result.medians["bidi_no_early_clause"]["first_audio_ms"]
     result.summary = {"bidi_first_audio_ms": bidi, "batch_first_audio_ms": batch, "speedup": speedup,
+                      "bidi_no_early_clause_first_audio_ms": plain,
+                      "early_clause_saves_ms": rnd(plain - bidi, 1) if bidi and plain else None,
                       "bidi_audio_before_last_text": before_last_text}
     result.target("bidi speedup in first audio", f"> 1x (AWS measured {AWS_REFERENCE_SPEEDUP}x locally)", speedup,
                   None if speedup is None else speedup > 1.0)
@@ -163,7 +177,8 @@ def body(data: dict[str, Any]) -> str:
     return (
         f"First audio through the agent ({data['config']['path']}; scripted model at "
         f"{data['config']['tokens_per_second']:.0f} tokens/s): bidi **{s['bidi_first_audio_ms']} ms** vs batch "
-        f"**{s['batch_first_audio_ms']} ms** ({s['speedup']}x; AWS reports {data['config']['aws_reference_speedup']}x). "
+        f"**{s['batch_first_audio_ms']} ms** ({s['speedup']}x; AWS reports {data['config']['aws_reference_speedup']}x); "
+        f"bidi without the early first clause **{s.get('bidi_no_early_clause_first_audio_ms')} ms**. "
         f"Medians.\n\n{table}"
     )
 

@@ -12,7 +12,10 @@
   a client that leaves before the first audio stops the backend's work).
 * :class:`AudioStream` — a streamed body that ends *without* the final empty chunk when synthesis
   fails after the first bytes (the status is already sent), so the client sees a truncated
-  transfer, never a short file that looks complete.
+  transfer, never a short file that looks complete. A client that stops reading pauses its
+  synthesis (the next chunk is pulled only once the last one was handed to the socket); a send
+  that makes no progress for ``send_timeout_s`` cuts the response the same way and is counted in
+  ``send_timeouts_total``.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from starlette.types import Receive, Scope, Send
 
 from backends.base import KokoroError, TextTooLong
 
-from .pipeline import Cancelled, Synthesis
+from .pipeline import Cancelled, SendTimeout, Synthesis, bounded_send
 from .state import ServerState
 
 log = logging.getLogger("kokoro.http")
+_NO_TIMEOUT = 1e9
 
 Handler = Callable[[Request, Synthesis], Awaitable[Response]]
 ErrorResponse = Callable[[KokoroError, Synthesis], Response]
@@ -75,11 +79,20 @@ class AudioStream(StreamingResponse):
         self.job = job
 
     async def stream_response(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        state = self.job.state
+        timeout = state.settings.send_timeout_s if state is not None else _NO_TIMEOUT
         try:
+            await bounded_send(send({"type": "http.response.start", "status": self.status_code,
+                                     "headers": self.raw_headers}), timeout)
             async for chunk in self.body_iterator:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await bounded_send(send({"type": "http.response.body", "body": chunk, "more_body": True}), timeout)
                 self.job.first_audio()
+        except SendTimeout as e:
+            log.warning("request %s: %s; cutting the response", self.job.request_id, e.message)
+            self.job.fail(e)
+            if state is not None:
+                state.metrics.send_timed_out(self.job.route)
+            return
         except KokoroError as e:
             log.warning("request %s: %s after the first bytes; cutting the response: %s",
                         self.job.request_id, e.code, e.message)

@@ -11,6 +11,8 @@ Series (all prefixed ``kokoro_``):
   overloaded or shutting down, ``500``/``504`` runtime fault or timeout, ``499`` cancelled or the
   client went away).
 * ``errors_total{route,code}`` — the same failures by wire error code.
+* ``send_timeouts_total{route}`` — sessions closed / responses cut because the client stopped
+  reading (a send made no progress for ``send_timeout_s``).
 * ``time_to_first_audio_seconds{route}`` — request received -> first audio handed to the socket.
 * ``segment_synthesis_seconds`` — runtime time per segment; ``audio_seconds_total`` — audio
   synthesised; ``realtime_factor`` — synthesis time / audio time per segment (< 1 is faster than
@@ -51,6 +53,10 @@ class Metrics:
             ["route", "status"], registry=r,
         )
         self.errors = Counter("kokoro_errors", "Failed requests by route and error code.", ["route", "code"], registry=r)
+        self.send_timeouts = Counter(
+            "kokoro_send_timeouts", "Sessions closed or responses cut because the client stopped reading.",
+            ["route"], registry=r,
+        )
         self.ttfa = Histogram(
             "kokoro_time_to_first_audio_seconds", "Request received to first audio sent.",
             ["route"], buckets=_LATENCY_BUCKETS, registry=r,
@@ -89,6 +95,9 @@ class Metrics:
         self.requests.labels(route=route, status=str(status)).inc()
         if code is not None:
             self.errors.labels(route=route, code=code).inc()
+
+    def send_timed_out(self, route: str) -> None:
+        self.send_timeouts.labels(route=route).inc()
 
     def first_audio(self, route: str, seconds: float) -> None:
         self.ttfa.labels(route=route).observe(seconds)

@@ -18,6 +18,10 @@ state=state) as job:``. In order:
    segments aborted), the encoder released, and a request that recorded no outcome is counted as
    cancelled (499).
 
+A client that stops reading pauses its own request: every send to it is bounded by
+:func:`bounded_send` and no further chunk is pulled while one waits; a send that makes no progress
+for ``send_timeout_s`` raises :class:`SendTimeout` (the route closes the session or cuts the body).
+
 Metrics are recorded here and nowhere else: ``requests_total``/``errors_total`` by route and status
 exactly once per request (:meth:`Synthesis.record`), time to first audio once
 (:meth:`Synthesis.first_audio`), and the request in flight for the whole ``async with``.
@@ -64,6 +68,22 @@ class Cancelled(KokoroError):
     """The client cancelled the request or went away before its answer."""
 
     code, status = "cancelled", CANCELLED_STATUS
+
+
+class SendTimeout(KokoroError):
+    """A send to the client made no progress for ``send_timeout_s``: the client stopped reading."""
+
+    code, status = "send_timeout", CANCELLED_STATUS
+
+
+async def bounded_send(send: Awaitable[None], limit_s: float) -> None:
+    """Await ``send`` (one message to the client), raising :class:`SendTimeout` when it has not
+    completed within ``limit_s`` seconds. While a send waits for the client to read, the caller
+    pulls no further audio from the backend: a client that does not read pauses its synthesis."""
+    try:
+        await asyncio.wait_for(send, limit_s)
+    except TimeoutError:
+        raise SendTimeout(f"the client read nothing for {limit_s:g} s") from None
 
 
 class Synthesis:

@@ -65,6 +65,11 @@ class Settings(BackendConfig):
     idle_timeout_s: float = Field(
         300.0, gt=0, description="A WebSocket session with no message and no work for this long closes (1000)."
     )
+    send_timeout_s: float = Field(
+        30.0, gt=0,
+        description="A send to a client that has stopped reading that makes no progress for this long closes the "
+        "WebSocket session (1008) or cuts the POST response, counted in `kokoro_send_timeouts_total`.",
+    )
     drain_timeout_s: float = Field(
         30.0, ge=0, description="On SIGTERM, how long in-flight work may take before sockets are closed anyway."
     )

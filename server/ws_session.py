@@ -11,11 +11,18 @@ One :class:`Session` per socket, three tasks:
   as the backend yields it, ``synthesis_complete`` — or a single ``error`` event;
 * the **idle watch** closes the session (1000) after ``idle_timeout_s`` without messages or work.
 
+Backpressure: the worker pulls the next chunk from the backend only once the last one was handed
+to the socket, so a client that stops reading pauses its own synthesis (and the reader, whose
+answers wait too, stops reading its messages). A send that makes no progress for
+``send_timeout_s`` closes the session (1008, counted in ``send_timeouts_total``); other sessions
+are not held up.
+
 Every request gets exactly one terminal event: ``synthesis_complete`` or ``error`` (a cancelled
 request gets ``error`` with code ``cancelled``). Errors never close the session; only a message
 over ``max_message_bytes`` does (1009), as do ``close`` (1000, after the queue), the idle timeout
-(1000) and shutdown (1001, after the queue). The one answer that may arrive out of order is the
-rejection of a message that found the session's queue full (``overloaded``): it is sent at once.
+(1000), shutdown (1001, after the queue) and a client that stopped reading (1008, when the close
+frame can still be queued). The one answer that may arrive out of order is the rejection of a
+message that found the session's queue full (``overloaded``): it is sent at once.
 Each request goes through the synthesis pipeline (``server.pipeline``), which also counts it:
 every queued message is one request in ``requests_total{route="ws"}``, answered or not (499).
 Inference never runs here: the backend synthesises on its own threads; closing the stream
@@ -46,7 +53,7 @@ from backends.base import (
 )
 
 from .params import SynthesisParams, decode_object, message_type, parse_synthesis, request_id_of
-from .pipeline import Cancelled, Synthesis
+from .pipeline import Cancelled, SendTimeout, Synthesis, bounded_send
 from .state import ServerState
 
 log = logging.getLogger("kokoro.ws")
@@ -85,6 +92,7 @@ class Session:
         self._draining = False
         self._finished = asyncio.Event()
         self._last_activity = time.monotonic()
+        self._stalled = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -97,11 +105,7 @@ class Session:
         try:
             done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                if not task.cancelled() and task.exception() is not None and not isinstance(
-                    task.exception(), WebSocketDisconnect
-                ):
-                    log.error("session %s: %s failed", self.id, task.get_name(), exc_info=task.exception())
-                    self._close = self._close or (1011, "internal error")
+                self._ended(task)
         finally:
             try:
                 children = [t for t in (*self._tasks, self._synth_task) if t is not None]
@@ -119,6 +123,20 @@ class Session:
             finally:
                 self._finished.set()
 
+    def _ended(self, task: asyncio.Task) -> None:
+        """Why ``task`` ended: a stalled client (closed 1008, counted), a fault (1011), or normally."""
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, SendTimeout):
+            if self._stalled:  # the reader and the worker both gave up on the same client
+                return
+            log.warning("session %s: %s; closing", self.id, error.message)
+            self.state.metrics.send_timed_out(ROUTE)
+            self._close = (1008, "send timeout: the client is not reading")
+            self._stalled = True
+        elif error is not None and not isinstance(error, WebSocketDisconnect):
+            log.error("session %s: %s failed", self.id, task.get_name(), exc_info=error)
+            self._close = self._close or (1011, "internal error")
+
     def begin_drain(self) -> None:
         """Shutdown: refuse new requests, finish the queue, then close 1001."""
         self._draining = True
@@ -135,9 +153,11 @@ class Session:
         if self._peer_closed:
             return
         code, reason = self._close or (1000, "")
+        # A client that stopped reading cannot take the close frame either: it is only queued.
+        timeout = 0.01 if self._stalled else self.settings.send_timeout_s
         try:
-            await self.ws.close(code, reason)
-        except Exception:  # the peer is already gone
+            await bounded_send(self.ws.close(code, reason), timeout)
+        except Exception:  # the peer is already gone, or is not reading
             pass
 
     # -- reading ------------------------------------------------------------------------------
@@ -286,9 +306,12 @@ class Session:
             first = await job.open(request)
             await self._send_json(self._start_event(p, rate))
             async for pcm in job.encoded(first):
-                await self.ws.send_bytes(pcm)
+                await bounded_send(self.ws.send_bytes(pcm), self.settings.send_timeout_s)
                 samples += len(pcm) // 2
                 job.first_audio()
+        except SendTimeout as e:
+            job.fail(e)
+            raise
         except KokoroError as e:
             job.fail(e)
             await self._send_error(p.request_id, e)
@@ -329,7 +352,7 @@ class Session:
 
     async def _send_json(self, event: dict[str, Any]) -> None:
         async with self._send_lock:
-            await self.ws.send_text(json.dumps(event))
+            await bounded_send(self.ws.send_text(json.dumps(event)), self.settings.send_timeout_s)
 
     async def _send_error(self, request_id: Any, error: KokoroError) -> None:
         await self._send_json({"type": "error", "request_id": request_id, **error.to_dict()})

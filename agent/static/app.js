@@ -1,11 +1,12 @@
 // Kokoro voice agent page: POST /invocations, read the SSE stream, show the text as it arrives and
 // play the PCM chunks gaplessly with Web Audio (each chunk starts exactly where the previous ends).
 // For tests, every scheduled chunk is listed in #chunks (data-seq, data-start, data-duration) and
-// window.kokoroAgent holds the same numbers.
+// window.kokoroAgent holds the same numbers. A dropped TTS connection (voice_lost / voice_restored
+// events) shows in #voice-status while the text keeps streaming.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = (window.kokoroAgent = { scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null });
+const state = (window.kokoroAgent = { scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null, voice: [] });
 let audioCtx = null;
 let nextStart = 0;
 let controller = null;
@@ -14,6 +15,13 @@ const LEAD_S = 0.05; // scheduling headroom so the first chunk is not started in
 function setState(s) {
   document.body.dataset.state = s;
   $("state").textContent = s;
+}
+
+// The TTS connection as the page last heard of it: ok, lost (reconnecting), restored, unavailable.
+function setVoice(status, text) {
+  $("voice-status").dataset.status = status;
+  $("voice-status").textContent = text;
+  state.voice.push(status);
 }
 
 function pcmToFloat(b64) {
@@ -67,7 +75,14 @@ function handle(event, t0, sampleRate) {
       }
       schedule(pcmToFloat(event.audio), sampleRate.value, event.seq, event.text);
       break;
+    case "voice_lost":
+      setVoice("lost", `voice lost (${event.code}), reconnecting…`);
+      break;
+    case "voice_restored":
+      setVoice("restored", `voice restored (${event.resent} sentence(s) sent again)`);
+      break;
     case "error":
+      if (event.fatal && event.code === "tts_unavailable") setVoice("unavailable", "voice unavailable");
       $("error").hidden = false;
       $("error").textContent += `${event.code}: ${event.message}\n`;
       break;
@@ -82,7 +97,8 @@ async function ask(ev) {
   if (!audioCtx) audioCtx = new AudioContext(); // created on the click: allowed to play
   await audioCtx.resume();
   nextStart = 0;
-  Object.assign(state, { scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null, server: null });
+  Object.assign(state, { scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null, server: null, voice: [] });
+  setVoice("ok", "ok");
   for (const id of ["text", "chunks"]) $(id).textContent = "";
   for (const id of ["first-text-ms", "first-audio-ms"]) $(id).textContent = "–";
   $("error").hidden = true;

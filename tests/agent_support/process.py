@@ -79,13 +79,14 @@ class Process:
 
 
 def agent_process(tts_url: str, *, tokens_per_second: float, reply: str | None = None,
-                  extra: list[str] | None = None) -> Process:
-    """``python -m agent serve`` with the scripted model, speaking through ``tts_url``."""
+                  extra: list[str] | None = None, env: dict[str, str] | None = None) -> Process:
+    """``python -m agent serve`` with the scripted model, speaking through ``tts_url`` (``env``: more
+    ``KOKORO_AGENT_*`` settings)."""
     port = free_port()
     args = ["-m", "agent", "serve", "--port", str(port), "--model", "scripted",
             "--tokens-per-second", str(tokens_per_second), "--tts-url", tts_url, "--log-level", "warning"]
     if reply:
         args += ["--reply", reply]
-    proc = Process(args + (extra or []), f"http://127.0.0.1:{port}/ping")
+    proc = Process(args + (extra or []), f"http://127.0.0.1:{port}/ping", env=env)
     proc.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
     return proc

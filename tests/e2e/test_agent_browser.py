@@ -1,6 +1,7 @@
 """The browser page in real headless Chromium (Debian's ``chromium``, driven by Playwright; no browser
 download): after a prompt, the reply text appears and the audio chunks are scheduled back to back for
-playback. A screenshot is kept in tests/artifacts/agent_page.png."""
+playback; a TTS server killed and restarted mid-reply shows as a lost, then restored voice. A
+screenshot is kept in tests/artifacts/agent_page.png."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_support.process import agent_process
+from tests.agent_support.process import agent_process, free_port
 from tests.agent_support.wire_tap import fake_runtime_server
+from tests.support.live import ServerProcess
 
 CHROMIUM = shutil.which("chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -63,3 +65,49 @@ def test_prompt_streams_text_and_schedules_audio(agent_url):
             assert not errors
         finally:
             browser.close()
+
+
+LONG_REPLY = " ".join(f"Sentence number {i} is spoken in the browser." for i in range(1, 9))
+
+
+def test_a_lost_and_restored_voice_shows_on_the_page_and_the_text_keeps_streaming(tmp_path):
+    """The TTS server SIGKILLed mid-reply and started again on its port: the page shows the voice
+    lost, then restored, and the reply is complete with every sentence's audio once."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    port = free_port()
+    env = {"KOKORO_BACKEND": "fake", "KOKORO_FAKE_SEGMENT_S": "0.2"}
+    first = ServerProcess(tmp_path / "tts-first.log", port=port, **env).wait_ready()
+    second = None
+    agent = agent_process(f"http://127.0.0.1:{port}", tokens_per_second=40, reply=LONG_REPLY,
+                          env={"KOKORO_AGENT_TTS_RECONNECT_TRIES": "60", "KOKORO_AGENT_TTS_RECONNECT_DELAY_S": "0.1",
+                               "KOKORO_AGENT_TTS_RECONNECT_MAX_DELAY_S": "0.5"}).start()
+    try:
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                page = browser.new_page()
+                page.goto(agent.url + "/")
+                page.click("#send")
+                page.wait_for_function("window.kokoroAgent.scheduled.length > 0", timeout=30_000)
+                first.proc.kill()
+                first.proc.wait()
+                page.wait_for_selector("#voice-status[data-status=lost]", timeout=30_000)
+                second = ServerProcess(tmp_path / "tts-second.log", port=port, **env).wait_ready()
+                page.wait_for_selector("body[data-state=done]", timeout=60_000)
+                assert page.get_attribute("#voice-status", "data-status") == "restored"
+                assert page.inner_text("#text") == LONG_REPLY
+                state = page.evaluate("window.kokoroAgent")
+                assert state["voice"] == ["ok", "lost", "restored"]
+                assert state["server"]["sentences"] == 8
+                texts = page.locator("#chunks li").evaluate_all("els => els.map(e => e.textContent)")
+                spoken = [t for t in texts if " — " in t]
+                assert [t.split(" — ", 1)[1] for t in spoken] == [f"Sentence number {i} is spoken in the browser."
+                                                                  for i in range(1, 9)]
+                assert page.is_hidden("#error")
+            finally:
+                browser.close()
+    finally:
+        agent.stop()
+        first.stop()
+        if second is not None:
+            second.stop()

@@ -142,3 +142,23 @@ def test_leaving_early_cancels_the_servers_work(fake_tts):
     while time.monotonic() < deadline and requests_total(fake_tts.metrics_url, "499") == cancelled_before:
         time.sleep(0.05)
     assert requests_total(fake_tts.metrics_url, "499") > cancelled_before  # counted as cancelled
+
+
+EARLY = "When you ask a voice assistant a question, the silence is what you notice. Then it answers."
+
+
+@pytest.mark.parametrize(("flags", "chunks"), [
+    ([], ["When you ask a voice assistant a question,", "the silence is what you notice.", "Then it answers."]),
+    (["--first-clause-words", "0"], ["When you ask a voice assistant a question, the silence is what you notice.",
+                                     "Then it answers."]),
+])
+def test_the_first_clause_goes_to_the_server_as_soon_as_it_is_written(fake_tts, flags, chunks):
+    """On by default: the reply's first clause (at least six words and a comma) is sent before the
+    first sentence is complete; ``--first-clause-words 0`` waits for the full sentence."""
+    proc = agent_process(fake_tts.url, tokens_per_second=40, reply=EARLY, extra=flags).start()
+    try:
+        events, _ = run_turn(proc.url, {"prompt": "hi", "mode": "bidi"})
+    finally:
+        proc.stop()
+    assert events[-1]["type"] == "agent_end"
+    assert [m["text"] for _, m in fake_tts.received if m.get("type") == "synthesize"] == chunks

@@ -98,9 +98,12 @@ async def test_refused_voice_is_reported_and_the_turn_completes(server):
 
 
 async def test_unreachable_tts_is_an_error_event_but_text_still_streams():
-    events = parse_sse((await turn(app_for(f"http://127.0.0.1:{free_port()}"), {"prompt": "x"})).text)
+    app = app_for(f"http://127.0.0.1:{free_port()}", tts_reconnect_tries=2, tts_reconnect_delay_s=0.01)
+    events = parse_sse((await turn(app, {"prompt": "x"})).text)
     errors = [e for e in events if e["type"] == "error"]
-    assert [e["code"] for e in errors] == ["connect_failed"] and errors[0]["retryable"] is True
+    # The client tried again (the tries in the settings), then gave up with a clear, final error.
+    assert [e["code"] for e in errors] == ["tts_unavailable"] and errors[0]["retryable"] is False
+    assert "2 attempts" in errors[0]["message"] and "Connect call failed" in errors[0]["message"]
     assert "".join(e["text"] for e in events if e["type"] == "text_delta") == REPLY
     assert events[-1]["type"] == "agent_end"
 
