@@ -1,4 +1,5 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, all.
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, all; and
+``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``).
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
 ``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
@@ -68,6 +69,11 @@ def render(name: str, out_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["compare"]:  # its own options: targets by URL, nothing started here
+        from .compare import main as compare_main
+
+        return compare_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("name", choices=[*NAMES, "all"])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
