@@ -42,6 +42,12 @@ def median(values: Iterable[float | None]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def mean(values: Iterable[float | None]) -> float | None:
+    """The mean of the values that exist (AWS's write-ups report means; the suite reports both)."""
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
 def rnd(x: float | None, digits: int = 1) -> float | None:
     return None if x is None else round(x, digits)
 
