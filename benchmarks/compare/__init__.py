@@ -21,8 +21,10 @@ from typing import Any
 
 from .. import results
 from . import report
+from .bidi import SageMakerBidiClient, WsClient
+from .http import InvocationsClient, OpenAIClient, SageMakerInvocationsClient
 from .rows import Plan, Runner
-from .targets import Target, open_client, parse_target
+from .targets import Target, parse_target
 
 TITLE = "Compare: TTS deployments side by side"
 DEFAULT_VOICE = "jm_kumo"
@@ -30,6 +32,15 @@ DEFAULT_VOICE = "jm_kumo"
 
 def _log(msg: str) -> None:
     print(msg, flush=True)
+
+
+CLIENTS = {"ws": WsClient, "sagemaker": SageMakerBidiClient, "invocations": InvocationsClient,
+           "openai": OpenAIClient, "sagemaker-invocations": SageMakerInvocationsClient}
+
+
+def open_client(target: Target, *, api_key: str | None = None, timeout_s: float = 120.0) -> Any:
+    """The client for ``target``'s protocol (nothing is connected until it is used)."""
+    return CLIENTS[target.kind](target, api_key=api_key, timeout_s=timeout_s)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

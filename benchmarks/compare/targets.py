@@ -1,5 +1,5 @@
 """Targets of ``python -m benchmarks compare``: ``NAME=URL[#voice=V]`` parsed into a :class:`Target`,
-and the client that speaks its protocol (:func:`open_client`).
+(the clients that speak each protocol: :mod:`.bidi`, :mod:`.http`; :func:`benchmarks.compare.open_client`).
 
 URL forms:
 
@@ -78,20 +78,6 @@ def parse_target(spec: str, *, default_voice: str | None = None) -> Target:
     options = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
     voice = frag.get("voice", [default_voice])[-1]
     return Target(name=name, url=url, kind=kind, voice=voice, options=options)
-
-
-def open_client(target: Target, *, api_key: str | None = None, timeout_s: float = 120.0) -> Any:
-    """The client for ``target``'s protocol (nothing is connected until it is used)."""
-    if target.kind in ("ws", "sagemaker"):
-        from .bidi import SageMakerBidiClient, WsClient
-
-        cls = WsClient if target.kind == "ws" else SageMakerBidiClient
-        return cls(target, api_key=api_key, timeout_s=timeout_s)
-    from .http import InvocationsClient, OpenAIClient, SageMakerInvocationsClient
-
-    cls = {"invocations": InvocationsClient, "openai": OpenAIClient,
-           "sagemaker-invocations": SageMakerInvocationsClient}[target.kind]
-    return cls(target, api_key=api_key, timeout_s=timeout_s)
 
 
 def over_limit_text(chars: int) -> str:
