@@ -102,8 +102,10 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
                           ("audio_s_per_s", "audio-s per s"), ("errors", "errors")):
             flat[f"4. {level} clients: {what}"] = _why(lv) or lv[key]
     h = summary["health"]
-    for key, what in (("median_ms", "median ms"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("max_ms", "max ms")):
-        flat[f"5. health ({h.get('route') or '—'}) during the sweep: {what}"] = _why(h) or h[key]
+    flat["5. health route"] = _why(h) or h["route"]
+    for key, what in (("median_ms", "median ms"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("max_ms", "max ms"),
+                      ("not_200", "answers other than 200")):
+        flat[f"5. health during the sweep: {what}"] = _why(h) or h[key]
     flat["server RSS MiB (max over the sweep)"] = summary["rss_mib_max"]
     return flat
 

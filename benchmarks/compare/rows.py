@@ -8,7 +8,9 @@ request after another); 4. a concurrency sweep (closed-loop clients, each on its
 request still works. Server RSS after each sweep level where a ``--pid`` names the target's process.
 
 Every sample is one dict (``target``, ``row``, the figures, or ``unsupported``/``error`` with the
-reason); a target that cannot do a row or cannot be reached never stops the run.
+reason); a target that cannot do a row or cannot be reached never stops the run. One sentence per
+target goes first as a warm-up (row ``warmup``, not summarised): it opens the HTTP connections a
+client keeps, and a target that fails it is reported unreachable and not asked again.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class Runner:
             return
         except Exception as exc:  # unreachable, refused, timed out, a protocol error: reported, never raised
             why = f"{type(exc).__name__}: {exc}"
-            if row == "one_sentence":
+            if row == "warmup":
                 self.unreachable[name] = why
             self._add(name, row, error=why, **tags)
             self.log(f"  {name:<12} {row:<13} FAILED: {why}")
@@ -113,6 +115,9 @@ class Runner:
         }
 
     async def requests(self) -> None:
+        self.log("warm-up: one sentence per target (connections opened, caches filled; not counted)")
+        for name, client in self.clients.items():
+            await self._guarded(name, "warmup", lambda c=client: self._texts(c, (ONE_SENTENCE,)))
         for run in range(1, self.plan.runs + 1):
             self.log(f"round {run}/{self.plan.runs}: rows 1-3")
             for name, client in self.clients.items():
