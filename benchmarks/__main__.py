@@ -37,8 +37,8 @@ def _log(msg: str) -> None:
 
 
 def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, **options) -> dict:
-    """Run one benchmark; ``options`` go to its ``run`` (e2e's deployed agent, say)."""
-    module = importlib.import_module(f"benchmarks.{name}")
+    """Run one benchmark; ``options`` (e2e's deployed agent) pick ``benchmarks.e2e_deployed``."""
+    module = importlib.import_module(f"benchmarks.{name}" + ("_deployed" if options else ""))
     t0 = time.perf_counter()
     _log(f"== {name} ({'quick' if quick else 'full'}) ==")
     result = module.run(quick=quick, model_dir=model_dir, log=_log, **options)

@@ -7,12 +7,6 @@ reading its SSE events; first audio is when the first ``audio_chunk`` event reac
 When the app does not start, the benchmark writes a ``not_run`` result with the reason and exits
 non-zero.
 
-It reaches a deployed agent too, with whatever model and TTS server that agent runs:
-``--agent-url URL`` (any running agent app, local or remote: the same ``POST /invocations`` and SSE)
-and ``--agent-runtime-arn ARN`` (a Bedrock AgentCore runtime, through boto3's ``invoke_agent_runtime``,
-credentials from boto3's usual chain, the region from the ARN unless ``--region`` says otherwise).
-Nothing is started then. Means beside medians.
-
 Modes alternate run by run, so load drift hits both alike.
 """
 
@@ -23,7 +17,6 @@ import json
 import shutil
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +25,7 @@ import httpx
 from . import prom
 from .live import LiveServer, ServerFailed
 from .raw import VOICE
-from .results import Result, command_line, load_average, markdown_table, mean, median, rnd, shown_command
+from .results import Result, command_line, load_average, markdown_table, median, rnd, shown_command
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -104,45 +97,13 @@ async def _measure(turn, runs: int, log) -> list[dict]:
     return samples
 
 
-class AgentCoreTurns:
-    """Turns through a Bedrock AgentCore runtime: ``invoke_agent_runtime`` with the prompt and mode,
-    the SSE response read line by line as it streams. Blocking (boto3): call :meth:`turn` in a worker
-    thread. ``client`` may be any ``bedrock-agentcore`` boto3 client (another endpoint, say)."""
-
-    def __init__(self, arn: str, *, region: str | None = None, client: object | None = None):
-        self.arn = arn
-        if client is None:
-            import boto3
-
-            client = boto3.client("bedrock-agentcore", region_name=region or arn.split(":")[3])
-        self.client = client
-
-    def turn(self, mode: str) -> dict:
-        payload = json.dumps({"prompt": PROMPT, "mode": mode, "voice": VOICE}).encode()
-        events: list[tuple[float, dict]] = []
-        t0 = time.perf_counter()
-        resp = self.client.invoke_agent_runtime(  # type: ignore[attr-defined]
-            agentRuntimeArn=self.arn, runtimeSessionId=f"kokoro-bench-{uuid.uuid4()}", payload=payload,
-            contentType="application/json", accept="text/event-stream")
-        for raw in resp["response"].iter_lines():
-            line = raw.decode("utf-8", errors="replace")
-            if line.startswith("data:") and line[5:].strip():
-                events.append((time.perf_counter(), json.loads(line[5:].strip())))
-        return _turn_stats(events, t0)
-
-
-def run(*, quick: bool = False, model_dir=None, log=print, agent_url: str | None = None,
-        agent_runtime_arn: str | None = None, region: str | None = None, agentcore_client: object | None = None) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
     runs = 2 if quick else 5
-    extra = ["--agent-url", agent_url] if agent_url else ["--agent-runtime-arn", agent_runtime_arn] if agent_runtime_arn else []
     result = Result(
-        "e2e", quick, command_line("e2e", quick, [a for a in extra if a]),
+        "e2e", quick, command_line("e2e", quick),
         config={"prompt": PROMPT, "reply": REPLY, "tokens_per_second": TOKENS_PER_SECOND, "model": "scripted", "voice": VOICE,
                 "modes": list(MODES), "runs_per_mode": runs, "aws_reference_speedup": AWS_REFERENCE_SPEEDUP},
     )
-    if agent_url or agent_runtime_arn:
-        return _run_deployed(result, runs, log, agent_url=agent_url, arn=agent_runtime_arn, region=region,
-                             client=agentcore_client)
     with LiveServer(model_dir=model_dir, log=log) as tts:
         before = tts.scrape()
         result.config["path"] = "AgentCore app subprocess, POST /invocations, SSE"
@@ -164,32 +125,6 @@ def run(*, quick: bool = False, model_dir=None, log=print, agent_url: str | None
     return result
 
 
-def _run_deployed(result: Result, runs: int, log, *, agent_url: str | None, arn: str | None, region: str | None,
-                  client: object | None) -> Result:
-    """Turns against an agent this benchmark did not start (its own model and TTS server)."""
-    result.config.update(model="the deployed agent's", reply="the deployed agent's", tokens_per_second=None)
-    if agent_url:
-        url = agent_url.rstrip("/").removesuffix("/invocations")
-        result.config["path"] = f"running agent app at {url}, POST /invocations, SSE"
-
-        async def main() -> list[dict]:
-            async with httpx.AsyncClient(timeout=600) as http:
-                return await _measure(lambda m: _sse_turn(http, url, m), runs, log)
-    else:
-        result.config["path"] = f"Bedrock AgentCore runtime {arn}, invoke_agent_runtime, SSE"
-
-        async def main() -> list[dict]:
-            turns = AgentCoreTurns(arn or "", region=region, client=client)
-            return await _measure(lambda m: asyncio.to_thread(turns.turn, m), runs, log)
-
-    try:
-        result.samples = asyncio.run(main())
-    except Exception as e:  # unreachable, refused, no credentials: a not_run result that says so
-        return _not_run(result, f"the agent did not answer: {type(e).__name__}: {str(e)[:600]}")
-    summarize(result)
-    return result
-
-
 def _not_run(result: Result, why: str) -> Result:
     result.status = "not_run"
     result.notes.append(why)
@@ -204,8 +139,7 @@ def summarize(result: Result) -> None:
         result.medians[mode] = {
             key: rnd(median(s[key] for s in xs), 1)
             for key in ("first_text_ms", "last_text_ms", "first_audio_ms", "end_ms")
-        } | {"audio_s": rnd(median(s["audio_s"] for s in xs), 3), "runs": len(xs),
-             "first_audio_ms_mean": rnd(mean(s["first_audio_ms"] for s in xs), 1)}
+        } | {"audio_s": rnd(median(s["audio_s"] for s in xs), 3), "runs": len(xs)}
     bidi = result.medians["bidi"]["first_audio_ms"]
     batch = result.medians["batch"]["first_audio_ms"]
     speedup = round(batch / bidi, 3) if bidi and batch else None
@@ -213,10 +147,7 @@ def summarize(result: Result) -> None:
         s["first_audio_ms"] is not None and s["last_text_ms"] is not None and s["first_audio_ms"] < s["last_text_ms"]
         for s in result.samples if s["mode"] == "bidi"
     )
-    bidi_mean, batch_mean = result.medians["bidi"]["first_audio_ms_mean"], result.medians["batch"]["first_audio_ms_mean"]
     result.summary = {"bidi_first_audio_ms": bidi, "batch_first_audio_ms": batch, "speedup": speedup,
-                      "bidi_first_audio_ms_mean": bidi_mean, "batch_first_audio_ms_mean": batch_mean,
-                      "speedup_of_means": round(batch_mean / bidi_mean, 3) if bidi_mean and batch_mean else None,
                       "bidi_audio_before_last_text": before_last_text}
     result.target("bidi speedup in first audio", f"> 1x (AWS measured {AWS_REFERENCE_SPEEDUP}x locally)", speedup,
                   None if speedup is None else speedup > 1.0)
@@ -226,17 +157,14 @@ def body(data: dict[str, Any]) -> str:
     if data.get("status") == "not_run":
         return "**Not run.** " + " ".join(data["notes"])
     m, s = data["medians"], data["summary"]
-    rows = [[mode, v["first_text_ms"], v["last_text_ms"], v["first_audio_ms"], v.get("first_audio_ms_mean"), v["end_ms"],
-             v["audio_s"], v["runs"]] for mode, v in m.items()]
-    table = markdown_table(["mode", "first text ms", "last text ms", "first audio ms", "first audio ms (mean)",
-                            "turn ends ms", "audio s", "runs"], rows)
-    tps = data["config"]["tokens_per_second"]
-    model = f"scripted model at {tps:.0f} tokens/s" if tps else "the deployed agent's own model"
+    rows = [[mode, v["first_text_ms"], v["last_text_ms"], v["first_audio_ms"], v["end_ms"], v["audio_s"], v["runs"]]
+            for mode, v in m.items()]
+    table = markdown_table(["mode", "first text ms", "last text ms", "first audio ms", "turn ends ms", "audio s", "runs"], rows)
     return (
-        f"First audio through the agent ({data['config']['path']}; {model}): bidi **{s['bidi_first_audio_ms']} ms** vs "
-        f"batch **{s['batch_first_audio_ms']} ms** ({s['speedup']}x; AWS reports {data['config']['aws_reference_speedup']}x). "
-        f"Medians; means {s.get('bidi_first_audio_ms_mean')} vs {s.get('batch_first_audio_ms_mean')} ms "
-        f"({s.get('speedup_of_means')}x).\n\n{table}"
+        f"First audio through the agent ({data['config']['path']}; scripted model at "
+        f"{data['config']['tokens_per_second']:.0f} tokens/s): bidi **{s['bidi_first_audio_ms']} ms** vs batch "
+        f"**{s['batch_first_audio_ms']} ms** ({s['speedup']}x; AWS reports {data['config']['aws_reference_speedup']}x). "
+        f"Medians.\n\n{table}"
     )
 
 
