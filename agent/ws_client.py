@@ -86,11 +86,14 @@ class ContractSession:
     # -- client -> server ---------------------------------------------------------------------
     async def send(self, message: dict[str, Any]) -> None:
         """One JSON message, as a binary frame (or a text frame when the session was opened so)."""
+        await self.send_raw(encode(message))
+
+    async def send_raw(self, data: bytes) -> None:
+        """Bytes as they are, in the session's frame type (a benchmark's malformed input, say)."""
         from websockets.exceptions import ConnectionClosed
 
-        data = encode(message)
         try:
-            await self._ws.send(data.decode("utf-8") if self._text_frames else data)
+            await self._ws.send(data.decode("utf-8", errors="replace") if self._text_frames else data)
         except ConnectionClosed as exc:
             raise TTSError("connection_lost", f"send failed: {exc}", retryable=True) from exc
 

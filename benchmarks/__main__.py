@@ -1,4 +1,5 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, all.
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, all; and
+``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``).
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
 ``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
@@ -35,11 +36,12 @@ def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path) -> dict:
-    module = importlib.import_module(f"benchmarks.{name}")
+def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, **options) -> dict:
+    """Run one benchmark; ``options`` (e2e's deployed agent) pick ``benchmarks.e2e_deployed``."""
+    module = importlib.import_module(f"benchmarks.{name}" + ("_deployed" if options else ""))
     t0 = time.perf_counter()
     _log(f"== {name} ({'quick' if quick else 'full'}) ==")
-    result = module.run(quick=quick, model_dir=model_dir, log=_log)
+    result = module.run(quick=quick, model_dir=model_dir, log=_log, **options)
     result.config.setdefault("benchmark_wall_s", round(time.perf_counter() - t0, 1))
     data = results.write(
         result, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None), out_dir=out_dir, log=_log
@@ -68,6 +70,11 @@ def render(name: str, out_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["compare"]:  # its own options: targets by URL, nothing started here
+        from .compare import main as compare_main
+
+        return compare_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("name", choices=[*NAMES, "all"])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
@@ -80,7 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         "--render-only", action="store_true",
         help="rewrite <name>.md and .png from the existing <name>.json without running anything",
     )
+    parser.add_argument("--agent-url", default=None, help="e2e: a running agent app (nothing is started)")
+    parser.add_argument("--agent-runtime-arn", default=None,
+                        help="e2e: a Bedrock AgentCore runtime, through invoke_agent_runtime (nothing is started)")
+    parser.add_argument("--region", default=None, help="e2e: the AgentCore runtime's region (default: from the ARN)")
     args = parser.parse_args(argv)
+    deployed = {k: v for k, v in (("agent_url", args.agent_url), ("agent_runtime_arn", args.agent_runtime_arn),
+                                  ("region", args.region)) if v}
+    if deployed and args.name != "e2e":
+        parser.error("--agent-url, --agent-runtime-arn and --region are options of e2e")
     if args.out is None:
         # Quick runs never overwrite the full results the README quotes.
         args.out = results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR
@@ -96,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for name in names:
         try:
-            data = run_one(name, quick=args.quick, model_dir=model_dir, out_dir=args.out)
+            data = run_one(name, quick=args.quick, model_dir=model_dir, out_dir=args.out, **deployed)
             if data.get("status") != "ok":
                 failed.append(name)
         except KeyboardInterrupt:

@@ -11,10 +11,19 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import httpx
 
-from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed, TTSEvent
+from agent.messages import (
+    Answers,
+    AudioChunk,
+    SynthesisComplete,
+    SynthesisFailed,
+    Transport,
+    TTSEvent,
+    synthesis_request,
+)
 from agent.ws_client import ContractSession
 
 BYTES_PER_SECOND = 24_000 * 2  # s16le mono at 24 kHz
@@ -50,46 +59,67 @@ class Timing:
 
 class WsSession:
     """One open ``/invocations-bidirectional-stream`` session, through the contract client
-    (:class:`agent.ws_client.ContractSession`; messages as text frames).
+    (:class:`agent.ws_client.ContractSession`; messages as text frames unless ``frames="binary"``,
+    which is what SageMaker delivers).
 
     ``await session.synthesize([t1, t2, ...])`` sends every text at once (pipelined, as a sentence
     chunker would) and returns one :class:`Timing` per text once the last one completed; times are
     measured from the first send. Not safe to share between concurrent tasks.
     """
 
-    def __init__(self, url: str, *, voice: str | None = None, speed: float = 1.0):
+    def __init__(self, url: str, *, voice: str | None = None, speed: float = 1.0, api_key: str | None = None,
+                 frames: Literal["binary", "text"] = "text"):
         self.url, self.voice, self.speed = url, voice, speed
-        self._session: ContractSession | None = None
-        self._n = 0
+        self.api_key, self.frames = api_key, frames
+        self.session: ContractSession | None = None
+        self.burst: Burst | None = None
         self.connect_s: float | None = None
 
     async def __aenter__(self) -> WsSession:
         t0 = time.perf_counter()
-        self._session = await ContractSession.connect(self.url, frames="text", max_size=None)
+        self.session = await ContractSession.connect(self.url, api_key=self.api_key, frames=self.frames, max_size=None)
         self.connect_s = time.perf_counter() - t0
+        self.burst = Burst(self.session, voice=self.voice, speed=self.speed)
         return self
 
     async def __aexit__(self, *exc) -> None:
-        if self._session is not None:
-            await self._session.aclose()
-            self._session = None
+        if self.session is not None:
+            await self.session.aclose()
+            self.session = None
 
     async def synthesize(self, texts: list[str] | tuple[str, ...], *, raise_on_error: bool = True) -> list[Timing]:
-        session = self._session
-        if session is None:
+        if self.burst is None:
             raise RuntimeError("use `async with WsSession(...)`")
+        return await self.burst.synthesize(texts, raise_on_error=raise_on_error)
+
+
+class Burst:
+    """Pipelined requests over any duplex :class:`agent.messages.Transport` of the contract (the
+    WebSocket session, the SageMaker HTTP/2 stream): every text sent at once, then one
+    :class:`Timing` per text, times from the first send. One per session; not thread-safe."""
+
+    def __init__(self, transport: Transport, *, voice: str | None = None, speed: float = 1.0):
+        self.transport, self.voice, self.speed = transport, voice, speed
+        self.answers = Answers()
+        self._n = 0
+
+    async def synthesize(self, texts: list[str] | tuple[str, ...], *, raise_on_error: bool = True,
+                         voice: str | None = None) -> list[Timing]:
         ids = [f"bench-{self._n + i + 1}" for i in range(len(texts))]
         self._n += len(texts)
         timings = {rid: Timing(rid) for rid in ids}
         t0 = time.perf_counter()
         for text, rid in zip(texts, ids, strict=True):
-            await session.synthesize(text, rid, voice=self.voice, speed=self.speed)
+            self.answers.expect(rid, text)
+            await self.transport.send(synthesis_request(text, rid, voice=voice or self.voice, speed=self.speed))
         pending = set(ids)
         while pending:
-            event = await session.next_event()
-            if event is None:
+            frame = await self.transport.receive()
+            if frame is None:
                 raise RequestFailed(f"session closed with {len(pending)} requests unanswered")
-            _record(event, timings, pending, time.perf_counter() - t0, raise_on_error=raise_on_error)
+            event = self.answers.read(frame)
+            if event is not None:
+                _record(event, timings, pending, time.perf_counter() - t0, raise_on_error=raise_on_error)
         return [timings[rid] for rid in ids]
 
 

@@ -2,7 +2,8 @@
 under closed-loop load with micro-batching (the GPU benchmark; it runs on CPU too).
 
     python -m benchmarks.gpu [--device auto|cuda|cpu] [--dtype float32|float16|bfloat16|auto] [--quick] [--max-batch N]
-                             [--levels 1,8,32,128,256] [--requests-per-client N] [--onnx]
+                             [--levels 1,8,32,128,256] [--requests-per-client N] [--onnx] [--no-server]
+                             [--server-levels 1,4,16,64]
 
 1. Correctness: a batch of segments of different lengths, voices and speeds against each segment
    synthesised alone (deterministic mode): durations and lengths must be identical; the per-frame
@@ -15,7 +16,12 @@ under closed-loop load with micro-batching (the GPU benchmark; it runs on CPU to
    audio is its first audio: submit -> audio on the host), p50/p95. Requests are the 24 payload
    clips (one sentence each, ~2 s of audio: the size of a request's first segment).
 
-Writes ``benchmarks/results/gpu-<device>.{json,md}``. Offline: the model directory must hold the
+3. Through the server (unless ``--no-server``): ``compare`` against a local ``--backend torch`` server
+   in sequential and in concurrent mode on the same device and dtype (``benchmarks/gpu_server.py``).
+
+Writes ``benchmarks/results/gpu-<device>.{json,md}`` (device name, dtype — ``--dtype``, default
+``KOKORO_DTYPE`` — batch sizes, p50/p95 first audio by concurrency, audio-seconds per second, GPU
+memory) and ``gpu-<device>-server.{json,md,png}``. Offline: the model directory must hold the
 int8 ONNX (the checkpoint is rebuilt from it when missing) or an official ``kokoro-v1_0.pth``.
 """
 
@@ -165,8 +171,8 @@ def onnx_rtf(model_dir: Path, voices: Any, segments: list, threads: int | None) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "auto"], default="float32",
-                        help="precision, as KOKORO_DTYPE (auto: float16 on CUDA); float16 needs CUDA")
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "auto"], default=None,
+                        help="precision (default KOKORO_DTYPE, else auto: float16 on CUDA, float32 elsewhere)")
     parser.add_argument("--quick", action="store_true", help="a tiny run (levels 1,2,4; 2 requests each)")
     parser.add_argument("--levels", default=None, help="comma-separated concurrency levels")
     parser.add_argument("--requests-per-client", type=int, default=None)
@@ -174,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--onnx", action="store_true", help="also time the ONNX runtime on the same segments")
     parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--no-server", action="store_true", help="skip the measurement through the server")
+    parser.add_argument("--server-levels", default=None, help="the server sweep's levels (default 1,4,16,64; --quick 1,2)")
     parser.add_argument("--out", type=Path, default=results.RESULTS_DIR)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -189,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     from backends.voices import VoiceStore
 
     model_dir = args.model_dir or BackendConfig().model_dir or default_model_dir()
+    args.dtype = args.dtype or BackendConfig().dtype
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
     levels = (
@@ -235,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     mixed = [
         Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=v, speed=s)
         for t, v, s in zip(
-            CLIPS[: (3 if args.quick else 8)],
+            CLIPS[: (2 if args.quick else 8)],
             ["jm_kumo", "jf_alpha", "jf_nezumi"] * 3,
             [1.0, 1.2, 0.9] * 3,
             strict=False,
@@ -276,6 +285,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not cuda:
         result.notes.append("CPU run: the throughput goal applies to a GPU; recorded for comparison only")
+    result.config["gpu_memory_mib"] = _gpu_memory(torch) if cuda else None
+    if not args.no_server:
+        del synth  # the servers load their own copies
+        if cuda:
+            torch.cuda.empty_cache()
+        from . import gpu_server
+
+        server_levels = tuple(int(x) for x in args.server_levels.split(",")) if args.server_levels else None
+        result.summary["server"] = gpu_server.measure(
+            device=device, dtype=args.dtype, quick=args.quick, model_dir=model_dir, out_dir=args.out,
+            stem=result.benchmark, levels=server_levels, log=_log)
     data = results.write(
         result, title=f"PyTorch runtime on {device_name}", body=_body, out_dir=args.out, log=_log
     )
@@ -309,7 +329,22 @@ def _body(data: dict[str, Any]) -> str:
     ]
     if "onnx" in data["summary"]:
         text.append(f"ONNX runtime on the same segments: RTF {data['summary']['onnx']['rtf']}.")
+    c = data["config"]
+    text.insert(0, f"Device: {c['device_name']} ({c['device']}), dtype {c['dtype']}, max batch {c['max_batch']}; "
+                   f"GPU memory (MiB): {c.get('gpu_memory_mib') or 'n/a (CPU)'}.\n")
+    if "server" in data["summary"]:
+        from .gpu_server import body_lines
+
+        text += body_lines(data["summary"]["server"])
     return "\n".join(text)
+
+
+def _gpu_memory(torch: Any) -> dict[str, float]:
+    """What this process held on the GPU at its peak, and the device's total (MiB)."""
+    mib = 1 << 20
+    return {"max_allocated": round(torch.cuda.max_memory_allocated() / mib, 1),
+            "max_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
+            "device_total": round(torch.cuda.get_device_properties(0).total_memory / mib, 1)}
 
 
 if __name__ == "__main__":

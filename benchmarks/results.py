@@ -42,6 +42,12 @@ def median(values: Iterable[float | None]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def mean(values: Iterable[float | None]) -> float | None:
+    """The mean of the values that exist (AWS's write-ups report means; the suite reports both)."""
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
 def rnd(x: float | None, digits: int = 1) -> float | None:
     return None if x is None else round(x, digits)
 
@@ -248,8 +254,10 @@ def write(
     plot: Callable[[dict[str, Any], Path], None] | None = None,
     out_dir: Path = RESULTS_DIR,
     log=print,
+    stem: str | None = None,
 ) -> dict[str, Any]:
-    """Write ``<name>.json``, ``<name>.md`` and (with ``plot``) ``<name>.png``; returns the dict."""
+    """Write ``<name>.json``, ``<name>.md`` and (with ``plot``) ``<name>.png`` (``stem`` instead of the
+    benchmark's name where given); returns the dict."""
     data = result.to_dict()
     problems = validate(data)
     if problems:
@@ -258,7 +266,7 @@ def write(
         data["notes"].append("matplotlib is not installed: no PNG")
         plot = None
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = result.benchmark
+    name = stem or result.benchmark
     (out_dir / f"{name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     (out_dir / f"{name}.md").write_text(markdown_doc(data, title, body(data)))
     written = [f"{name}.json", f"{name}.md"]

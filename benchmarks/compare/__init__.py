@@ -1,0 +1,118 @@
+"""``python -m benchmarks compare``: any running TTS deployments side by side, on identical work.
+
+    python -m benchmarks compare --target NAME=URL [--target NAME=URL ...] [--voice V] [--api-key K]
+                                 [--quick] [--out FILE.json] [--pid NAME=PID]
+
+URL forms and clients: :mod:`benchmarks.compare.targets`; the rows measured: :mod:`.rows`; the
+figures and files: :mod:`.report`. Writes ``FILE.json`` (every sample), ``FILE.md`` (targets side
+by side, each figure's ratio to the first target) and ``FILE.png``; by default
+``benchmarks/results/compare.*`` (``--quick``: ``benchmarks/results/quick/``). Exit status 1 when a
+target could not be reached at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import results
+from . import report
+from .bidi import SageMakerBidiClient, WsClient
+from .http import InvocationsClient, OpenAIClient, SageMakerInvocationsClient
+from .rows import Plan, Runner
+from .targets import Target, parse_target
+
+TITLE = "Compare: TTS deployments side by side"
+DEFAULT_VOICE = "jm_kumo"
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+CLIENTS = {"ws": WsClient, "sagemaker": SageMakerBidiClient, "invocations": InvocationsClient,
+           "openai": OpenAIClient, "sagemaker-invocations": SageMakerInvocationsClient}
+
+
+def open_client(target: Target, *, api_key: str | None = None, timeout_s: float = 120.0) -> Any:
+    """The client for ``target``'s protocol (nothing is connected until it is used)."""
+    return CLIENTS[target.kind](target, api_key=api_key, timeout_s=timeout_s)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks compare", description=__doc__.split("\n")[0])
+    p.add_argument("--target", action="append", required=True, metavar="NAME=URL",
+                   help="ws://host:port, http://host:port/invocations, openai+http://host:port/v1, "
+                        "sagemaker://ENDPOINT?region=R, sagemaker+invocations://ENDPOINT?region=R; "
+                        "append #voice=V for a voice of its own")
+    p.add_argument("--voice", default=DEFAULT_VOICE, help=f"voice for every target (default {DEFAULT_VOICE})")
+    p.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer K' to HTTP and WebSocket targets")
+    p.add_argument("--quick", action="store_true", help="2 rounds, sweep levels 1 and 4, 2 requests per client")
+    p.add_argument("--runs", type=int, default=None, help="rounds of rows 1-3 (default 5; --quick 2)")
+    p.add_argument("--levels", default=None, help="sweep levels, e.g. 1,2,4,8 (default; --quick 1,4)")
+    p.add_argument("--requests-per-client", type=int, default=None, help="sweep requests per client (default 4; --quick 2)")
+    p.add_argument("--over-limit-chars", type=int, default=6000,
+                   help="length of the over-the-limit text of row 6 (default 6000; this server's limit is 5000)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds any one request may take")
+    p.add_argument("--pid", action="append", default=[], metavar="NAME=PID",
+                   help="the process of a local target, for its resident memory")
+    p.add_argument("--out", type=Path, default=None, help="result file FILE.json (FILE.md and FILE.png beside it)")
+    return p.parse_args(argv)
+
+
+def build_plan(args: argparse.Namespace) -> Plan:
+    levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else ((1, 4) if args.quick else (1, 2, 4, 8))
+    pids = {}
+    for spec in args.pid:
+        name, _, pid = spec.partition("=")
+        pids[name] = int(pid)
+    return Plan(runs=args.runs or (2 if args.quick else 5), levels=levels,
+                per_client=args.requests_per_client or (2 if args.quick else 4),
+                over_limit_chars=args.over_limit_chars, pids=pids)
+
+
+async def measure(targets: list[Target], plan: Plan, *, api_key: str | None, timeout_s: float) -> Runner:
+    clients = {t.name: open_client(t, api_key=api_key, timeout_s=timeout_s) for t in targets}
+    runner = Runner(clients, plan, log=_log)
+    try:
+        await runner.run()
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    return runner
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> results.Result:
+    targets = [parse_target(spec, default_voice=args.voice) for spec in args.target]
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"target names must differ: {names}")
+    plan = build_plan(args)
+    result = results.Result("compare", args.quick, results.shown_command(["python", "-m", "benchmarks", "compare", *argv]))
+    result.config.update(targets=[t.to_dict() for t in targets], runs=plan.runs, levels=list(plan.levels),
+                         per_client=plan.per_client, over_limit_chars=plan.over_limit_chars,
+                         pids=plan.pids, timeout_s=args.timeout)
+    t0 = time.perf_counter()
+    runner = asyncio.run(measure(targets, plan, api_key=args.api_key, timeout_s=args.timeout))
+    result.config["benchmark_wall_s"] = round(time.perf_counter() - t0, 1)
+    result.samples = runner.samples
+    result.summary = report.summarize(runner.samples, names)
+    if runner.unreachable:
+        result.summary["_unreachable"] = dict(runner.unreachable)
+    result.medians = {"side_by_side": report.side_by_side({n: result.summary[n] for n in names})}
+    result.notes.append("means beside medians: AWS's write-ups report means")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    result = run(args, argv)
+    out: Path = args.out or (results.RESULTS_DIR / ("quick" if args.quick else "") / "compare.json")
+    data: dict[str, Any] = results.write(result, title=TITLE, body=report.body, plot=report.plot,
+                                         out_dir=out.parent, stem=out.name.removesuffix(".json"), log=_log)
+    return 1 if data["summary"].get("_unreachable") else 0

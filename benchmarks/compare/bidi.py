@@ -1,0 +1,178 @@
+"""The bidirectional contract's clients for ``compare``: :class:`WsClient` (``ws://``/``wss://``,
+through the one contract client, :class:`agent.ws_client.ContractSession`, binary frames as
+SageMaker sends them) and :class:`SageMakerBidiClient` (``sagemaker://``, the endpoint's HTTP/2
+bidirectional stream through :class:`agent.sagemaker_transport.SageMakerConnector`).
+
+Both pipeline: a burst of requests goes out at once on one session and is answered in order
+(:class:`benchmarks.clients.Burst`). Everything runs on the caller's event loop; every wait is
+bounded by the client's ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agent.messages import (
+    AudioChunk,
+    SynthesisComplete,
+    SynthesisFailed,
+    TTSError,
+    cancel_message,
+    synthesis_request,
+)
+from agent.ws_client import ContractSession, ws_url
+
+from ..clients import Burst, RequestFailed, Timing
+from .http import HealthProbe, http_base
+from .targets import UNKNOWN_VOICE, Target, Unsupported
+
+PROBE = "probe"
+INVALID_JSON = b'{"text": "an unterminated string'
+
+
+class BidiSession:
+    """One open session; ``request(texts)`` pipelines them (one :class:`Timing` each)."""
+
+    def __init__(self, transport: Any, *, voice: str | None, timeout_s: float):
+        self.transport = transport
+        self.voice = voice
+        self.burst = Burst(transport, voice=voice)
+        self.timeout_s = timeout_s
+
+    async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
+        return await asyncio.wait_for(self.burst.synthesize(texts, raise_on_error=False), self.timeout_s)
+
+
+class _BidiClient:
+    pipelines = True
+
+    def __init__(self, target: Target, *, api_key: str | None = None, timeout_s: float = 120.0):
+        self.target, self.api_key, self.timeout_s = target, api_key, timeout_s
+
+    async def _open(self) -> Any:
+        raise NotImplementedError
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[BidiSession]:
+        transport = await self._open()
+        try:
+            yield BidiSession(transport, voice=self.target.voice, timeout_s=self.timeout_s)
+        finally:
+            with contextlib.suppress(Exception):
+                await transport.aclose()
+
+    async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
+        """What the target answers to one malformed request, and whether the session's next normal
+        request still gets audio (on a fresh session when the server closed this one)."""
+        async with self.session() as s:
+            answer = await asyncio.wait_for(_probe(s, case, text), self.timeout_s)
+            nxt = await _next(s, next_text)
+        fresh = False
+        if nxt.error and answer.startswith("session closed"):
+            fresh = True
+            async with self.session() as s:
+                nxt = await _next(s, next_text)
+        return {"answer": answer, "next_ok": nxt.error is None and nxt.audio_bytes > 0, "next_error": nxt.error,
+                "next_on_new_session": fresh}
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _next(s: BidiSession, text: str) -> Timing:
+    try:
+        return (await s.request([text]))[0]
+    except (TTSError, RequestFailed, TimeoutError) as exc:
+        return Timing("next", error=f"{type(exc).__name__}: {exc}")
+
+
+async def _probe(s: BidiSession, case: str, text: str) -> str:
+    answers = s.burst.answers
+    if case == "invalid_json":
+        send_raw = getattr(s.transport, "send_raw", None)
+        if send_raw is None:
+            raise Unsupported("this transport only sends JSON objects")
+        await send_raw(INVALID_JSON)
+    else:
+        voice = UNKNOWN_VOICE if case == "unknown_voice" else s.voice
+        answers.expect(PROBE, text)
+        await s.transport.send(synthesis_request(text, PROBE, voice=voice))
+    try:
+        return await _answer(s)
+    except TTSError as exc:
+        return f"session closed: {exc.code} ({exc.message[:120]})"
+
+
+async def _answer(s: BidiSession) -> str:
+    """The first thing the server says about the probe; audio is cancelled and drained."""
+    audio = 0
+    while True:
+        frame = await s.transport.receive()
+        if frame is None:
+            return "session closed by the server"
+        event = s.burst.answers.read(frame)
+        if isinstance(event, SynthesisFailed):
+            if audio:
+                return f"accepted: audio streamed ({audio} bytes), then cancelled by the client"
+            return f"error {event.code}: {event.message[:160]}"
+        if isinstance(event, SynthesisComplete):
+            return f"accepted: completed with {event.audio_duration_s} s of audio"
+        if isinstance(event, AudioChunk) and not audio:
+            audio += len(event.pcm)
+            await s.transport.send(cancel_message(PROBE))
+
+
+class WsClient(_BidiClient):
+    """``ws://``/``wss://``: the contract over WebSocket; ``health()`` is ``GET /ping``."""
+
+    _health: HealthProbe | None = None
+
+    @property
+    def url(self) -> str:
+        return ws_url(self.target.url)
+
+    async def _open(self) -> ContractSession:
+        return await ContractSession.connect(self.url, api_key=self.api_key, frames="binary", max_size=None,
+                                             open_timeout=min(self.timeout_s, 30.0))
+
+    async def health(self) -> tuple[str, int, float]:
+        if self._health is None:
+            self._health = HealthProbe(http_base(self.url), ("/ping",), api_key=self.api_key)
+        return await self._health()
+
+    async def aclose(self) -> None:
+        if self._health is not None:
+            await self._health.aclose()
+
+
+class SageMakerBidiClient(_BidiClient):
+    """``sagemaker://ENDPOINT?region=R``: one SDK client (one HTTP/2 connection pool), one stream
+    per session. Without the SDK (Python < 3.12, or not installed) every row is unsupported."""
+
+    def __init__(self, target: Target, **kwargs: Any):
+        super().__init__(target, **kwargs)
+        self._connector: Any = None
+
+    async def _open(self) -> Any:
+        from agent.sagemaker_transport import SageMakerConnector
+
+        if not self.target.region:
+            raise Unsupported("sagemaker:// needs ?region=R")
+        if self._connector is None:
+            self._connector = SageMakerConnector(self.target.host, self.target.region)
+        try:
+            return await self._connector.open()
+        except TTSError as exc:
+            if exc.code == "sdk_unavailable":
+                raise Unsupported(exc.message) from exc
+            raise
+
+    async def health(self) -> tuple[str, int, float]:
+        raise Unsupported("SageMaker does not expose the container's /ping to clients")
+
+    async def aclose(self) -> None:
+        if self._connector is not None:
+            await self._connector.aclose()

@@ -1,0 +1,205 @@
+"""``compare``'s figures: per-target summaries of the samples (medians beside means — AWS reports
+means), the Markdown with the targets side by side and each figure's ratio to the first target, and
+the PNG (first audio of rows 1-3; first audio and audio-seconds per second by concurrency).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from ..results import markdown_table, rnd
+from .rows import ROWS
+from .targets import BAD_CASES
+
+REQUEST_ROWS = {"one_sentence": "1. one sentence", "paragraph": "2. paragraph whole",
+                "sentences": "3. paragraph by sentence"}
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"median": None, "mean": None}
+    return {"median": rnd(statistics.median(vals)), "mean": rnd(statistics.fmean(vals))}
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return rnd(float(np.percentile(values, q))) if values else None
+
+
+def _not_measured(xs: list[dict[str, Any]]) -> dict[str, str] | None:
+    """``{"unsupported": why}`` / ``{"error": why}`` when no sample of a row has figures."""
+    if any("unsupported" not in s and "error" not in s for s in xs):
+        return None
+    if not xs:
+        return {"error": "not run"}
+    first = xs[0]
+    return {"unsupported": first["unsupported"]} if "unsupported" in first else {"error": first["error"]}
+
+
+def _request_row(xs: list[dict[str, Any]]) -> dict[str, Any]:
+    bad = _not_measured(xs)
+    if bad:
+        return bad
+    ok = [s for s in xs if "first_audio_ms" in s]
+    return {"first_audio_ms": _stats([s["first_audio_ms"] for s in ok]), "total_ms": _stats([s["total_ms"] for s in ok]),
+            "audio_s": rnd(statistics.median(s["audio_s"] for s in ok), 3), "pipelined": ok[0]["pipelined"],
+            "runs": len(ok), "failed_runs": len(xs) - len(ok)}
+
+
+def _sweep_level(s: dict[str, Any]) -> dict[str, Any]:
+    if "unsupported" in s or "error" in s:
+        return {k: s[k] for k in ("unsupported", "error") if k in s}
+    fa = s["first_audio_ms"]
+    return {"first_audio_ms_p50": _pct(fa, 50), "first_audio_ms_p95": _pct(fa, 95),
+            "first_audio_ms_max": rnd(max(fa)) if fa else None, "first_audio_ms_mean": rnd(statistics.fmean(fa)) if fa else None,
+            "audio_s_per_s": rnd(s["audio_s"] / s["wall_s"], 2) if s["wall_s"] else None,
+            "requests": s["requests"], "errors": s["errors"], "rss_mib": s.get("rss_mib")}
+
+
+def _health(xs: list[dict[str, Any]]) -> dict[str, Any]:
+    bad = _not_measured(xs)
+    if bad:
+        return bad
+    polls = [p for s in xs for p in s.get("polls", [])]
+    ms = [p["ms"] for p in polls if "ms" in p]
+    return {"route": next((p["route"] for p in polls if "route" in p), None), "polls": len(polls),
+            "median_ms": _stats(ms)["median"], "mean_ms": _stats(ms)["mean"], "p95_ms": _pct(ms, 95),
+            "max_ms": rnd(max(ms)) if ms else None,
+            "not_200": sum(1 for p in polls if p.get("status") != 200)}
+
+
+def summarize(samples: list[dict[str, Any]], names: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        mine = [s for s in samples if s["target"] == name]
+        by_row = {row: [s for s in mine if s["row"] == row] for row in ROWS}
+        summary: dict[str, Any] = {row: _request_row(by_row[row]) for row in REQUEST_ROWS}
+        summary["sweep"] = {str(s["concurrency"]): _sweep_level(s) for s in by_row["sweep"]}
+        summary["health"] = _health(by_row["health"])
+        summary["bad_input"] = {s["case"]: {k: s[k] for k in ("answer", "next_ok", "next_error", "unsupported", "error",
+                                                            "next_on_new_session") if k in s}
+                                for s in by_row["bad_input"]}
+        rss = [lv.get("rss_mib") for lv in summary["sweep"].values() if lv.get("rss_mib")]
+        summary["rss_mib_max"] = max(rss) if rss else None
+        out[name] = summary
+    return out
+
+
+def figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """One target's numbers as ``label -> value`` (a string where a row was not measured)."""
+    flat: dict[str, Any] = {}
+    for row, label in REQUEST_ROWS.items():
+        r = summary[row]
+        for key, what in (("first_audio_ms", "first audio ms"), ("total_ms", "total ms")):
+            for stat in ("median", "mean"):
+                flat[f"{label}: {what} ({stat})"] = _why(r) or r[key][stat]
+    for level, lv in summary["sweep"].items():
+        for key, what in (("first_audio_ms_p50", "first audio p50 ms"), ("first_audio_ms_p95", "p95 ms"),
+                          ("first_audio_ms_max", "max ms"), ("first_audio_ms_mean", "mean ms"),
+                          ("audio_s_per_s", "audio-s per s"), ("errors", "errors")):
+            flat[f"4. {level} clients: {what}"] = _why(lv) or lv[key]
+    h = summary["health"]
+    flat["5. health route"] = _why(h) or h["route"]
+    for key, what in (("median_ms", "median ms"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("max_ms", "max ms"),
+                      ("not_200", "answers other than 200")):
+        flat[f"5. health during the sweep: {what}"] = _why(h) or h[key]
+    flat["server RSS MiB (max over the sweep)"] = summary["rss_mib_max"]
+    return flat
+
+
+def _why(r: dict[str, Any]) -> str | None:
+    if "unsupported" in r:
+        return "unsupported"
+    if "error" in r:
+        return "failed"
+    return None
+
+
+def ratio(value: Any, base: Any) -> float | None:
+    """``value / base`` for two numbers (``None`` otherwise, or when ``base`` is 0)."""
+    number = (int, float)
+    if isinstance(value, number) and isinstance(base, number) and not isinstance(value, bool) and base:
+        return round(value / base, 2)
+    return None
+
+
+def side_by_side(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``label -> {target: {"value", "ratio"}}``, ratios against the first target."""
+    names = list(summaries)
+    flats = {n: figures(summaries[n]) for n in names}
+    labels = list(dict.fromkeys(label for n in names for label in flats[n]))
+    return {label: {n: {"value": flats[n].get(label), "ratio": ratio(flats[n].get(label), flats[names[0]].get(label))}
+                    for n in names} for label in labels}
+
+
+def body(data: dict[str, Any]) -> str:
+    names = [t["name"] for t in data["config"]["targets"]]
+    table = data["medians"]["side_by_side"]
+
+    def cell(entry: dict[str, Any], first: bool) -> Any:
+        v = entry["value"]
+        if v is None or isinstance(v, str) or first or entry["ratio"] is None:
+            return v
+        return f"{v:,.1f} ({entry['ratio']}x)" if isinstance(v, float) else f"{v} ({entry['ratio']}x)"
+
+    rows = [[label] + [cell(cells[n], i == 0) for i, n in enumerate(names)] for label, cells in table.items()]
+    targets = "\n".join(f"- **{t['name']}**: `{t['url']}` ({t['kind']}, voice {t['voice'] or 'default'})"
+                        for t in data["config"]["targets"])
+    bad_rows = [[case] + [_bad_cell(data["summary"][n]["bad_input"].get(case, {})) for n in names] for case in BAD_CASES]
+    reasons = sorted({f"{n}: {row} — {r['unsupported']}" for n in names for row, r in data["summary"][n].items()
+                      if isinstance(r, dict) and "unsupported" in r})
+    unreachable = [f"{n}: {why}" for n, why in data["summary"].get("_unreachable", {}).items()]
+    parts = [
+        f"The same work on every target, in interleaved rounds ({data['config']['runs']} rounds of rows 1-3; "
+        f"sweep levels {data['config']['levels']}, {data['config']['per_client']} requests per client). "
+        f"Times in ms from the request leaving this client; each figure's ratio to **{names[0]}** in brackets.",
+        "", targets, "", markdown_table(["figure", *names], rows), "",
+        "6. Bad input — what each target answers, and whether its next normal request still works:", "",
+        markdown_table(["input", *names], bad_rows),
+    ]
+    if reasons:
+        parts += ["", "Unsupported:", ""] + [f"- {r}" for r in reasons]
+    if unreachable:
+        parts += ["", "Unreachable:", ""] + [f"- {u}" for u in unreachable]
+    return "\n".join(parts)
+
+
+def _bad_cell(r: dict[str, Any]) -> str:
+    if "unsupported" in r:
+        return f"unsupported: {r['unsupported']}"
+    if "error" in r:
+        return f"failed: {r['error'][:120]}"
+    if not r:
+        return "—"
+    nxt = "next request OK" if r["next_ok"] else f"next request FAILED ({r.get('next_error')})"
+    return f"{r['answer'][:120]}; {nxt}".replace("|", "/").replace("\n", " ")
+
+
+def plot(data: dict[str, Any], path: Any) -> None:
+    import matplotlib.pyplot as plt
+
+    names = [t["name"] for t in data["config"]["targets"]]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    width = 0.8 / max(len(names), 1)
+    for i, n in enumerate(names):
+        vals = [(data["summary"][n][row].get("first_audio_ms") or {}).get("median") or 0 for row in REQUEST_ROWS]
+        ax1.bar(np.arange(len(REQUEST_ROWS)) + i * width, vals, width, label=n)
+        sweep = data["summary"][n]["sweep"]
+        levels = [int(k) for k, v in sweep.items() if v.get("first_audio_ms_p50") is not None]
+        ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p50"] for k in levels], marker="o", label=f"{n} p50")
+        ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p95"] for k in levels], marker="x", linestyle="--",
+                 label=f"{n} p95")
+    ax1.set_xticks(np.arange(len(REQUEST_ROWS)) + width * (len(names) - 1) / 2, list(REQUEST_ROWS.values()), fontsize=8)
+    ax1.set_ylabel("first audio, ms (median)")
+    ax1.legend(fontsize=8)
+    ax2.set_xlabel("concurrent clients")
+    ax2.set_ylabel("first audio, ms")
+    ax2.set_xscale("log", base=2)
+    ax2.legend(fontsize=7)
+    fig.suptitle(data["command"], fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

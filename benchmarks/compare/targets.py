@@ -1,0 +1,86 @@
+"""Targets of ``python -m benchmarks compare``: ``NAME=URL[#voice=V]`` parsed into a :class:`Target`,
+(the clients that speak each protocol: :mod:`.bidi`, :mod:`.http`; :func:`benchmarks.compare.open_client`).
+
+URL forms:
+
+* ``ws://host:port[/path]`` / ``wss://…`` — the bidirectional contract over WebSocket (path
+  ``/invocations-bidirectional-stream`` when none is given), messages as binary frames, the way
+  SageMaker delivers them to a container;
+* ``http(s)://host:port/invocations`` — the streamed ``POST /invocations`` contract;
+* ``openai+http(s)://host:port/v1`` — the OpenAI speech API (``/audio/speech``, ``response_format=pcm``,
+  streamed), how Kokoro-FastAPI and most Kokoro servers are reached;
+* ``sagemaker://ENDPOINT?region=R`` — a SageMaker endpoint's HTTP/2 bidirectional stream (the
+  ``aws-sdk-sagemaker-runtime-http2`` SDK, Python >= 3.12);
+* ``sagemaker+invocations://ENDPOINT?region=R`` — ``InvokeEndpointWithResponseStream`` through boto3.
+
+Every client offers the same four things: ``session()`` (an async context manager whose
+``request(texts)`` returns one :class:`benchmarks.clients.Timing` per text, times from the first
+send), ``health()``, ``bad_input(case)`` and ``aclose()``. Anything a protocol cannot do raises
+:class:`Unsupported` with the reason, which the benchmark reports for that row instead of failing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+KINDS = {
+    "ws": "ws", "wss": "ws", "http": "invocations", "https": "invocations",
+    "openai+http": "openai", "openai+https": "openai",
+    "sagemaker": "sagemaker", "sagemaker+invocations": "sagemaker-invocations",
+}
+#: The kinds of malformed input row 6 sends, in order.
+BAD_CASES = ("invalid_json", "whitespace_text", "unknown_voice", "over_limit")
+UNKNOWN_VOICE = "no_such_voice_xx"
+
+
+class Unsupported(Exception):
+    """The target's protocol cannot do what a row asks (the message says why)."""
+
+
+@dataclass
+class Target:
+    """One ``NAME=URL`` of the command line; ``url`` without the ``#voice=`` fragment."""
+
+    name: str
+    url: str
+    kind: str
+    voice: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        """The endpoint name of a SageMaker target, else ``host:port``."""
+        return urlsplit(self.url).netloc
+
+    @property
+    def region(self) -> str | None:
+        return self.options.get("region")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "url": self.url, "kind": self.kind, "voice": self.voice}
+
+
+def parse_target(spec: str, *, default_voice: str | None = None) -> Target:
+    """``NAME=URL[#voice=V]`` -> :class:`Target` (``ValueError`` with the accepted forms when not)."""
+    name, sep, url = spec.partition("=")
+    if not sep or not name or not url:
+        raise ValueError(f"--target wants NAME=URL, not {spec!r}")
+    url, _, fragment = url.partition("#")
+    frag = parse_qs(fragment)
+    scheme = urlsplit(url).scheme
+    if scheme not in KINDS:
+        raise ValueError(f"{name}: unknown URL scheme {scheme!r}; use one of {', '.join(KINDS)}")
+    kind = KINDS[scheme]
+    if kind == "invocations" and not urlsplit(url).path.rstrip("/").endswith("/invocations"):
+        url = url.rstrip("/") + "/invocations"
+    options = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+    voice = frag.get("voice", [default_voice])[-1]
+    return Target(name=name, url=url, kind=kind, voice=voice, options=options)
+
+
+def over_limit_text(chars: int) -> str:
+    """A text of ``chars`` characters made of whole sentences (what a runaway reply looks like)."""
+    sentence = "This sentence repeats until the request is longer than the server accepts. "
+    return (sentence * (chars // len(sentence) + 1))[:chars]
