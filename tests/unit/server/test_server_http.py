@@ -49,11 +49,11 @@ def test_buffered_wav_carries_real_sizes(make_client):
 @pytest.mark.parametrize(
     ("body", "accept", "content_type"),
     [
-        ({"format": "pcm"}, None, "audio/L16; rate=24000; channels=1"),
-        ({"format": "pcm", "sample_rate": 16000}, None, "audio/L16; rate=16000; channels=1"),
+        ({"format": "pcm"}, None, "audio/pcm; rate=24000; channels=1"),
+        ({"format": "pcm", "sample_rate": 16000}, None, "audio/pcm; rate=16000; channels=1"),
         ({"format": "mp3"}, None, "audio/mpeg"),
         ({}, "audio/mpeg", "audio/mpeg"),
-        ({}, "audio/L16", "audio/L16; rate=24000; channels=1"),
+        ({}, "audio/L16", "audio/pcm; rate=24000; channels=1"),
         ({}, "*/*", "audio/wav"),
     ],
 )
