@@ -76,19 +76,19 @@ class OpenAIRoutes:
             ids.add(name)
         return ids
 
-    async def _params(self, request: Request) -> SpeechParams:
+    async def _params(self, request: Request, job: Synthesis) -> SpeechParams:
+        job.request_id = request_id_of(request)  # the x-request-id answered, in the logs from here on
         body = decode_json(await read_body(request, self.settings.max_message_bytes))  # 400 invalid_json
         catalog = self.backend.voices
         return parse_speech(body, model_ids=self._model_ids(), voices={*catalog.names(), *catalog.aliases})
 
     async def _open(self, p: SpeechParams, request: Request, job: Synthesis) -> AudioChunk:
-        job.request_id = request_id_of(request)
         req = SynthesisRequest(text=p.input, voice=p.voice, speed=p.speed, lang=p.lang, request_id=job.request_id)
         return await job.open(req, gone=lambda: wait_disconnect(request))
 
     # -- POST /v1/audio/speech ------------------------------------------------------------------
     async def speech(self, request: Request, job: Synthesis) -> Response:
-        p = await self._params(request)
+        p = await self._params(request, job)
         encoder = job.use_encoder(p.format, p.sample_rate)
         first = await self._open(p, request, job)
         headers = {"X-Sample-Rate": str(encoder.sample_rate), "Cache-Control": "no-store"}
@@ -98,7 +98,7 @@ class OpenAIRoutes:
 
     # -- POST /v1/audio/speech/timed ------------------------------------------------------------
     async def speech_timed(self, request: Request, job: Synthesis) -> Response:
-        p = await self._params(request)
+        p = await self._params(request, job)
         info = self.backend.info
         if not info.capabilities.word_timings:
             raise Unsupported(
