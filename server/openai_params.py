@@ -11,13 +11,19 @@ Pure functions, no I/O (the routes are in ``server.openai_api``):
 * :func:`parse_speech` — validates a ``POST /v1/audio/speech`` body.
 
 Speed: OpenAI's range, 0.25–4.0, is accepted and clamped to Kokoro's 0.5–2.0 (what
-``/invocations`` accepts). Measured with the ONNX runtime on four sentences (``jm_kumo``): slower
-than 1.0 the audio lengthens in proportion (0.25 gives 4.0x the length), but below 0.5 the words
-blur — a speech recogniser (pocketsphinx) recovers 68% of the words at 0.5, 54% at 0.4 and 24% at
-0.25 (88% at 1.0). Faster than 2.0 the model's durations hit their floor of one frame per phoneme:
-2.0 is 1.84x shorter than 1.0, 3.0 only 2.2x and 4.0 2.3x, while the words run together (the
-recogniser: 20% at 2.0, 15% at 3.0, 12% at 4.0). So 4.0 sounds like 2.0 (the same audio), and
-0.25 like 0.5.
+``/invocations`` accepts). Measured with the ONNX runtime on four sentences (``jm_kumo``), audio
+length against speed, and a speech recogniser (pocketsphinx) as the listener:
+
+* slower than 1.0 the audio lengthens in proportion (0.25 gives 4.0x the length), but the words
+  blur: the recogniser recovers 88% of the words at 1.0, 68% at 0.5, 54% at 0.4 and 24% at 0.25;
+* faster than 1.0 the model's durations shrink until they reach their floor of one frame per
+  phoneme: 2.0 is 1.84x shorter than 1.0, but 3.0 only 2.2x and 4.0 2.3x, so past 2.0 the speed
+  barely changes while the words run together (the recogniser: 46% at 1.5, 20% at 2.0, 15% at
+  3.0, 12% at 4.0).
+
+So 4.0 gives the same audio as 2.0 and 0.25 the same as 0.5. 2.0 stays the top (Kokoro's
+documented range, where the length still follows the speed); for the clearest fast speech keep to
+1.5 or less.
 
 Voices: a loaded voice, an alias (``KOKORO_VOICE_ALIASES``), a blend ``a(2)+b(1)``, or
 ``{"id": ...}``. OpenAI's built-in names (alloy, nova, ...) that are neither loaded voices nor
