@@ -19,13 +19,16 @@ FFmpeg's encoders via PyAV):
 =======  ======================================  =================================================
 format   content type                            stream
 =======  ======================================  =================================================
-pcm      ``audio/L16; rate=R; channels=1``       raw s16le mono (no header)
+pcm      ``audio/pcm; rate=R; channels=1``       raw s16le mono (no header)
 wav      ``audio/wav``                           streaming RIFF header, then s16le
 mp3      ``audio/mpeg``                          MPEG layer III, 64 kb/s CBR (lameenc)
 opus     ``audio/ogg; codecs=opus``              Opus in Ogg, 32 kb/s, 100 ms pages (PyAV)
 aac      ``audio/aac``                           AAC-LC in ADTS, 64 kb/s (PyAV)
 flac     ``audio/flac``                          FLAC, 16 bit, whole file at flush (see below)
 =======  ======================================  =================================================
+
+Raw PCM is labelled ``audio/pcm`` (as other OpenAI-compatible servers do), never ``audio/L16``:
+RFC 2586 defines L16 as big-endian, and these samples are little-endian.
 
 Opus only codes 8/12/16/24/48 kHz and every Opus decoder outputs 48 kHz; 22050 and 44100 are
 coded at 48 kHz. ``Encoder.sample_rate`` is the rate the stream actually carries.
@@ -194,7 +197,7 @@ class PcmEncoder(_BaseEncoder):
 
     def __init__(self, sample_rate: int, input_rate: int = SAMPLE_RATE):
         super().__init__(sample_rate, input_rate)
-        self.content_type = f"audio/L16; rate={self.sample_rate}; channels=1"
+        self.content_type = f"audio/pcm; rate={self.sample_rate}; channels=1"
 
     def _encode(self, audio: np.ndarray) -> bytes:
         return to_pcm16(audio)

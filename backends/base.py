@@ -213,6 +213,11 @@ class VoiceCatalog(Protocol):
 
     def names(self) -> list[str]: ...
 
+    @property
+    def aliases(self) -> dict[str, str]:
+        """Extra names (``KOKORO_VOICE_ALIASES``): ``{alias: voice or blend}``."""
+        ...
+
     def __contains__(self, spec: object) -> bool: ...
 
 

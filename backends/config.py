@@ -23,6 +23,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 ENV_PREFIX = "KOKORO_"
 
 
+def parse_voice_aliases(text: str) -> dict[str, str]:
+    """``"alloy=jm_kumo, nova=jf_nezumi"`` -> ``{"alloy": "jm_kumo", "nova": "jf_nezumi"}``. Raises
+    ValueError naming the bad entry (no ``=``, an empty side, a name given twice)."""
+    aliases: dict[str, str] = {}
+    for entry in (text or "").split(","):
+        if not entry.strip():
+            continue
+        name, sep, target = (part.strip() for part in entry.partition("="))
+        if not sep or not name or not target:
+            raise ValueError(f"voice alias {entry.strip()!r}: expected alias=voice (e.g. nova=jf_nezumi)")
+        if name in aliases:
+            raise ValueError(f"voice alias {name!r} is given twice")
+        aliases[name] = target
+    return aliases
+
+
 class BackendConfig(BaseSettings):
     """What the backend needs to know: runtime, scheduling, text planning, limits, fake knobs."""
 
@@ -78,6 +94,12 @@ class BackendConfig(BaseSettings):
     default_voice: str | None = Field(
         None, description="Voice when a request names none. Default: `af_heart` if present, else `jm_kumo`."
     )
+    voice_aliases: str = Field(
+        "",
+        description="Extra voice names, `alias=voice` pairs separated by commas (`alloy=jm_kumo,nova=jf_nezumi`; "
+        "a target may be a blend `a(2)+b(1)`), valid on every route and listed in `/v1/audio/voices`. An alias "
+        "to a voice that is not loaded fails the start. OpenAI voice names without an alias mean the default voice.",
+    )
     default_lang: str = Field("en-us", description="Language when a request names none.")
     fast_first_segment: bool = Field(
         True, description="Cut the first segment at a clause boundary so the first audio comes early."
@@ -124,6 +146,17 @@ class BackendConfig(BaseSettings):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if isinstance(value, str) and value.strip() == "" else value
+
+    @field_validator("voice_aliases")
+    @classmethod
+    def _check_aliases(cls, value: str) -> str:
+        parse_voice_aliases(value)  # the syntax; the targets are checked against the loaded voices at start
+        return value
+
+    @property
+    def voice_alias_map(self) -> dict[str, str]:
+        """``KOKORO_VOICE_ALIASES`` as ``{alias: voice or blend}``."""
+        return parse_voice_aliases(self.voice_aliases)
 
     @property
     def runtime(self) -> str:

@@ -73,7 +73,7 @@ def create_backend(config: BackendConfig, observer: BackendObserver | None = Non
     if config.mode not in MODES:
         raise ValueError(f"unknown mode {config.mode!r}; choose one of {', '.join(MODES)}")
     files = ModelFiles.discover(Path(config.model_dir or default_model_dir()))
-    voices = VoiceStore.from_path(files.voices, config.default_voice)
+    voices = VoiceStore.from_path(files.voices, config.default_voice, config.voice_alias_map)
     synthesizer = create_synthesizer(config, files, voices)
     cls = import_from_string(MODES[config.mode])
     return cls(synthesizer, create_pipeline(config, files), voices, config,

@@ -6,7 +6,13 @@ are read with ``torch.load(weights_only=True)`` — tensors only, never arbitrar
 
 Blends: ``"af_heart(2)+am_adam(1)"`` mixes packs with weights normalised to sum to one. The
 expression is parsed by a regular grammar, never evaluated; each part must be a loaded voice.
-:class:`VoiceStore` is immutable after construction and safe to share across threads.
+
+Aliases (``KOKORO_VOICE_ALIASES``): extra names for a loaded voice or a blend, e.g. ``nova`` for
+``jf_nezumi``, so clients that only send OpenAI's voice names reach the voices they mean. The store
+resolves them wherever a voice is named (every route), also inside a blend (``nova(1)+jm_kumo(1)``);
+an alias must not shadow a loaded voice, and its target must be loaded, or the store refuses to be
+built (the server does not start). :class:`VoiceStore` is immutable after construction and safe to
+share across threads.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import math
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +34,7 @@ PACK_SHAPE = (510, 1, 256)
 DEFAULT_PREFERENCE = ("af_heart", "jm_kumo")
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9_\-]{0,63}"
+_ALIAS = re.compile(rf"^{_NAME}$")
 _PART = re.compile(rf"^\s*({_NAME})\s*(?:\(\s*([0-9]+(?:\.[0-9]+)?)\s*\))?\s*$")
 MAX_BLEND_PARTS = 8
 #: Blended packs kept (least recently used dropped): clients choose the weights, so without a
@@ -96,7 +104,9 @@ def load_voice_packs(path: Path) -> dict[str, np.ndarray]:
 class VoiceStore:
     """The loaded voices. ``get(spec)`` returns a (510, 1, 256) float32 pack for a name or a blend."""
 
-    def __init__(self, packs: dict[str, np.ndarray], default: str | None = None):
+    def __init__(
+        self, packs: dict[str, np.ndarray], default: str | None = None, aliases: Mapping[str, str] | None = None
+    ):
         if not packs:
             raise ValueError("no voices loaded")
         self._packs = {name: _check_pack(name, arr) for name, arr in packs.items()}
@@ -105,15 +115,43 @@ class VoiceStore:
         if default not in self._packs:
             raise UnknownVoice(f"default voice {default!r} is not loaded; available: {', '.join(self.names())}")
         self.default = default
+        self._aliases = {name: self._alias_parts(name, target) for name, target in (aliases or {}).items()}
+        self._alias_targets = {name: target.strip() for name, target in (aliases or {}).items()}
         self._blends: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most MAX_CACHED_BLENDS
         self._lock = threading.Lock()
 
     @classmethod
-    def from_path(cls, path: Path, default: str | None = None) -> VoiceStore:
-        return cls(load_voice_packs(path), default)
+    def from_path(cls, path: Path, default: str | None = None, aliases: Mapping[str, str] | None = None) -> VoiceStore:
+        return cls(load_voice_packs(path), default, aliases)
+
+    def with_aliases(self, aliases: Mapping[str, str]) -> VoiceStore:
+        """The same packs (shared, not copied) under ``aliases``."""
+        return VoiceStore(self._packs, self.default, aliases)
+
+    def _alias_parts(self, name: str, target: str) -> list[tuple[str, float]]:
+        """Check one alias at construction (raises a typed error naming it) and return its parts."""
+        if not isinstance(name, str) or not _ALIAS.match(name):
+            raise InvalidRequest(f"voice alias {name!r}: a name is letters, digits, '_' and '-'", code="invalid_voice")
+        if name in self._packs:
+            raise InvalidRequest(f"voice alias {name!r} would hide the loaded voice of that name", code="invalid_voice")
+        try:
+            parts = parse_blend(target)
+        except InvalidRequest as e:
+            raise InvalidRequest(f"voice alias {name}={target}: {e.message}", code="invalid_voice") from None
+        missing = [voice for voice, _ in parts if voice not in self._packs]
+        if missing:
+            raise UnknownVoice(
+                f"voice alias {name}={target}: {missing[0]!r} is not a loaded voice; available: {', '.join(self.names())}"
+            )
+        return parts
 
     def names(self) -> list[str]:
         return sorted(self._packs)
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """``{alias: target}`` as configured (a voice or a blend)."""
+        return dict(self._alias_targets)
 
     def __contains__(self, spec: object) -> bool:
         try:
@@ -126,7 +164,7 @@ class VoiceStore:
         """Validate a voice name or blend and return its canonical form. Raises a typed error."""
         if spec is None:
             return self.default
-        parts = parse_blend(spec)
+        parts = self._expand(parse_blend(spec))
         missing = [name for name, _ in parts if name not in self._packs]
         if missing:
             raise UnknownVoice(
@@ -136,6 +174,16 @@ class VoiceStore:
             return parts[0][0]
         # Fixed-point, never "1e-07": the canonical form must parse again under the same grammar.
         return "+".join(f"{name}({_fixed(weight)})" for name, weight in parts)
+
+    def _expand(self, parts: list[tuple[str, float]]) -> list[tuple[str, float]]:
+        """Replace aliases by their voices (weights multiplied), a voice named twice merged."""
+        if not self._aliases:
+            return parts
+        merged: dict[str, float] = {}
+        for name, weight in parts:
+            for voice, share in self._aliases.get(name, [(name, 1.0)]):
+                merged[voice] = merged.get(voice, 0.0) + weight * share
+        return list(merged.items())
 
     def get(self, spec: str | None) -> np.ndarray:
         name = self.resolve(spec)

@@ -3,7 +3,8 @@
 Routes (DESIGN.md §4): ``GET /ping``, ``POST /invocations``, ``WS
 /invocations-bidirectional-stream``, ``GET /metrics`` and the OpenAI-compatible routes; every
 speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
-backend only through the :class:`~backends.base.Backend` protocol. Middleware: CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
+backend only through the :class:`~backends.base.Backend` protocol. Middleware: ``x-request-id`` on
+every ``/v1/`` answer (``server.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
 auth (when ``KOKORO_API_KEY`` is set; ``/ping`` stays open).
 
 Lifespan: the backend is loaded and warmed up (``backend.start()``, off the loop) in a background
@@ -35,6 +36,7 @@ from .auth import BearerAuth
 from .invocations import invocations_endpoint
 from .metrics import Metrics
 from .openai_api import openai_routes
+from .request_id import RequestIdMiddleware
 from .settings import Settings
 from .state import ServerState
 from .ws import websocket_endpoint
@@ -132,7 +134,7 @@ def create_app(
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *openai_routes(backend, settings),
     ]
-    middleware: list[Middleware] = []
+    middleware: list[Middleware] = [Middleware(RequestIdMiddleware)]  # outermost: every /v1/ answer has one
     if settings.cors_origin_list:
         middleware.append(Middleware(
             CORSMiddleware, allow_origins=settings.cors_origin_list, allow_methods=["GET", "POST", "OPTIONS"],

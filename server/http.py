@@ -40,17 +40,22 @@ Handler = Callable[[Request, Synthesis], Awaitable[Response]]
 ErrorResponse = Callable[[KokoroError, Synthesis], Response]
 
 
+class BodyTooLarge(TextTooLong):
+    """A request body over ``max_message_bytes``: 413 ``text_too_long`` on every route (it is
+    refused unread, whatever it holds), where a route may answer over-long *text* otherwise."""
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing (413) anything over ``limit`` bytes without reading it all."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise TextTooLong(f"request body of {declared} bytes is over the {limit}-byte limit")
+        raise BodyTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
     parts: list[bytes] = []
     size = 0
     async for part in request.stream():
         size += len(part)
         if size > limit:
-            raise TextTooLong(f"request body is over the {limit}-byte limit")
+            raise BodyTooLarge(f"request body is over the {limit}-byte limit")
         parts.append(part)
     return b"".join(parts)
 

@@ -4,24 +4,28 @@
 Routes (see :func:`openai_routes`):
 
 * ``POST /v1/audio/speech`` — ``model``, ``input``, ``voice``, ``response_format`` (mp3 | opus | aac
-  | flac | wav | pcm; default mp3), ``speed`` (0.5–2.0, Kokoro's range), and the extensions
-  ``sample_rate`` (8000, 16000, 22050, 24000, 44100, 48000) and ``lang``. ``stream_format`` "audio"
-  (default) streams the encoded file; "sse" sends ``speech.audio.delta`` events (base64 of the
-  encoded bytes) and a final ``speech.audio.done``.
+  | flac | wav | pcm; default mp3), ``speed`` (OpenAI's 0.25–4.0, clamped to Kokoro's 0.5–2.0: see
+  ``server.openai_params``), and the extensions ``sample_rate`` (8000, 16000, 22050, 24000, 44100,
+  48000) and ``lang``. ``stream_format`` "audio" (default) streams the encoded file; "sse" sends
+  ``speech.audio.delta`` events (base64 of the encoded bytes) and a final ``speech.audio.done``
+  whose ``usage`` counts, in OpenAI's shape, ``input_tokens``: the characters of ``input``;
+  ``output_tokens``: the seconds of audio, rounded up; ``total_tokens``: their sum.
 * ``POST /v1/audio/speech/timed`` — same body; JSON with the whole audio (base64) and per-word
   ``start``/``end`` seconds. Needs a runtime that reports durations (torch); others answer 501
   ``unsupported``.
 * ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /v1/audio/voices``.
 
 Choices: ``model`` accepts ``kokoro``, OpenAI's TTS model names and the served model file's name
-(all the same model). ``voice`` is a loaded voice, a blend ``a(2)+b(1)`` (weights normalised), or
-``{"id": ...}``; OpenAI's built-in names (alloy, nova, ...) that are not loaded voices map to the
-server's default voice. ``instructions`` is accepted and ignored. Errors use OpenAI's shape
-``{"error": {"message", "type", "param", "code"}}``.
+(all the same model). ``voice`` is a loaded voice, an alias (``KOKORO_VOICE_ALIASES``), a blend
+``a(2)+b(1)`` (weights normalised), or ``{"id": ...}``; OpenAI's built-in names (alloy, nova, ...)
+without an alias mean the server's default voice. ``instructions`` is accepted and ignored. Errors
+use OpenAI's shape and statuses (``server.openai_params``): an unknown voice and over-long text are
+400. Every answer under ``/v1/`` carries ``x-request-id`` (``server.request_id``).
 
 Every speech route goes through the one synthesis pipeline (``server.pipeline``, ``server.http``):
 the same admission as ``/invocations`` (503 ``not_ready`` while loading or draining), the body
-bounded by ``KOKORO_MAX_MESSAGE_BYTES`` (413 ``text_too_long`` before the rest is read), the first
+bounded by ``KOKORO_MAX_MESSAGE_BYTES`` (413 ``text_too_long`` before the rest is read, on every
+route), the first
 segment synthesised before the response starts (so request errors get a proper status) while a
 client that leaves stops the work, then one encoded piece per segment. A failure later in the
 stream cuts the connection (the status is already sent), so the client sees a truncated transfer
@@ -34,138 +38,28 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from backends.audio import Encoder, check_format, check_sample_rate
-from backends.base import (
-    MAX_SPEED,
-    MIN_SPEED,
-    AudioChunk,
-    Backend,
-    EmptyText,
-    InvalidRequest,
-    KokoroError,
-    SynthesisRequest,
-    TextTooLong,
-    UnknownVoice,
-    Unsupported,
-)
+from backends.audio import Encoder
+from backends.base import AudioChunk, Backend, KokoroError, SynthesisRequest, Unsupported
 
 from .http import AudioStream, SpeechEndpoint, read_body, wait_disconnect
+from .openai_params import MODEL_IDS, APIError, SpeechParams, parse_speech
 from .params import decode_json
 from .pipeline import Synthesis
+from .request_id import request_id_of
 from .settings import Settings
 from .word_timings import segment_word_timings
 
-MODEL_IDS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-OPENAI_VOICES = frozenset(
-    "alloy ash ballad coral echo fable nova onyx sage shimmer verse marin cedar".split()
-)
 _CREATED = int(time.time())
 ROUTE = "openai"
-
-
-class APIError(KokoroError):
-    """An error answered in OpenAI's shape."""
-
-    def __init__(self, status: int, message: str, *, code: str, param: str | None = None, type_: str = ""):
-        super().__init__(message, code=code)
-        self.status, self.param = status, param
-        self.type = type_ or ("invalid_request_error" if status < 500 else "server_error")
-
-    @classmethod
-    def from_kokoro(cls, exc: KokoroError) -> APIError:
-        param = None
-        if isinstance(exc, UnknownVoice) or exc.code == "invalid_voice":
-            param = "voice"
-        elif isinstance(exc, TextTooLong | EmptyText):
-            param = "input"
-        return cls(exc.status, exc.message, code=exc.code, param=param)
-
-    @classmethod
-    def of(cls, exc: KokoroError) -> APIError:
-        return exc if isinstance(exc, APIError) else cls.from_kokoro(exc)
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-        headers = {"Retry-After": "1"} if self.status == 503 else None
-        return JSONResponse(body, status_code=self.status, headers=headers)
-
-
-@dataclass(slots=True)
-class SpeechParams:
-    input: str
-    voice: str | None
-    format: str
-    speed: float
-    sample_rate: int
-    lang: str | None
-    stream_format: str
-
-
-def _bad(message: str, param: str | None, code: str = "invalid_request") -> APIError:
-    return APIError(400, message, code=code, param=param)
-
-
-def parse_speech(body: Any, *, model_ids: set[str], loaded: set[str]) -> SpeechParams:
-    """Validate a speech request body (types, ranges, names). Raises :class:`APIError`."""
-    if not isinstance(body, dict):
-        raise _bad("request body must be a JSON object", None, "invalid_json")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise _bad("'model' is required (e.g. 'kokoro' or 'tts-1')", "model")
-    if model not in model_ids:
-        raise APIError(
-            404,
-            f"The model '{model}' does not exist; available: {', '.join(sorted(model_ids))}",
-            code="model_not_found",
-            param="model",
-        )
-    text = body.get("input")
-    if not isinstance(text, str) or not text.strip():
-        raise _bad("'input' must be a non-empty string", "input")
-
-    voice = body.get("voice")
-    if isinstance(voice, dict):
-        voice = voice.get("id")
-    if voice is not None and not isinstance(voice, str):
-        raise _bad("'voice' must be a voice name, a blend like 'a(2)+b(1)', or {'id': name}", "voice")
-    if voice is not None and voice.strip().lower() in OPENAI_VOICES and voice.strip() not in loaded:
-        voice = None  # OpenAI's built-in names stand for the server's default voice
-
-    try:
-        fmt = check_format(body.get("response_format") or "mp3")
-    except InvalidRequest as e:
-        raise _bad(e.message, "response_format") from None
-
-    speed = body.get("speed", 1.0)
-    if speed is None:
-        speed = 1.0
-    if isinstance(speed, bool) or not isinstance(speed, int | float) or not MIN_SPEED <= speed <= MAX_SPEED:
-        raise _bad(f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}", "speed")
-
-    rate = body.get("sample_rate")
-    try:
-        rate = check_sample_rate(rate)
-    except InvalidRequest as e:
-        raise _bad(e.message, "sample_rate") from None
-
-    lang = body.get("lang", body.get("lang_code"))
-    if lang is not None and not isinstance(lang, str):
-        raise _bad("'lang' must be a string such as 'en-us'", "lang")
-
-    stream_format = body.get("stream_format") or "audio"
-    if stream_format not in ("audio", "sse"):
-        raise _bad("'stream_format' must be 'audio' or 'sse'", "stream_format")
-    return SpeechParams(text, voice, fmt, float(speed), rate, lang, stream_format)
 
 
 class OpenAIRoutes:
@@ -182,28 +76,29 @@ class OpenAIRoutes:
             ids.add(name)
         return ids
 
-    async def _params(self, request: Request) -> SpeechParams:
+    async def _params(self, request: Request, job: Synthesis) -> SpeechParams:
+        job.request_id = request_id_of(request)  # the x-request-id answered, in the logs from here on
         body = decode_json(await read_body(request, self.settings.max_message_bytes))  # 400 invalid_json
-        return parse_speech(body, model_ids=self._model_ids(), loaded=set(self.backend.voices.names()))
+        catalog = self.backend.voices
+        return parse_speech(body, model_ids=self._model_ids(), voices={*catalog.names(), *catalog.aliases})
 
     async def _open(self, p: SpeechParams, request: Request, job: Synthesis) -> AudioChunk:
-        job.request_id = request.headers.get("x-request-id") or f"oai-{time.monotonic_ns():x}"
         req = SynthesisRequest(text=p.input, voice=p.voice, speed=p.speed, lang=p.lang, request_id=job.request_id)
         return await job.open(req, gone=lambda: wait_disconnect(request))
 
     # -- POST /v1/audio/speech ------------------------------------------------------------------
     async def speech(self, request: Request, job: Synthesis) -> Response:
-        p = await self._params(request)
+        p = await self._params(request, job)
         encoder = job.use_encoder(p.format, p.sample_rate)
         first = await self._open(p, request, job)
         headers = {"X-Sample-Rate": str(encoder.sample_rate), "Cache-Control": "no-store"}
         if p.stream_format == "sse":
-            return AudioStream(job, _sse(job.encoded(first)), media_type="text/event-stream", headers=headers)
+            return AudioStream(job, _sse(job, first, len(p.input)), media_type="text/event-stream", headers=headers)
         return AudioStream(job, job.encoded(first), media_type=encoder.content_type, headers=headers)
 
     # -- POST /v1/audio/speech/timed ------------------------------------------------------------
     async def speech_timed(self, request: Request, job: Synthesis) -> Response:
-        p = await self._params(request)
+        p = await self._params(request, job)
         info = self.backend.info
         if not info.capabilities.word_timings:
             raise Unsupported(
@@ -263,22 +158,34 @@ class OpenAIRoutes:
 
     async def voices(self, request: Request) -> Response:
         catalog = self.backend.voices
-        return JSONResponse({"voices": catalog.names(), "default": catalog.default})
+        return JSONResponse({"voices": catalog.names(), "aliases": catalog.aliases, "default": catalog.default})
 
 
 def error_response(error: KokoroError, job: Synthesis) -> Response:
     return APIError.of(error).response()
 
 
-async def _sse(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """OpenAI's speech SSE events around the encoded byte stream (no ``done`` after a failure:
-    the error propagates and the transfer is cut)."""
-    async with aclosing(body):
-        async for data in body:
-            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
-            yield f"data: {json.dumps(event)}\n\n".encode()
-    done = {"type": "speech.audio.done", "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}
-    yield f"data: {json.dumps(done)}\n\n".encode()
+def _event(event: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+def _delta(data: bytes) -> bytes:
+    return _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+
+
+async def _sse(job: Synthesis, first: AudioChunk, characters: int) -> AsyncIterator[bytes]:
+    """OpenAI's speech SSE events: one ``delta`` per encoded piece, then ``done`` with the usage
+    (module docstring). No ``done`` after a failure: the error propagates and the transfer is cut."""
+    seconds = 0.0
+    async for chunk in job.chunks(first):
+        seconds += chunk.seconds
+        if data := await job.encode(chunk.audio):
+            yield _delta(data)
+    if tail := await job.flush():
+        yield _delta(tail)
+    audio_seconds = math.ceil(seconds)
+    usage = {"input_tokens": characters, "output_tokens": audio_seconds, "total_tokens": characters + audio_seconds}
+    yield _event({"type": "speech.audio.done", "usage": usage})
 
 
 def openai_routes(backend: Backend, settings: Settings) -> list[BaseRoute]:

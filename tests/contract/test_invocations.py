@@ -26,7 +26,7 @@ def test_streamed_wav_is_readable_and_holds_speech(contract_client):
 def test_pcm_content_type(contract_client):
     r = contract_client.post("/invocations", json={"text": "Hi.", "speed": 2.0, "format": "pcm"})
     assert r.status_code == 200
-    assert r.headers["content-type"] == "audio/L16; rate=24000; channels=1"
+    assert r.headers["content-type"] == "audio/pcm; rate=24000; channels=1"
     assert len(r.content) % 2 == 0 and len(r.content) > 0
 
 

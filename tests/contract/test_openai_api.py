@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import time
 
 import av
@@ -17,6 +18,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+import soundfile
 
 from backends.base import SAMPLE_RATE
 from server.settings import Settings
@@ -31,19 +33,25 @@ LONG = "The first sentence is here. A second one follows it. And a third closes.
 # servers
 # ---------------------------------------------------------------------------------------------
 SETTINGS = Settings(api_key=None, cors_origins="")
+#: KOKORO_VOICE_ALIASES of the test server: an OpenAI name for a voice, and one for a blend.
+ALIASES = {"nova": "jf_nezumi", "shimmer": "jm_kumo(2)+jf_alpha(1)"}
 
 
 @pytest.fixture(scope="module")
 def onnx_server(onnx_synth, pipeline, voices):
     """The project's app (which mounts the OpenAI routes) under uvicorn, on the real ONNX runtime."""
-    app = build_app(LoadedRuntime(onnx_synth), settings=SETTINGS, pipeline=pipeline, voices=voices)
+    app = build_app(LoadedRuntime(onnx_synth), settings=SETTINGS, pipeline=pipeline, voices=voices.with_aliases(ALIASES))
     with ThreadServer(app) as server:
         yield server
 
 
+def openai_client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
 @pytest.fixture(scope="module")
 def client(onnx_server):
-    return openai.OpenAI(base_url=onnx_server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return openai_client(onnx_server)
 
 
 def decode(data: bytes, fmt: str, rate: int = SAMPLE_RATE) -> tuple[int, np.ndarray]:
@@ -54,9 +62,10 @@ def decode(data: bytes, fmt: str, rate: int = SAMPLE_RATE) -> tuple[int, np.ndar
         return c.streams.audio[0].codec_context.sample_rate, out
 
 
-def speech(client, fmt="pcm", text=TEXT, voice="jm_kumo", **extra) -> bytes:
+def speech(client, fmt="pcm", text=TEXT, voice="jm_kumo", extra_headers=None, **extra) -> bytes:
     return client.audio.speech.create(
-        model="kokoro", voice=voice, input=text, response_format=fmt, extra_body=extra or None
+        model="kokoro", voice=voice, input=text, response_format=fmt, extra_body=extra or None,
+        extra_headers=extra_headers,
     ).content
 
 
@@ -85,7 +94,9 @@ def test_content_types(onnx_server):
         r = http.post("/v1/audio/speech", json=body)  # OpenAI's default format: mp3
         assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
         r = http.post("/v1/audio/speech", json={**body, "response_format": "pcm"})
-        assert r.headers["content-type"] == "audio/L16; rate=24000; channels=1"
+        assert r.headers["content-type"] == "audio/pcm; rate=24000; channels=1"  # little-endian: not L16
+        r = http.post("/v1/audio/speech", json={**body, "response_format": "pcm", "sample_rate": 16000})
+        assert r.headers["content-type"] == "audio/pcm; rate=16000; channels=1"
         metrics = http.get("/metrics").text
     assert 'kokoro_time_to_first_audio_seconds_count{route="openai"}' in metrics
 
@@ -122,6 +133,10 @@ def test_sse_stream_format_carries_the_encoded_audio(onnx_server):
     mp3 = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
     rate, audio = decode(mp3, "mp3")
     assert rate == SAMPLE_RATE and 0.5 < len(audio) / rate < 4
+    # usage in OpenAI's shape: input characters, output seconds of audio (rounded up)
+    seconds = math.ceil(len(decode(speech(openai_client(onnx_server)), "pcm")[1]) / SAMPLE_RATE)
+    usage = events[-1]["usage"]
+    assert usage == {"input_tokens": len(TEXT), "output_tokens": seconds, "total_tokens": len(TEXT) + seconds}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,12 +148,24 @@ def test_models_and_voices(client):
     assert client.models.retrieve("tts-1").id == "tts-1"
     listing = client.get("/audio/voices", cast_to=object)
     assert "jm_kumo" in listing["voices"] and listing["default"] in listing["voices"]
+    assert listing["aliases"] == ALIASES and not set(ALIASES) & set(listing["voices"])
 
 
-def test_openai_voice_names_mean_the_default_voice(client, reference_pcm):
+def test_openai_voice_names_without_an_alias_mean_the_default_voice(client, reference_pcm):
     # jm_kumo is the default of the offline voice set
     alloy = decode(speech(client, voice="alloy"), "pcm")[1]
-    assert len(alloy) == len(reference_pcm)
+    assert np.array_equal(alloy, reference_pcm)
+
+
+def test_an_alias_speaks_with_its_voice(client, reference_pcm):
+    """``KOKORO_VOICE_ALIASES=nova=jf_nezumi``: the same samples as asking for jf_nezumi (the ONNX
+    runtime is deterministic), not the default voice's."""
+    nova = decode(speech(client, voice="nova"), "pcm")[1]
+    assert np.array_equal(nova, decode(speech(client, voice="jf_nezumi"), "pcm")[1])
+    assert not (len(nova) == len(reference_pcm) and np.allclose(nova, reference_pcm, atol=1e-3))
+    # an alias to a blend is that blend
+    shimmer = decode(speech(client, voice="shimmer"), "pcm")[1]
+    assert np.array_equal(shimmer, decode(speech(client, voice="jm_kumo(2)+jf_alpha(1)"), "pcm")[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +186,8 @@ def test_blend_changes_the_voice(client, reference_pcm):
     [
         ("jm_kumo(2", openai.BadRequestError, "invalid_voice", "invalid voice expression"),
         ("jm_kumo(2)++jf_alpha", openai.BadRequestError, "invalid_voice", "invalid voice expression"),
-        ("jm_kumo(1)+nobody(1)", openai.NotFoundError, "unknown_voice", "nobody"),
+        ("jm_kumo(1)+nobody(1)", openai.BadRequestError, "unknown_voice", "nobody"),  # OpenAI: 400
+        ("nobody", openai.BadRequestError, "unknown_voice", "nobody"),
     ],
 )
 def test_bad_voice_gives_clear_openai_error(client, voice, error, code, needle):
@@ -201,14 +229,81 @@ def test_request_errors(client, onnx_server):
         client.audio.speech.create(model="whisper-1", voice="jm_kumo", input=TEXT)
     assert info.value.body["code"] == "model_not_found"
     with pytest.raises(openai.BadRequestError) as info:
-        client.audio.speech.create(model="kokoro", voice="jm_kumo", input=TEXT, speed=3.0)
+        client.audio.speech.create(model="kokoro", voice="jm_kumo", input=TEXT, speed=4.5)
     assert info.value.body["param"] == "speed"
+    with pytest.raises(openai.BadRequestError) as info:  # OpenAI answers over-long input with 400, not 413
+        client.audio.speech.create(model="kokoro", voice="jm_kumo", input="a" * (SETTINGS.max_text_chars + 1))
+    assert (info.value.body["param"], info.value.body["code"]) == ("input", "text_too_long")
     with pytest.raises(openai.BadRequestError) as info:
         client.audio.speech.create(model="kokoro", voice="jm_kumo", input="   ")
     assert info.value.body["param"] == "input"
     with httpx.Client(base_url=onnx_server.url) as http:
         r = http.post("/v1/audio/speech", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+
+
+# ---------------------------------------------------------------------------------------------
+# what OpenAI's clients take for granted: FLAC that soundfile reads, x-request-id, OpenAI's speeds
+# ---------------------------------------------------------------------------------------------
+def test_flac_reads_back_with_soundfile_at_the_right_length(client, reference_pcm):
+    data = speech(client, "flac")
+    audio, rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    assert rate == SAMPLE_RATE and len(audio) == len(reference_pcm)  # lossless: every sample
+    assert np.max(np.abs(audio - reference_pcm)) < 1e-4
+
+
+def test_every_openai_answer_has_a_request_id(client):
+    seen = set()
+    raw = client.audio.speech.with_raw_response.create(model="kokoro", voice="jm_kumo", input=TEXT,
+                                                       response_format="pcm")
+    seen.add(raw.headers["x-request-id"])
+    with client.audio.speech.with_streaming_response.create(
+        model="kokoro", voice="jm_kumo", input=TEXT, response_format="mp3", extra_body={"stream_format": "sse"}
+    ) as sse:
+        seen.add(sse.request_id)
+    seen.add(client.models.with_raw_response.list().headers["x-request-id"])
+    seen.add(client.models.retrieve("tts-1")._request_id)
+    seen.add(client.get("/audio/voices", cast_to=httpx.Response).headers["x-request-id"])
+    errors = [
+        lambda: speech(client, voice="nobody"),  # 400 from the pipeline
+        lambda: client.models.retrieve("whisper-1"),  # 404 from a GET route
+        lambda: client.post("/audio/speech/timed", body={"model": "kokoro", "input": TEXT}, cast_to=object),  # 501
+        lambda: client.get("/no-such-route", cast_to=object),  # 404 from the router
+    ]
+    for call in errors:
+        with pytest.raises(openai.APIStatusError) as info:
+            call()
+        seen.add(info.value.request_id)
+    assert None not in seen and len(seen) == 9  # one fresh id per answer
+    assert all(rid.startswith("req_") for rid in seen)
+
+
+def test_a_clients_own_request_id_is_echoed(client, onnx_server):
+    raw = client.audio.speech.with_raw_response.create(
+        model="kokoro", voice="jm_kumo", input=TEXT, response_format="pcm", extra_headers={"X-Request-Id": "call-42"}
+    )
+    assert raw.headers["x-request-id"] == "call-42"
+    with pytest.raises(openai.BadRequestError) as info:
+        speech(client, voice="nobody", extra_headers={"X-Request-Id": "call-43"})
+    assert info.value.request_id == "call-43"
+    long_id = "x" * 300
+    with httpx.Client(base_url=onnx_server.url, timeout=60) as http:
+        r = http.get("/v1/models", headers={"X-Request-Id": long_id})
+        assert r.headers["x-request-id"] == long_id[:128]  # bounded
+        r = http.get("/v1/models", headers=[(b"X-Request-Id", "caf\u00e9 42".encode("latin-1"))])
+        assert r.headers["x-request-id"] == "caf%C3%A9%2042"  # header-safe
+
+
+@pytest.mark.parametrize(("asked", "same_as"), [(0.25, 0.5), (4.0, 2.0)])
+def test_openai_speed_range_gives_audio(client, reference_pcm, asked, same_as):
+    """OpenAI's ends of the range give speech, as Kokoro's own ends do (clamped to 0.5–2.0, where
+    Kokoro still sounds right: see server/openai_params.py)."""
+    out = client.audio.speech.create(model="tts-1", voice="jm_kumo", input=TEXT, response_format="pcm", speed=asked)
+    audio = decode(out.content, "pcm")[1]
+    assert np.sqrt(np.mean(audio**2)) > 0.01  # speech, not silence
+    assert (len(audio) > len(reference_pcm)) == (asked < 1)  # slower is longer, faster shorter
+    same = client.audio.speech.create(model="tts-1", voice="jm_kumo", input=TEXT, response_format="pcm", speed=same_as)
+    assert np.array_equal(audio, decode(same.content, "pcm")[1])
 
 
 def test_word_timings_unsupported_on_onnx(onnx_server):

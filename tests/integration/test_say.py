@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import io
+import re
+import subprocess
+import sys
 import wave
 
 import av
 import pytest
+import soundfile
 
 from backends.base import InvalidRequest, UnknownVoice
 from backends.sequential import SequentialBackend
@@ -45,6 +49,26 @@ async def test_say_mp3_resampled_from_suffix(backend, tmp_path):
         frames = list(c.decode(audio=0))
         assert c.streams.audio[0].codec_context.sample_rate == 16000
     assert sum(f.samples for f in frames) / 16000 == pytest.approx(result.seconds, abs=0.15)
+
+
+async def test_say_flac_reads_back_with_soundfile_at_the_right_length(backend, tmp_path):
+    out = tmp_path / "x.flac"
+    result = await say(backend, TEXT, out, progress=False)
+    info = soundfile.info(str(out))
+    assert (info.format, info.samplerate, info.channels) == ("FLAC", 24000, 1)
+    assert info.frames == round(result.seconds * 24000)  # lossless: every sample, no padding
+    audio, _ = soundfile.read(str(out), dtype="float32")
+    assert len(audio) == info.frames and abs(audio).max() > 0.05
+
+
+def test_the_say_command_writes_flac_that_soundfile_reads(model_dir, tmp_path):
+    out = tmp_path / "x.flac"
+    done = subprocess.run([sys.executable, "-m", "server", "say", TEXT, "-o", str(out), "--model-dir", str(model_dir)],
+                          check=True, capture_output=True, text=True, timeout=300)
+    seconds = float(re.search(r"wrote ([0-9.]+)s of flac audio", done.stderr).group(1))
+    audio, rate = soundfile.read(str(out), dtype="float32")
+    assert rate == 24000 and len(audio) / rate == pytest.approx(seconds, abs=0.01)
+    assert 2 < seconds < 8  # two short sentences
 
 
 async def test_say_to_file_object_keeps_streaming_header(backend):

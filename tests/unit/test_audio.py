@@ -99,7 +99,7 @@ def test_each_format_decodes_to_rate_and_length(fmt):
 
 
 def test_content_types():
-    assert make_encoder("pcm", 16000).content_type == "audio/L16; rate=16000; channels=1"
+    assert make_encoder("pcm", 16000).content_type == "audio/pcm; rate=16000; channels=1"
     assert make_encoder("wav").content_type == "audio/wav"
     assert make_encoder("mp3").content_type == "audio/mpeg"
     assert make_encoder("opus").content_type.startswith("audio/ogg")

@@ -1,22 +1,24 @@
-"""server/openai_api.parse_speech: what a speech request may carry, and the errors it gets."""
+"""server/openai_params: what a speech request may carry, and the errors it gets (OpenAI's statuses)."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.openai_api import APIError, parse_speech
+from backends.base import KokoroError, TextTooLong, UnknownVoice
+from server.http import BodyTooLarge
+from server.openai_params import APIError, parse_speech
 
 MODELS = {"kokoro", "tts-1"}
-LOADED = {"jm_kumo", "jf_alpha"}
+LOADED = {"jm_kumo", "jf_alpha", "alloy"}  # "alloy": an alias the server was given
 
 
 def parse(**body):
-    return parse_speech({"model": "kokoro", "input": "Hi.", **body}, model_ids=MODELS, loaded=LOADED)
+    return parse_speech({"model": "kokoro", "input": "Hi.", **body}, model_ids=MODELS, voices=LOADED)
 
 
 def error(**body) -> APIError:
     with pytest.raises(APIError) as info:
-        parse_speech(body, model_ids=MODELS, loaded=LOADED)
+        parse_speech(body, model_ids=MODELS, voices=LOADED)
     return info.value
 
 
@@ -28,7 +30,8 @@ def test_defaults_follow_openai():
 def test_voices():
     assert parse(voice="jm_kumo(2)+jf_alpha(1)").voice == "jm_kumo(2)+jf_alpha(1)"  # the backend resolves it
     assert parse(voice={"id": "jf_alpha"}).voice == "jf_alpha"
-    assert parse(voice="nova").voice is None  # OpenAI's names mean the default voice
+    assert parse(voice="nova").voice is None  # OpenAI's names without an alias mean the default voice
+    assert parse(voice="alloy").voice == "alloy"  # ... and with one, the alias (the voice store resolves it)
     assert error(model="kokoro", input="x", voice=3).param == "voice"
 
 
@@ -39,7 +42,8 @@ def test_voices():
         ({"model": "whisper-1", "input": "x"}, "model", 404),
         ({"model": "kokoro"}, "input", 400),
         ({"model": "kokoro", "input": ""}, "input", 400),
-        ({"model": "kokoro", "input": "x", "speed": 0.25}, "speed", 400),
+        ({"model": "kokoro", "input": "x", "speed": 0.2}, "speed", 400),
+        ({"model": "kokoro", "input": "x", "speed": 4.5}, "speed", 400),
         ({"model": "kokoro", "input": "x", "speed": True}, "speed", 400),
         ({"model": "kokoro", "input": "x", "speed": "1"}, "speed", 400),
         ({"model": "kokoro", "input": "x", "response_format": "ogg"}, "response_format", 400),
@@ -58,10 +62,29 @@ def test_errors_name_the_parameter(body, param, status):
 
 def test_body_must_be_an_object():
     with pytest.raises(APIError) as info:
-        parse_speech(["x"], model_ids=MODELS, loaded=LOADED)
+        parse_speech(["x"], model_ids=MODELS, voices=LOADED)
     assert info.value.code == "invalid_json"
 
 
 def test_extensions():
     p = parse(sample_rate=16000, lang="en-gb", speed=1.5, response_format="FLAC", stream_format="sse")
     assert (p.sample_rate, p.lang, p.speed, p.format, p.stream_format) == (16000, "en-gb", 1.5, "flac", "sse")
+
+
+@pytest.mark.parametrize(("asked", "synthesised"), [(0.25, 0.5), (0.4, 0.5), (1.0, 1.0), (2.5, 2.0), (4.0, 2.0)])
+def test_openai_speeds_are_accepted_and_clamped_to_kokoros_range(asked, synthesised):
+    assert parse(speed=asked).speed == synthesised
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "param"),
+    [
+        (UnknownVoice("unknown voice 'x'"), 400, "voice"),  # OpenAI's status; /invocations keeps 404
+        (TextTooLong("text has 9000 characters"), 400, "input"),  # /invocations keeps 413
+        (BodyTooLarge("request body is over the 65536-byte limit"), 413, None),  # 413 on every route
+        (KokoroError("boom"), 500, None),
+    ],
+)
+def test_backend_errors_get_openais_statuses(error, status, param):
+    e = APIError.of(error)
+    assert (e.status, e.param, e.code) == (status, param, error.code)

@@ -59,3 +59,48 @@ def test_folder_of_npy_packs(tmp_path):
     np.save(tmp_path / "xx_one.npy", np.ones((510, 1, 256), np.float32))
     assert VoiceStore.from_path(tmp_path).names() == ["xx_one"]
 
+
+
+# ---------------------------------------------------------------------------------------------
+# aliases (KOKORO_VOICE_ALIASES)
+# ---------------------------------------------------------------------------------------------
+def test_an_alias_resolves_to_its_voice_or_blend(voices):
+    store = voices.with_aliases({"nova": "jf_nezumi", "alloy": "jm_kumo(3)+jf_alpha(1)"})
+    assert store.resolve("nova") == "jf_nezumi" and store.get("nova") is voices.get("jf_nezumi")
+    assert store.resolve("alloy") == voices.resolve("jm_kumo(3)+jf_alpha(1)")
+    assert "nova" in store and "nova" not in voices and store.names() == voices.names()
+    assert store.aliases == {"nova": "jf_nezumi", "alloy": "jm_kumo(3)+jf_alpha(1)"}
+    # inside a blend, an alias stands for its voices (weights multiplied, a voice named twice merged)
+    assert store.resolve("nova(1)+jf_nezumi(1)") == "jf_nezumi"
+    mixed = store.style("alloy(1)+jf_tebukuro(1)", 40)
+    expected = 0.375 * voices.style("jm_kumo", 40) + 0.125 * voices.style("jf_alpha", 40) + 0.5 * voices.style(
+        "jf_tebukuro", 40)
+    assert np.allclose(mixed, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("aliases", "error", "needle"),
+    [
+        ({"nova": "af_nobody"}, UnknownVoice, "af_nobody"),  # the target must be loaded
+        ({"nova": "jm_kumo(1)+af_nobody(1)"}, UnknownVoice, "af_nobody"),
+        ({"nova": "jm_kumo(2"}, InvalidRequest, "invalid voice expression"),
+        ({"jm_kumo": "jf_alpha"}, InvalidRequest, "would hide the loaded voice"),
+        ({"no va": "jf_alpha"}, InvalidRequest, "letters, digits"),
+    ],
+)
+def test_a_bad_alias_refuses_to_build_the_store(voices, aliases, error, needle):
+    with pytest.raises(error) as info:
+        voices.with_aliases(aliases)
+    assert needle in info.value.message and "voice alias" in info.value.message
+
+
+def test_the_aliases_setting_is_parsed_and_checked():
+    from backends.config import BackendConfig, parse_voice_aliases
+
+    assert parse_voice_aliases(" alloy=jm_kumo , nova = jf_nezumi(2)+jm_kumo(1) ,") == {
+        "alloy": "jm_kumo", "nova": "jf_nezumi(2)+jm_kumo(1)"}
+    assert parse_voice_aliases("") == {}
+    assert BackendConfig.defaults(voice_aliases="nova=jf_nezumi").voice_alias_map == {"nova": "jf_nezumi"}
+    for bad, needle in (("nova", "expected alias=voice"), ("=jm_kumo", "expected"), ("a=b,a=c", "twice")):
+        with pytest.raises(ValueError, match=needle):
+            BackendConfig.defaults(voice_aliases=bad)

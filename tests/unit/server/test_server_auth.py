@@ -26,6 +26,7 @@ def test_requests_without_the_right_token_get_401(make_client, headers):
         assert r.status_code == 401
         assert r.json()["error"]["code"] == "unauthorized"
         assert r.headers["www-authenticate"].startswith("Bearer")
+    assert voices.headers["x-request-id"].startswith("req_")  # an OpenAI route's refusal has an id too
 
 
 def test_the_right_token_passes_and_ping_stays_open(make_client):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import wave
@@ -37,3 +38,18 @@ def test_say_writes_a_wav_file(model_dir, tmp_path):
                     "--model-dir", str(model_dir)], check=True, capture_output=True, timeout=120)
     with wave.open(str(out)) as w:
         assert w.getframerate() == 24000 and w.getnframes() > 2400
+
+
+def test_voices_lists_the_aliases(model_dir, capsys, monkeypatch):
+    monkeypatch.setenv("KOKORO_VOICE_ALIASES", "nova=jf_nezumi,alloy=jm_kumo(2)+jf_alpha(1)")
+    assert main(["voices", "--model-dir", str(model_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "nova -> jf_nezumi" in lines and "alloy -> jm_kumo(2)+jf_alpha(1)" in lines
+
+
+def test_an_alias_to_a_voice_that_is_not_loaded_fails_the_start(model_dir):
+    env = {**os.environ, "KOKORO_VOICE_ALIASES": "nova=af_nobody", "KOKORO_PORT": "0"}
+    done = subprocess.run([sys.executable, "-m", "server", "serve", "--backend", "fake", "--model-dir", str(model_dir)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "voice alias nova=af_nobody: 'af_nobody' is not a loaded voice" in done.stderr

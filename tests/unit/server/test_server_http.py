@@ -49,11 +49,11 @@ def test_buffered_wav_carries_real_sizes(make_client):
 @pytest.mark.parametrize(
     ("body", "accept", "content_type"),
     [
-        ({"format": "pcm"}, None, "audio/L16; rate=24000; channels=1"),
-        ({"format": "pcm", "sample_rate": 16000}, None, "audio/L16; rate=16000; channels=1"),
+        ({"format": "pcm"}, None, "audio/pcm; rate=24000; channels=1"),
+        ({"format": "pcm", "sample_rate": 16000}, None, "audio/pcm; rate=16000; channels=1"),
         ({"format": "mp3"}, None, "audio/mpeg"),
         ({}, "audio/mpeg", "audio/mpeg"),
-        ({}, "audio/L16", "audio/L16; rate=24000; channels=1"),
+        ({}, "audio/L16", "audio/pcm; rate=24000; channels=1"),
         ({}, "*/*", "audio/wav"),
     ],
 )
@@ -169,3 +169,24 @@ def test_a_client_that_leaves_before_the_first_audio_costs_no_synthesis(live_ser
     assert held["r"].status_code == 200
     assert "Abandoned second." not in synth.calls
     assert 'kokoro_requests_total{route="invocations",status="499"} 1.0' in httpx.get(f"{url}/metrics").text
+
+
+def test_aliases_on_every_route_and_each_routes_statuses(make_client):
+    """An alias is a voice on /invocations as on the OpenAI routes; an unknown voice and over-long
+    text keep their documented SageMaker codes (404, 413) and get OpenAI's 400 on /v1."""
+    from tests.support.app import fake_voices
+
+    speech = {"model": "kokoro", "input": "Hi there.", "response_format": "pcm"}
+    limits = {"max_text_chars": 100}  # the server's and the engine's, as one Settings gives both
+    with make_client(backend_kw={"voices": fake_voices().with_aliases({"nova": "am_other"}), **limits},
+                     **limits) as client:
+        assert client.post("/invocations", json={"text": "Hi there.", "voice": "nova"}).status_code == 200
+        assert client.post("/v1/audio/speech", json={**speech, "voice": "nova"}).status_code == 200
+        sagemaker = [client.post("/invocations", json={"text": "Hi.", "voice": "nobody"}),
+                     client.post("/invocations", json={"text": "a" * 101})]
+        openai = [client.post("/v1/audio/speech", json={**speech, "voice": "nobody"}),
+                  client.post("/v1/audio/speech", json={**speech, "input": "a" * 101})]
+    assert [(r.status_code, r.json()["error"]["code"]) for r in sagemaker] == [
+        (404, "unknown_voice"), (413, "text_too_long")]
+    assert [(r.status_code, r.json()["error"]["code"], r.json()["error"]["param"]) for r in openai] == [
+        (400, "unknown_voice", "voice"), (400, "text_too_long", "input")]
