@@ -12,9 +12,11 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   text cannot crowd out a short one.
 * One background task (on the event loop; it does no inference) forms batches: when a worker slot is
   free and segments are ready, it waits up to ``max_wait_ms`` for the batch to fill to
-  ``max_batch_size``, then takes segments **round-robin across sessions** (``request.session``,
-  falling back to ``request_id``), the oldest request of a session first, and hands the batch to a
-  worker thread.
+  ``max_batch_size``, then takes segments from a :class:`~backends.schedule.SegmentQueue`:
+  **earliest playback deadline first** (the engine computes them: a first segment is due at once,
+  a later one when its listener's audio runs out), ties **round-robin across sessions**
+  (``request.session``, falling back to ``request_id``), the oldest request of a session first;
+  with ``deadlines`` off, round-robin alone. It hands the batch to a worker thread.
 * Batches are length-aware: the head of the round always goes, the rest of the batch only takes
   segments within ``batch_length_ratio`` (2x) of its phoneme lengths, so a short first segment is
   not padded to, and kept waiting by, a long later one.
@@ -51,11 +53,10 @@ inside a running batch finishes and is discarded. ``aclose()`` fails every open 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 import logging
 import os
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ from typing import Any
 
 from .base import AudioChunk, NotReady, Overloaded, Segment, SynthesisRequest
 from .engine import Engine, SegmentResult
+from .schedule import Entry, Playout, SegmentQueue
 
 log = logging.getLogger("kokoro.backend")
 
@@ -75,6 +77,7 @@ class _Job:
     key: str
     seq: int
     pending: deque[Segment]
+    playout: Playout
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     busy: bool = False  # a segment of this job is queued or being synthesised
     cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
@@ -90,6 +93,7 @@ class BatchedBackend(Engine):
     """Cross-session micro-batching scheduler (mode ``concurrent``)."""
 
     mode = "concurrent"
+    plain_order = "round_robin"
     #: Longest over shortest phoneme count allowed within one batch (bounds padding waste).
     batch_length_ratio = 2.0
 
@@ -107,7 +111,7 @@ class BatchedBackend(Engine):
         self.workers = workers
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
         self._free = self.workers
-        self._by_session: OrderedDict[str, list[_Item]] = OrderedDict()  # session -> items by job.seq
+        self._queue = SegmentQueue(self.queue_order)
         self._queued = 0
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
@@ -152,7 +156,7 @@ class BatchedBackend(Engine):
         for job in list(self._jobs):
             self._drop(job)
             job.outbox.put_nowait(NotReady("server is shutting down"))
-        self._by_session.clear()
+        self._queue.clear()
         self._set_queued(0)
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -179,9 +183,9 @@ class BatchedBackend(Engine):
             raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
         seq = next(self._seq)
         key = request.session or request.request_id or f"request-{seq}"
-        job = _Job(request=request, key=key, seq=seq, pending=deque(request.segments))
+        job = _Job(request=request, key=key, seq=seq, pending=deque(request.segments), playout=self._playout(request))
         self._jobs.add(job)
-        deadline = self._deadline(request)
+        deadline = self._timeout_at(request)
         try:
             self._ensure_loop()
             for _ in range(len(request.segments)):
@@ -198,10 +202,7 @@ class BatchedBackend(Engine):
         if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
             return
         job.busy = True
-        items = self._by_session.get(job.key)
-        if items is None:
-            items = self._by_session[job.key] = []  # a new session joins the end of the round
-        bisect.insort(items, _Item(job, job.pending.popleft()), key=lambda it: it.job.seq)
+        self._queue.push(_Item(job, job.pending.popleft()), session=job.key, request_seq=job.seq, due=job.playout.due)
         self._set_queued(self._queued + 1)
         if self._wake is not None:
             self._wake.set()
@@ -213,15 +214,9 @@ class BatchedBackend(Engine):
         job.cancelled = True
         job.pending.clear()
         self._jobs.discard(job)
-        items = self._by_session.get(job.key)
-        if items:
-            kept = [it for it in items if it.job is not job]
-            if len(kept) != len(items):
-                self._set_queued(self._queued - (len(items) - len(kept)))
-                if kept:
-                    self._by_session[job.key] = kept
-                else:
-                    del self._by_session[job.key]
+        dropped = self._queue.remove(lambda it: it.job is job)
+        if dropped:
+            self._set_queued(self._queued - dropped)
 
     def _set_queued(self, n: int) -> None:
         self._queued = n
@@ -265,31 +260,20 @@ class BatchedBackend(Engine):
                 return
 
     def _take(self, n: int) -> list[_Item]:
-        """Up to ``n`` ready segments in round-robin order over sessions (each session's oldest
-        request first). The first session in the round is always served; the rest of the batch
-        takes only segments within ``batch_length_ratio`` of the batch's phoneme lengths, so short
-        first segments are not padded to (and kept waiting by) long ones. A session passed over
-        keeps its place at the front of the round."""
-        taken: list[_Item] = []
-        shortest = longest = 0
-        progress = True
-        while len(taken) < n and self._by_session and progress:
-            progress = False
-            for key in list(self._by_session):
-                if len(taken) >= n:
-                    break
-                items = self._by_session[key]
-                length = len(items[0].segment.phonemes) + 2
-                if taken and max(longest, length) > self.batch_length_ratio * min(shortest, length):
-                    continue
-                taken.append(items.pop(0))
-                shortest = min(shortest, length) if len(taken) > 1 else length
-                longest = max(longest, length)
-                progress = True
-                if items:
-                    self._by_session.move_to_end(key)
-                else:
-                    del self._by_session[key]
+        """Up to ``n`` ready segments in the queue's order (earliest playback deadline first, ties
+        round-robin by session; round-robin alone with ``deadlines`` off). The head always goes;
+        the rest of the batch takes only segments within ``batch_length_ratio`` of the batch's
+        phoneme lengths, so short first segments are not padded to (and kept waiting by) long
+        ones. A segment passed over keeps its place."""
+
+        def length(entry: Entry) -> int:
+            return len(entry.item.segment.phonemes) + 2
+
+        def fits(taken: list[Entry], entry: Entry) -> bool:
+            lengths = [length(e) for e in taken] + [length(entry)]
+            return max(lengths) <= self.batch_length_ratio * min(lengths)
+
+        taken = [e.item for e in self._queue.take(n, fits)]
         if taken:
             self._set_queued(self._queued - len(taken))
         return taken
@@ -314,6 +298,7 @@ class BatchedBackend(Engine):
                 job.outbox.put_nowait(self._as_error(result.error, job.request))
                 job.pending.clear()
                 continue
+            self._segment_ready(job.playout, result)
             job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
             self._submit_next(job)
         if self._wake is not None:

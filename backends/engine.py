@@ -63,6 +63,7 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
+from .schedule import Order, Playout
 from .text import TextPipeline
 from .voices import VoiceStore
 
@@ -93,6 +94,9 @@ class _NoObserver:
     def queue_depth(self, n: int) -> None:
         pass
 
+    def underrun(self, seconds: float) -> None:
+        pass
+
 
 class Engine:
     """The shared lifecycle and the single per-segment step (see the module docstring).
@@ -103,6 +107,8 @@ class Engine:
     """
 
     mode = "engine"
+    #: The order segments run in with ``deadlines`` off (the mode's own; see backends.schedule).
+    plain_order: Order = "fifo"
 
     def __init__(
         self,
@@ -228,9 +234,27 @@ class Engine:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._prep_executor, self._plan, request)
 
-    def _deadline(self, request: SynthesisRequest) -> float | None:
+    def _timeout_at(self, request: SynthesisRequest) -> float | None:
         timeout = self.config.request_timeout_s
         return None if not timeout else request.created + timeout
+
+    # -- playback deadlines (the one place they are computed) -------------------------------------
+    @property
+    def queue_order(self) -> Order:
+        """Earliest playback deadline first, or the mode's own order with ``deadlines`` off."""
+        return "deadline" if self.config.deadlines else self.plain_order
+
+    def _playout(self, request: SynthesisRequest) -> Playout:
+        """The request's playback clock: its first segment is due when it arrived."""
+        return Playout(request.created, self.config.deadline_margin_ms / 1000.0)
+
+    def _segment_ready(self, playout: Playout, result: SegmentResult) -> None:
+        """A segment of the request is ready now: advance its playback, report a late one."""
+        if result.audio is None:
+            return
+        late = playout.delivered(time.perf_counter(), len(result.audio) / self.synthesizer.sample_rate)
+        if late > 0:
+            self._observer.underrun(late)
 
     @staticmethod
     async def _until(deadline: float | None, awaitable: Any) -> Any:

@@ -102,6 +102,9 @@ class Recorder:
     def queue_depth(self, n):
         self.depths.append(n)
 
+    def underrun(self, seconds):
+        pass
+
 
 @pytest.fixture
 async def make_backend(pipeline, voices):
