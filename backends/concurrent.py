@@ -26,7 +26,10 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   (ONNX) gets ``workers`` parallel calls (default: 2 on a machine with 2+ cores) and, when it has
   not been loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per
   call (measured here: one intra-op thread costs ~0.5 CPU-s per audio-s, two cost ~0.75, so two
-  1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``).
+  1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``). A call that runs
+  alone (nothing else running or runnable) goes to the runtime's ``synthesize_solo`` when it has
+  one (ONNX: a second session with every core, ``solo_calls``), so one listener never gets less
+  than the sequential mode gives it.
 * A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
@@ -60,6 +63,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from .base import AudioChunk, NotReady, Overloaded, Segment, SynthesisRequest
@@ -150,6 +154,9 @@ class BatchedBackend(Engine):
         if self.workers > 1 and not loaded and getattr(synth, "threads", 0) is None:
             synth.threads = max(1, (os.cpu_count() or 1) // self.workers)
             log.info("concurrent mode: %d parallel calls x %d intra-op threads", self.workers, synth.threads)
+            if self.config.solo_calls and hasattr(synth, "solo_threads") and (os.cpu_count() or 1) > synth.threads:
+                synth.solo_threads = os.cpu_count() or 1
+                log.info("concurrent mode: a call that runs alone uses %d intra-op threads", synth.solo_threads)
 
     async def aclose(self) -> None:
         self._closing = True
@@ -235,10 +242,12 @@ class BatchedBackend(Engine):
             items = self._take(self.max_batch_size if self.batched else 1)
             if not items:
                 continue
+            # alone: nothing else running or runnable, so a runtime that can gives this call every core
+            solo = len(items) == 1 and self._free == self.workers and not self._queue
             self._free -= 1
             try:
                 future = loop.run_in_executor(
-                    self._executor, self.run_segments, [it.segment for it in items],
+                    self._executor, partial(self.run_segments, solo=solo), [it.segment for it in items],
                     lambda i, items=items: items[i].job.cancelled)
                 future.add_done_callback(lambda f, items=items: self._batch_done(items, f))
             except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on

@@ -82,6 +82,11 @@ class BackendConfig(BaseSettings):
     max_ahead: int = Field(
         2, ge=1, description="Concurrent mode: chunks a request may have ready and unread before it waits."
     )
+    solo_calls: bool = Field(
+        True,
+        description="Concurrent mode, ONNX: a call that runs alone (nothing else runnable) uses every core, "
+        "through a second session of the model (about 200 MiB more memory); off: every call gets its share.",
+    )
     batch_on_cpu: bool = Field(
         False,
         description="Concurrent mode: batch segments of several sessions into one call on a CPU device too "

@@ -286,17 +286,19 @@ class Engine:
 
     # -- the per-segment step (worker threads) --------------------------------------------------
     def run_segments(
-        self, segments: Sequence[Segment], skip: Callable[[int], bool] | None = None
+        self, segments: Sequence[Segment], skip: Callable[[int], bool] | None = None, *, solo: bool = False
     ) -> list[SegmentResult]:
         """Synthesise ``segments`` (worker thread; never raises): one batch call when the mode
         batches, else (or when the batch fails) one call per segment. ``skip(i)`` is asked before
-        each single call; a skipped segment gets a :class:`NotReady` error."""
+        each single call; a skipped segment gets a :class:`NotReady` error. ``solo``: the call runs
+        alone, so a runtime with ``synthesize_solo`` (every core) takes it there."""
         if self.batched and len(segments) > 1:
             results = self._run_batch(segments)
             if results is not None:
                 return results
         return [
-            SegmentResult(error=NotReady("request cancelled")) if skip is not None and skip(i) else self._run_one(seg)
+            SegmentResult(error=NotReady("request cancelled")) if skip is not None and skip(i)
+            else self._run_one(seg, solo)
             for i, seg in enumerate(segments)
         ]
 
@@ -319,14 +321,15 @@ class Engine:
             self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
         return [SegmentResult(audio, durations, elapsed) for audio, durations in pairs]
 
-    def _run_one(self, segment: Segment) -> SegmentResult:
+    def _run_one(self, segment: Segment, solo: bool = False) -> SegmentResult:
         t0 = time.perf_counter()
         try:
             durations = None
+            solo_call = getattr(self.synthesizer, "synthesize_solo", None) if solo else None
             if self._timed:  # the torch runtime reports per-token frame durations at no extra cost
                 audio, durations = self._call(self.synthesizer.synthesize_timed, segment)
             else:
-                audio = self._call(self.synthesizer.synthesize, segment)
+                audio = self._call(solo_call if callable(solo_call) else self.synthesizer.synthesize, segment)
             audio = clip_audio(audio)
             if audio.size == 0:  # a segment with phonemes always has sound: never pass silence as success
                 raise BackendFault(f"the runtime produced no audio for segment {segment.index}")

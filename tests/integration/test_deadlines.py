@@ -7,9 +7,11 @@ segment the scheduler picks next is observed exactly, without timing.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from backends.base import SynthesisRequest
@@ -111,3 +113,51 @@ async def test_a_runtime_slower_than_playback_shows_as_underrun_seconds(mode, pi
     assert heard < 0.6
     underrun = prom.parse(metrics.render().decode())[("kokoro_playback_underrun_seconds_total", ())]
     assert 0 < underrun <= elapsed
+
+
+class SoloFake(FakeSynthesizer):
+    """The fake runtime with a solo path, as the ONNX runtime has (a second session, every core)."""
+
+    def __init__(self, voices):
+        super().__init__(voices, segment_s=0.05)
+        self.threads = None
+        self.solo_threads: int | None = None
+        self.solo: list[str] = []
+
+    def synthesize_solo(self, segment):
+        with self._lock:
+            self.solo.append(segment.text)
+        return self.synthesize(segment)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="parallel calls need two cores")
+async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_their_share(pipeline, voices):
+    synth = SoloFake(voices)
+    backend = BatchedBackend(synth, pipeline, voices, BackendConfig.defaults(workers=2))  # (the fake batches)
+    await backend.start()
+    assert synth.threads == (os.cpu_count() or 1) // backend.workers and synth.solo_threads == os.cpu_count()
+    alone = await backend.prepare(SynthesisRequest(text=LONG, voice="jm_kumo"))
+    synth.calls.clear()
+    synth.solo.clear()  # (the warm-up ran alone too)
+    await _consume(backend, alone)
+    assert synth.solo == [s.text for s in alone.segments]  # one listener: every call had every core
+    synth.solo.clear()
+    synth.calls.clear()
+    together = [await backend.prepare(SynthesisRequest(text=LONG, session=f"s{i}", voice="jm_kumo")) for i in range(3)]
+    await asyncio.gather(*(_consume(backend, r) for r in together))
+    assert len(synth.solo) < len(synth.calls)  # with others runnable, calls ran side by side
+    await backend.aclose()
+    off = SoloFake(voices)
+    await BatchedBackend(off, pipeline, voices, BackendConfig.defaults(workers=2, solo_calls=False)).start()
+    assert off.solo_threads is None
+
+
+def test_the_onnx_solo_session_speaks_like_the_shared_one(model_files, voices, pipeline):
+    from backends.onnx_runtime import OnnxSynthesizer
+
+    synth = OnnxSynthesizer(model_files, voices, threads=1)
+    synth.solo_threads = 2
+    synth.load()
+    segment = pipeline.plan("Every core for one call.", voice="jm_kumo")[0]
+    shared, solo = synth.synthesize(segment), synth.synthesize_solo(segment)
+    assert len(shared) == len(solo) and np.allclose(shared, solo, atol=1e-3)
