@@ -26,7 +26,7 @@ def _samples() -> list[dict]:
                         "first_audio_ms_worst": first * 1.5, "underrun_s": underrun, "audio_s": 20.0 * n,
                         "wall_s": 10.0, "audio_hours_per_hour": 2.0 * n})
         out.append({"config": name, "kind": "late", "late_first_audio_ms": firsts[1] * 1.5,
-                    "late_underrun_s": 0.0, "streams_underrun_s": underrun})
+                    "streams_underrun_s": underrun})
     return out
 
 
@@ -71,3 +71,20 @@ def test_a_real_time_listener_counts_the_gaps_of_a_server_slower_than_playback(t
         slow.stop()
     assert heard.first_audio_s is not None and heard.complete_s is not None and heard.audio_s > 0
     assert heard.underrun_s > 0  # each call outlasts the short segment before it
+
+
+def test_the_quick_sweep_runs_every_configuration_and_the_late_arrival(tmp_path):
+    """The whole --quick sweep, on the model-free runtime (the harness, not the figures)."""
+    data = listeners.sweep(quick=True, backend="fake", log=lambda _m: None)
+    assert data["levels"] == [1, 2]
+    names = {listeners.config_name(m, d, "fake") for m, d in listeners.CONFIGS}
+    assert set(data["summary"]) == names
+    for row in data["summary"].values():
+        assert set(row["levels"]) == {"1", "2"}
+        assert all(v["first_audio_ms_median"] > 0 and v["audio_s"] > 0 for v in row["levels"].values())
+        assert row["late"]["late_first_audio_ms"] > 0 and row["late"]["vs_alone"] is not None
+    r = Result("throughput", True, "x")
+    listeners.targets(r, data)
+    assert len(r.targets) == 6
+    assert all(t["value"] is not None for t in r.targets if "4 listeners" not in t["name"])  # (quick: no level 4)
+    assert "fake/concurrent deadlines off" in listeners.table(data)
