@@ -1,4 +1,4 @@
-"""The engine both scheduling modes share: lifecycle, planning, deadlines, and the single
+"""The engine both scheduling modes share: lifecycle, planning, playback deadlines, and the single
 per-segment step (DESIGN.md §2).
 
 :class:`Engine` holds what does not depend on scheduling — loading and warming up the runtime,
@@ -8,13 +8,21 @@ the request timeout, the description (:class:`~backends.base.BackendInfo`), voic
 :class:`~backends.sequential.SequentialBackend` and :class:`~backends.concurrent.BatchedBackend`
 add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 
+Playback deadlines are computed here, in one place, for both modes: each request gets a
+:class:`~backends.schedule.Playout` (``_playout``), a segment offered to the mode's
+:class:`~backends.schedule.SegmentQueue` carries the request's ``due`` time, and when a segment is
+ready the mode calls ``_segment_ready``, which advances the request's playback and reports a late
+segment to the observer (``underrun``). ``queue_order`` is ``deadline`` unless
+``config.deadlines`` is off (then the mode's ``plain_order``).
+
 The step, for a list of segments (one runtime call's worth):
 
 * the batch path when the mode batches (:attr:`Engine.batched`) and there is more than one
   segment: ``synthesize_batch_timed`` when the runtime reports durations, else ``synthesize_batch``;
   if that call fails, returns the wrong count or an empty item, each segment is retried alone,
   so one bad segment fails only its own request;
-* alone: ``synthesize_timed`` when the runtime reports durations (torch), else ``synthesize``;
+* alone: ``synthesize_timed`` when the runtime reports durations (torch), else ``synthesize``
+  (``synthesize_solo``, every core, when the mode says the call runs alone and the runtime has it);
 * every output clipped to [-1, 1] (:func:`~backends.base.clip_audio`); empty audio is a
   :class:`~backends.base.BackendFault` (a segment with phonemes always has sound);
 * the observer hears of every runtime call (``batch_done``, size 1 for a single call) and of every
@@ -25,7 +33,7 @@ Threading: ``run_segments`` runs on a worker thread (never the event loop) and n
 registered with the watchdog, so ``check_health`` fails while one call has run longer than the
 request timeout. Everything else is called on the event loop; planning (G2P) and loading run on
 the engine's own single preparation thread. The observer is called from worker threads
-(``segment_done``, ``batch_done``) and from the event loop (``queue_depth``).
+(``segment_done``, ``batch_done``) and from the event loop (``queue_depth``, ``underrun``).
 
 Cancellation: a runtime call cannot be interrupted once started. ``run_segments`` takes an
 optional ``skip(i)`` that it asks before each single call, so segments of a request dropped while a
