@@ -223,14 +223,18 @@ class VoiceCatalog(Protocol):
 
 class BackendObserver(Protocol):
     """What a backend reports while it works (the server's metrics implement it). Called from
-    worker threads (``segment_done``, ``batch_done``) and from the event loop (``queue_depth``);
-    implementations must be thread-safe and never block."""
+    worker threads (``segment_done``, ``batch_done``) and from the event loop (``queue_depth``,
+    ``underrun``); implementations must be thread-safe and never block."""
 
     def segment_done(self, synth_seconds: float, audio_seconds: float) -> None: ...
 
     def batch_done(self, size: int) -> None: ...
 
     def queue_depth(self, n: int) -> None: ...
+
+    def underrun(self, seconds: float) -> None:
+        """A segment was ready ``seconds`` after its listener's audio ran out (a gap a client
+        playing in real time hears; see :class:`~backends.schedule.Playout`)."""
 
 
 class Backend(Protocol):

@@ -12,9 +12,11 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   text cannot crowd out a short one.
 * One background task (on the event loop; it does no inference) forms batches: when a worker slot is
   free and segments are ready, it waits up to ``max_wait_ms`` for the batch to fill to
-  ``max_batch_size``, then takes segments **round-robin across sessions** (``request.session``,
-  falling back to ``request_id``), the oldest request of a session first, and hands the batch to a
-  worker thread.
+  ``max_batch_size``, then takes segments from a :class:`~backends.schedule.SegmentQueue`:
+  **earliest playback deadline first** (the engine computes them: a first segment is due at once,
+  a later one when its listener's audio runs out), ties **round-robin across sessions**
+  (``request.session``, falling back to ``request_id``), the oldest request of a session first;
+  with ``deadlines`` off, round-robin alone. It hands the batch to a worker thread.
 * Batches are length-aware: the head of the round always goes, the rest of the batch only takes
   segments within ``batch_length_ratio`` (2x) of its phoneme lengths, so a short first segment is
   not padded to, and kept waiting by, a long later one.
@@ -24,7 +26,10 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   (ONNX) gets ``workers`` parallel calls (default: 2 on a machine with 2+ cores) and, when it has
   not been loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per
   call (measured here: one intra-op thread costs ~0.5 CPU-s per audio-s, two cost ~0.75, so two
-  1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``).
+  1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``). A call that runs
+  alone (nothing else running or runnable) goes to the runtime's ``synthesize_solo`` when it has
+  one (ONNX: a second session with every core, ``solo_calls``), so one listener never gets less
+  than the sequential mode gives it.
 * A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
@@ -51,18 +56,19 @@ inside a running batch finishes and is discarded. ``aclose()`` fails every open 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 import logging
 import os
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from .base import AudioChunk, NotReady, Overloaded, Segment, SynthesisRequest
 from .engine import Engine, SegmentResult
+from .schedule import Entry, Playout, SegmentQueue
 
 log = logging.getLogger("kokoro.backend")
 
@@ -75,6 +81,7 @@ class _Job:
     key: str
     seq: int
     pending: deque[Segment]
+    playout: Playout
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     busy: bool = False  # a segment of this job is queued or being synthesised
     cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
@@ -90,6 +97,7 @@ class BatchedBackend(Engine):
     """Cross-session micro-batching scheduler (mode ``concurrent``)."""
 
     mode = "concurrent"
+    plain_order = "round_robin"
     #: Longest over shortest phoneme count allowed within one batch (bounds padding waste).
     batch_length_ratio = 2.0
 
@@ -107,7 +115,7 @@ class BatchedBackend(Engine):
         self.workers = workers
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
         self._free = self.workers
-        self._by_session: OrderedDict[str, list[_Item]] = OrderedDict()  # session -> items by job.seq
+        self._queue = SegmentQueue(self.queue_order)
         self._queued = 0
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
@@ -146,13 +154,16 @@ class BatchedBackend(Engine):
         if self.workers > 1 and not loaded and getattr(synth, "threads", 0) is None:
             synth.threads = max(1, (os.cpu_count() or 1) // self.workers)
             log.info("concurrent mode: %d parallel calls x %d intra-op threads", self.workers, synth.threads)
+            if self.config.solo_calls and hasattr(synth, "solo_threads") and (os.cpu_count() or 1) > synth.threads:
+                synth.solo_threads = os.cpu_count() or 1
+                log.info("concurrent mode: a call that runs alone uses %d intra-op threads", synth.solo_threads)
 
     async def aclose(self) -> None:
         self._closing = True
         for job in list(self._jobs):
             self._drop(job)
             job.outbox.put_nowait(NotReady("server is shutting down"))
-        self._by_session.clear()
+        self._queue.clear()
         self._set_queued(0)
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -179,9 +190,9 @@ class BatchedBackend(Engine):
             raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
         seq = next(self._seq)
         key = request.session or request.request_id or f"request-{seq}"
-        job = _Job(request=request, key=key, seq=seq, pending=deque(request.segments))
+        job = _Job(request=request, key=key, seq=seq, pending=deque(request.segments), playout=self._playout(request))
         self._jobs.add(job)
-        deadline = self._deadline(request)
+        deadline = self._timeout_at(request)
         try:
             self._ensure_loop()
             for _ in range(len(request.segments)):
@@ -198,10 +209,7 @@ class BatchedBackend(Engine):
         if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
             return
         job.busy = True
-        items = self._by_session.get(job.key)
-        if items is None:
-            items = self._by_session[job.key] = []  # a new session joins the end of the round
-        bisect.insort(items, _Item(job, job.pending.popleft()), key=lambda it: it.job.seq)
+        self._queue.push(_Item(job, job.pending.popleft()), session=job.key, request_seq=job.seq, due=job.playout.due)
         self._set_queued(self._queued + 1)
         if self._wake is not None:
             self._wake.set()
@@ -213,15 +221,9 @@ class BatchedBackend(Engine):
         job.cancelled = True
         job.pending.clear()
         self._jobs.discard(job)
-        items = self._by_session.get(job.key)
-        if items:
-            kept = [it for it in items if it.job is not job]
-            if len(kept) != len(items):
-                self._set_queued(self._queued - (len(items) - len(kept)))
-                if kept:
-                    self._by_session[job.key] = kept
-                else:
-                    del self._by_session[job.key]
+        dropped = self._queue.remove(lambda it: it.job is job)
+        if dropped:
+            self._set_queued(self._queued - dropped)
 
     def _set_queued(self, n: int) -> None:
         self._queued = n
@@ -240,10 +242,12 @@ class BatchedBackend(Engine):
             items = self._take(self.max_batch_size if self.batched else 1)
             if not items:
                 continue
+            # alone: nothing else running or runnable, so a runtime that can gives this call every core
+            solo = len(items) == 1 and self._free == self.workers and not self._queue
             self._free -= 1
             try:
                 future = loop.run_in_executor(
-                    self._executor, self.run_segments, [it.segment for it in items],
+                    self._executor, partial(self.run_segments, solo=solo), [it.segment for it in items],
                     lambda i, items=items: items[i].job.cancelled)
                 future.add_done_callback(lambda f, items=items: self._batch_done(items, f))
             except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
@@ -265,31 +269,20 @@ class BatchedBackend(Engine):
                 return
 
     def _take(self, n: int) -> list[_Item]:
-        """Up to ``n`` ready segments in round-robin order over sessions (each session's oldest
-        request first). The first session in the round is always served; the rest of the batch
-        takes only segments within ``batch_length_ratio`` of the batch's phoneme lengths, so short
-        first segments are not padded to (and kept waiting by) long ones. A session passed over
-        keeps its place at the front of the round."""
-        taken: list[_Item] = []
-        shortest = longest = 0
-        progress = True
-        while len(taken) < n and self._by_session and progress:
-            progress = False
-            for key in list(self._by_session):
-                if len(taken) >= n:
-                    break
-                items = self._by_session[key]
-                length = len(items[0].segment.phonemes) + 2
-                if taken and max(longest, length) > self.batch_length_ratio * min(shortest, length):
-                    continue
-                taken.append(items.pop(0))
-                shortest = min(shortest, length) if len(taken) > 1 else length
-                longest = max(longest, length)
-                progress = True
-                if items:
-                    self._by_session.move_to_end(key)
-                else:
-                    del self._by_session[key]
+        """Up to ``n`` ready segments in the queue's order (earliest playback deadline first, ties
+        round-robin by session; round-robin alone with ``deadlines`` off). The head always goes;
+        the rest of the batch takes only segments within ``batch_length_ratio`` of the batch's
+        phoneme lengths, so short first segments are not padded to (and kept waiting by) long
+        ones. A segment passed over keeps its place."""
+
+        def length(entry: Entry) -> int:
+            return len(entry.item.segment.phonemes) + 2
+
+        def fits(taken: list[Entry], entry: Entry) -> bool:
+            lengths = [length(e) for e in taken] + [length(entry)]
+            return max(lengths) <= self.batch_length_ratio * min(lengths)
+
+        taken = [e.item for e in self._queue.take(n, fits)]
         if taken:
             self._set_queued(self._queued - len(taken))
         return taken
@@ -314,6 +307,7 @@ class BatchedBackend(Engine):
                 job.outbox.put_nowait(self._as_error(result.error, job.request))
                 job.pending.clear()
                 continue
+            self._segment_ready(job.playout, result)
             job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
             self._submit_next(job)
         if self._wake is not None:

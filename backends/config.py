@@ -72,6 +72,20 @@ class BackendConfig(BaseSettings):
         None, ge=1, description="Runtime intra-op threads. Default: the runtime's choice (all cores)."
     )
 
+    # -- scheduling (both modes) --------------------------------------------------------------
+    deadlines: bool = Field(
+        True,
+        description="Run the segment whose listener needs it soonest first (a first segment at once, a later one "
+        "before the audio already sent runs out); `false`: the order segments became runnable (sequential) or "
+        "round-robin by session (concurrent).",
+    )
+    deadline_margin_ms: float = Field(
+        250.0,
+        ge=0,
+        description="How long before a listener's audio runs out its next segment is due (network and client "
+        "buffering).",
+    )
+
     # -- concurrent mode ----------------------------------------------------------------------
     max_batch_size: int = Field(16, ge=1, description="Concurrent mode: most segments in one batch.")
     max_wait_ms: float = Field(5.0, ge=0, description="Concurrent mode: longest wait to fill a batch.")
@@ -83,6 +97,11 @@ class BackendConfig(BaseSettings):
     )
     max_ahead: int = Field(
         2, ge=1, description="Concurrent mode: chunks a request may have ready and unread before it waits."
+    )
+    solo_calls: bool = Field(
+        True,
+        description="Concurrent mode, ONNX: a call that runs alone (nothing else runnable) uses every core, "
+        "through a second session of the model (about 200 MiB more memory); off: every call gets its share.",
     )
     batch_on_cpu: bool = Field(
         False,

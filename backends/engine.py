@@ -1,4 +1,4 @@
-"""The engine both scheduling modes share: lifecycle, planning, deadlines, and the single
+"""The engine both scheduling modes share: lifecycle, planning, playback deadlines, and the single
 per-segment step (DESIGN.md §2).
 
 :class:`Engine` holds what does not depend on scheduling — loading and warming up the runtime,
@@ -8,13 +8,21 @@ the request timeout, the description (:class:`~backends.base.BackendInfo`), voic
 :class:`~backends.sequential.SequentialBackend` and :class:`~backends.concurrent.BatchedBackend`
 add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 
+Playback deadlines are computed here, in one place, for both modes: each request gets a
+:class:`~backends.schedule.Playout` (``_playout``), a segment offered to the mode's
+:class:`~backends.schedule.SegmentQueue` carries the request's ``due`` time, and when a segment is
+ready the mode calls ``_segment_ready``, which advances the request's playback and reports a late
+segment to the observer (``underrun``). ``queue_order`` is ``deadline`` unless
+``config.deadlines`` is off (then the mode's ``plain_order``).
+
 The step, for a list of segments (one runtime call's worth):
 
 * the batch path when the mode batches (:attr:`Engine.batched`) and there is more than one
   segment: ``synthesize_batch_timed`` when the runtime reports durations, else ``synthesize_batch``;
   if that call fails, returns the wrong count or an empty item, each segment is retried alone,
   so one bad segment fails only its own request;
-* alone: ``synthesize_timed`` when the runtime reports durations (torch), else ``synthesize``;
+* alone: ``synthesize_timed`` when the runtime reports durations (torch), else ``synthesize``
+  (``synthesize_solo``, every core, when the mode says the call runs alone and the runtime has it);
 * every output clipped to [-1, 1] (:func:`~backends.base.clip_audio`); empty audio is a
   :class:`~backends.base.BackendFault` (a segment with phonemes always has sound);
 * the observer hears of every runtime call (``batch_done``, size 1 for a single call) and of every
@@ -25,7 +33,7 @@ Threading: ``run_segments`` runs on a worker thread (never the event loop) and n
 registered with the watchdog, so ``check_health`` fails while one call has run longer than the
 request timeout. Everything else is called on the event loop; planning (G2P) and loading run on
 the engine's own single preparation thread. The observer is called from worker threads
-(``segment_done``, ``batch_done``) and from the event loop (``queue_depth``).
+(``segment_done``, ``batch_done``) and from the event loop (``queue_depth``, ``underrun``).
 
 Cancellation: a runtime call cannot be interrupted once started. ``run_segments`` takes an
 optional ``skip(i)`` that it asks before each single call, so segments of a request dropped while a
@@ -63,6 +71,7 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
+from .schedule import Order, Playout
 from .text import TextPipeline
 from .voices import VoiceStore
 
@@ -93,6 +102,9 @@ class _NoObserver:
     def queue_depth(self, n: int) -> None:
         pass
 
+    def underrun(self, seconds: float) -> None:
+        pass
+
 
 class Engine:
     """The shared lifecycle and the single per-segment step (see the module docstring).
@@ -103,6 +115,8 @@ class Engine:
     """
 
     mode = "engine"
+    #: The order segments run in with ``deadlines`` off (the mode's own; see backends.schedule).
+    plain_order: Order = "fifo"
 
     def __init__(
         self,
@@ -228,9 +242,27 @@ class Engine:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._prep_executor, self._plan, request)
 
-    def _deadline(self, request: SynthesisRequest) -> float | None:
+    def _timeout_at(self, request: SynthesisRequest) -> float | None:
         timeout = self.config.request_timeout_s
         return None if not timeout else request.created + timeout
+
+    # -- playback deadlines (the one place they are computed) -------------------------------------
+    @property
+    def queue_order(self) -> Order:
+        """Earliest playback deadline first, or the mode's own order with ``deadlines`` off."""
+        return "deadline" if self.config.deadlines else self.plain_order
+
+    def _playout(self, request: SynthesisRequest) -> Playout:
+        """The request's playback clock: its first segment is due when it arrived."""
+        return Playout(request.created, self.config.deadline_margin_ms / 1000.0)
+
+    def _segment_ready(self, playout: Playout, result: SegmentResult) -> None:
+        """A segment of the request is ready now: advance its playback, report a late one."""
+        if result.audio is None:
+            return
+        late = playout.delivered(time.perf_counter(), len(result.audio) / self.synthesizer.sample_rate)
+        if late > 0:
+            self._observer.underrun(late)
 
     @staticmethod
     async def _until(deadline: float | None, awaitable: Any) -> Any:
@@ -262,17 +294,19 @@ class Engine:
 
     # -- the per-segment step (worker threads) --------------------------------------------------
     def run_segments(
-        self, segments: Sequence[Segment], skip: Callable[[int], bool] | None = None
+        self, segments: Sequence[Segment], skip: Callable[[int], bool] | None = None, *, solo: bool = False
     ) -> list[SegmentResult]:
         """Synthesise ``segments`` (worker thread; never raises): one batch call when the mode
         batches, else (or when the batch fails) one call per segment. ``skip(i)`` is asked before
-        each single call; a skipped segment gets a :class:`NotReady` error."""
+        each single call; a skipped segment gets a :class:`NotReady` error. ``solo``: the call runs
+        alone, so a runtime with ``synthesize_solo`` (every core) takes it there."""
         if self.batched and len(segments) > 1:
             results = self._run_batch(segments)
             if results is not None:
                 return results
         return [
-            SegmentResult(error=NotReady("request cancelled")) if skip is not None and skip(i) else self._run_one(seg)
+            SegmentResult(error=NotReady("request cancelled")) if skip is not None and skip(i)
+            else self._run_one(seg, solo)
             for i, seg in enumerate(segments)
         ]
 
@@ -295,14 +329,15 @@ class Engine:
             self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
         return [SegmentResult(audio, durations, elapsed) for audio, durations in pairs]
 
-    def _run_one(self, segment: Segment) -> SegmentResult:
+    def _run_one(self, segment: Segment, solo: bool = False) -> SegmentResult:
         t0 = time.perf_counter()
         try:
             durations = None
+            solo_call = getattr(self.synthesizer, "synthesize_solo", None) if solo else None
             if self._timed:  # the torch runtime reports per-token frame durations at no extra cost
                 audio, durations = self._call(self.synthesizer.synthesize_timed, segment)
             else:
-                audio = self._call(self.synthesizer.synthesize, segment)
+                audio = self._call(solo_call if callable(solo_call) else self.synthesizer.synthesize, segment)
             audio = clip_audio(audio)
             if audio.size == 0:  # a segment with phonemes always has sound: never pass silence as success
                 raise BackendFault(f"the runtime produced no audio for segment {segment.index}")

@@ -4,6 +4,12 @@ We own the ``InferenceSession`` (rather than going through ``kokoro_onnx.Kokoro`
 and providers are settable; the vocabulary comes from the Kokoro config that ships in
 ``kokoro_onnx``. ``InferenceSession.run`` is thread-safe, so ``thread_safe`` is True; the
 sequential backend still runs one synthesis at a time by design. Blocking: call from a thread.
+
+ONNX Runtime fixes a session's intra-op threads when it is built. The concurrent mode runs parallel
+calls with a share of the cores each, which leaves cores idle when only one call is runnable; with
+``solo_threads`` set before ``load()``, a second session of the same model with that many threads
+serves :meth:`OnnxSynthesizer.synthesize_solo` (a call that runs alone). Measured here: a session
+of the int8 model holds about 200-250 MiB of resident memory, so the second one costs that much.
 """
 
 from __future__ import annotations
@@ -42,25 +48,33 @@ class OnnxSynthesizer:
         self.voices = voices
         self.vocab = load_vocab(files.config)
         self.threads = threads
+        #: Intra-op threads of a second session for calls that run alone (None: no second session).
+        self.solo_threads: int | None = None
         self.providers = providers or ["CPUExecutionProvider"]
         self.model_name = files.onnx.name
         self._session = None
+        self._solo_session = None
 
     def load(self) -> None:
+        self._session = self._open(self.threads or (os.cpu_count() or 1))
+        if self.solo_threads and self.solo_threads != self.threads:
+            self._solo_session = self._open(self.solo_threads)
+        inputs = {i.name: i for i in self._session.get_inputs()}
+        self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
+        self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
+
+    def _open(self, threads: int):
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads or (os.cpu_count() or 1)
+        opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # Memory patterns are planned per input shape, and every text length is a new shape: with
         # them on, RSS climbed ~50 MB over the first hundred texts; off, it stays flat, at no cost
         # in speed (measured; see benchmarks/results/soak.md).
         opts.enable_mem_pattern = False
-        self._session = ort.InferenceSession(str(self.files.onnx), sess_options=opts, providers=self.providers)
-        inputs = {i.name: i for i in self._session.get_inputs()}
-        self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
-        self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
+        return ort.InferenceSession(str(self.files.onnx), sess_options=opts, providers=self.providers)
 
     @property
     def device(self) -> str:
@@ -73,15 +87,20 @@ class OnnxSynthesizer:
     def tokens(self, phonemes: str) -> list[int]:
         return [self.vocab[c] for c in phonemes if c in self.vocab]
 
-    def synthesize(self, segment: Segment) -> np.ndarray:
-        if self._session is None:
+    def synthesize_solo(self, segment: Segment) -> np.ndarray:
+        """:meth:`synthesize` with every core (``solo_threads``): for a call that runs alone."""
+        return self.synthesize(segment, self._solo_session)
+
+    def synthesize(self, segment: Segment, session=None) -> np.ndarray:
+        session = session or self._session
+        if session is None:
             raise BackendFault("ONNX runtime used before load()")
         tokens = self.tokens(segment.phonemes)[:MAX_PHONEMES]
         if not tokens:
             return np.zeros(0, dtype=np.float32)
         style = self.voices.style(segment.voice, len(tokens)).reshape(1, -1).astype(np.float32)
         speed = np.array([segment.speed], dtype=self._speed_dtype)
-        out = self._session.run(
+        out = session.run(
             None,
             {
                 self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64),

@@ -5,36 +5,52 @@ Everything but the scheduling is :class:`~backends.engine.Engine`'s: each segmen
 engine's single per-segment step (:meth:`~backends.engine.Engine.run_segments`), one segment per
 call, never batched.
 
-Threading: every runtime call runs on a single dedicated worker thread; the event loop only awaits
-futures. Segments of concurrent requests take turns in arrival order (each request submits its next
-segment only when the previous one is done, so sessions interleave fairly).
+Scheduling: each request offers one segment at a time (its next segment becomes runnable when the
+previous one is done) to a :class:`~backends.schedule.SegmentQueue`; whenever the worker is free it
+runs the queue's pick: the segment with the earliest playback deadline (the engine computes them:
+a newcomer's first segment goes ahead of a later segment whose listener still has audio to play),
+ties round-robin by session. With ``deadlines`` off, segments run in the order they became runnable
+(first in, first out).
+
+Threading: every runtime call runs on a single dedicated worker thread; the queue and the choice
+live on the event loop, which only awaits futures.
 Admission: at most ``max_queue`` segments wait for or sit in the worker at once; beyond it
 ``stream()`` raises :class:`~backends.base.Overloaded`.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
-that has not started is cancelled outright, one already running finishes and is discarded. The
-request timeout fails the stream with :class:`~backends.base.SynthesisTimeout`.
+that has not started leaves the queue outright, one already running finishes and is discarded. The
+request timeout fails the stream with :class:`~backends.base.SynthesisTimeout`. ``aclose()`` fails
+every queued segment with :class:`~backends.base.NotReady`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
-from .base import AudioChunk, KokoroError, NotReady, Overloaded, SynthesisRequest
+from .base import AudioChunk, KokoroError, NotReady, Overloaded, Segment, SynthesisRequest
 from .engine import Engine, SegmentResult
+from .schedule import SegmentQueue
+
+_Item = tuple[Segment, "asyncio.Future[SegmentResult]"]
 
 
 class SequentialBackend(Engine):
     """One synthesis at a time, one chunk per segment as soon as it is ready."""
 
     mode = "sequential"
+    plain_order = "fifo"
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-synth")
         self._waiting = 0
+        self._queue = SegmentQueue(self.queue_order)
+        self._running = False
+        self._seq = itertools.count()
 
     @property
     def queue_depth(self) -> int:
@@ -43,6 +59,10 @@ class SequentialBackend(Engine):
 
     async def aclose(self) -> None:
         await super().aclose()
+        for entry in self._queue.clear():
+            future = entry.item[1]
+            if not future.done():
+                future.set_exception(NotReady("server is shutting down"))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _set_waiting(self, n: int) -> None:
@@ -55,19 +75,55 @@ class SequentialBackend(Engine):
         if self._waiting >= self.config.max_queue:
             raise Overloaded(f"{self._waiting} requests are waiting; try again shortly")
         loop = asyncio.get_running_loop()
-        deadline = self._deadline(request)
+        timeout_at = self._timeout_at(request)
+        playout = self._playout(request)
+        seq = next(self._seq)
+        key = request.session or request.request_id or f"request-{seq}"
         count = len(request.segments)
         for segment in request.segments:
+            future: asyncio.Future[SegmentResult] = loop.create_future()
             self._set_waiting(self._waiting + 1)
+            self._queue.push((segment, future), session=key, request_seq=seq, due=playout.due)
             try:
-                future = loop.run_in_executor(self._executor, self.run_segments, [segment])
-                result: SegmentResult = (await self._until(deadline, future))[0]
+                self._run_next()
+                result = await self._until(timeout_at, future)
             except KokoroError:
                 raise
             except Exception as e:  # e.g. the worker was shut down by aclose()
                 raise self._as_error(e, request) from e
             finally:
+                self._queue.remove(lambda item, future=future: item[1] is future)
                 self._set_waiting(self._waiting - 1)
             if result.error is not None:
                 raise self._as_error(result.error, request) from result.error
+            self._segment_ready(playout, result)
             yield self._chunk(segment, count, result)
+
+    def _run_next(self) -> None:
+        """Hand the queue's pick to the worker when it is free (event loop)."""
+        if self._running or self._closing:
+            return
+        entry = self._queue.pop()
+        if entry is None:
+            return
+        segment, future = entry.item
+        self._running = True
+        try:
+            work = asyncio.get_running_loop().run_in_executor(self._executor, self.run_segments, [segment])
+        except Exception as e:  # the executor is shut down: fail this one, the queue goes on
+            self._running = False
+            if not future.done():
+                future.set_exception(e)
+            return
+        work.add_done_callback(partial(self._done, future))
+
+    def _done(self, future: asyncio.Future[SegmentResult], work: asyncio.Future) -> None:
+        self._running = False
+        if not future.done():  # else the stream was cancelled or timed out: the result is discarded
+            if work.cancelled():
+                future.set_exception(NotReady("server is shutting down"))
+            elif work.exception() is not None:
+                future.set_exception(work.exception())
+            else:
+                future.set_result(work.result()[0])
+        self._run_next()

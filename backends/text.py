@@ -9,7 +9,12 @@ Rules (the README states them for users):
 * No segment exceeds :data:`~backends.base.MAX_PHONEMES` phonemes: a long sentence is cut at clause
   punctuation (``, ; : —``) first, then between words, and only as a last resort inside a word.
 * The first segment of a request may stop at a clause boundary after a few words
-  (``first_segment_words`` .. ``first_segment_max_words``); the first sentence (or clause) always
+  (``first_segment_words`` .. ``first_segment_max_words``). When no clause mark comes within that
+  window, it may stop at a word boundary that keeps a natural phrase (:func:`phrase_boundaries`):
+  before a preposition, a conjunction or a relative word, never after a determiner, possessive or
+  intensifier (inside a noun phrase), never before ``of`` or ``to`` (they bind to the word before),
+  before ``and``/``or``/``but`` only when a new clause or noun phrase follows, and only with at
+  least three words left for the rest. The first sentence (or clause, or phrase) always
   stands alone, and later segments pack whole sentences, each segment at most twice the size of the
   one before, up to ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
 * Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 from .base import MAX_PHONEMES, EmptyText, Segment
 from .sentences import split_sentences
 
-__all__ = ["SegmentPlan", "TextPipeline", "clause_boundaries", "normalize", "split_sentences"]
+__all__ = ["SegmentPlan", "TextPipeline", "clause_boundaries", "normalize", "phrase_boundaries", "split_sentences"]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u2028\u2029\ufeff]")
 _CLAUSE = re.compile(r"[,;:]+[\"'”’)\]]*(?=\s)|\s[—–-]{1,2}(?=\s)|—")
@@ -45,6 +50,49 @@ def normalize(text: str) -> str:
 def clause_boundaries(sentence: str) -> list[int]:
     """Offsets just after each clause mark, where a sentence may be cut."""
     return [m.end() for m in _CLAUSE.finditer(sentence) if 0 < m.end() < len(sentence)]
+
+
+#: Words that open a phrase of their own: prepositions, conjunctions, relative words. ``of`` and
+#: ``to`` are left out: they bind to the word before ("a cup of tea", "want to go").
+PHRASE_OPENERS = frozenset(
+    "about above across after against along although among around as at because before behind below "
+    "beneath beside besides between beyond by despite during except for from if in inside into like near "
+    "once onto over past since than that though through throughout toward towards under underneath unless until upon "
+    "when whenever where whereas wherever whether which while who whom whose why with within without".split()
+)
+#: Coordinators: a phrase boundary only when a new clause or noun phrase follows them.
+COORDINATORS = frozenset("and or but nor yet so".split())
+#: Words that open a clause or a noun phrase (what must follow a coordinator for a cut before it).
+CLAUSE_OPENERS = frozenset(
+    "i you he she it we they there this that these those the a an my your his her its our their "
+    "some many most all each every no".split()
+)
+#: Words a first segment never ends with: a determiner, possessive or intensifier needs what comes
+#: after it (a cut there is inside a noun phrase), and a phrase word needs its object.
+BOUND_TO_NEXT = frozenset(
+    "a an the my your his her its our their this that these those some any no every each very such "
+    "quite rather too so not of to more less much soon well".split()
+) | PHRASE_OPENERS | COORDINATORS
+_WORD = re.compile(r"\S+")
+
+
+def _bare(word: str) -> str:
+    return word.strip("\"'“”‘’()[]{}«»").lower()
+
+
+def phrase_boundaries(sentence: str) -> list[int]:
+    """Offsets before words where a sentence may be cut without breaking a phrase (see the module
+    docstring), in order."""
+    words = [(m.start(), _bare(m.group())) for m in _WORD.finditer(sentence)]
+    cuts = []
+    for i in range(1, len(words) - 1):
+        start, word = words[i]
+        before, after = words[i - 1][1], words[i + 1][1]
+        if before in BOUND_TO_NEXT or not before.isalpha():
+            continue
+        if word in PHRASE_OPENERS or (word in COORDINATORS and after in CLAUSE_OPENERS):
+            cuts.append(start)
+    return cuts
 
 
 def _split_at(sentence: str, cuts: list[int]) -> list[str]:
@@ -121,14 +169,23 @@ class TextPipeline:
 
     # -- first segment --------------------------------------------------------------------------
     def _first_cut(self, sentence: str) -> int | None:
+        """Where the first segment ends: the first clause mark in the word window, else the first
+        phrase boundary in it (with three words or more left), else None (the whole sentence)."""
+        for boundaries, rest in ((clause_boundaries, 2), (phrase_boundaries, 3)):
+            cut = self._cut_in_window(sentence, boundaries(sentence), rest)
+            if cut is not None:
+                return cut
+        return None
+
+    def _cut_in_window(self, sentence: str, cuts: list[int], rest: int) -> int | None:
         n_words = len(sentence.split())
-        for cut in clause_boundaries(sentence):
+        for cut in cuts:
             before = len(sentence[:cut].split())
             if before < self.first_segment_words:
                 continue
             if before > self.first_segment_max_words:
                 break
-            if n_words - before >= 2:
+            if n_words - before >= rest:
                 return cut
         return None
 

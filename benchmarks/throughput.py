@@ -11,6 +11,10 @@ text; text characters per second is reported beside it as the equal-work measure
 at once (idle ones cost no CPU) and the configs take turns level by level, rotating, with the raw
 runtime among them, so load drift on shared cores hits all alike; with several rounds the medians
 are reported. Peak RSS is each server process's high-water mark (``VmHWM``).
+
+Then the listeners' sweep (:mod:`benchmarks.listeners`): 1, 2, 4, 8 listeners sending the
+267-character paragraph at once, each playing it in real time and counting underruns, with playback
+deadlines on and off, sequential vs concurrent (``summary.listeners``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from . import prom
+from . import listeners, prom
 from .clients import WsSession
 from .live import LiveServer, ServerFailed
 from .raw import VOICE, RawRuntime, model_files
@@ -186,6 +190,8 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
                     )
     peak_rss = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
     result.summary["peak_rss_mib"] = peak_rss
+    log("throughput: many listeners (deadlines on/off, sequential/concurrent)")
+    result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False)
     summarize(result)
     return result
 
@@ -252,7 +258,11 @@ def body(data: dict[str, Any]) -> str:
             for x in data["samples"]
         ],
     )
-    return f"{head}\n\n{table}\n\n{detail}"
+    out = f"{head}\n\n{table}\n\n{detail}"
+    if data["summary"].get("listeners"):
+        out += ("\n\nListeners sending the paragraph at once, playing it in real time (deadlines on vs off):\n\n"
+                + listeners.table(data["summary"]["listeners"]))
+    return out
 
 
 def plot(data: dict[str, Any], path) -> None:

@@ -17,6 +17,10 @@ Modes (each run goes through every mode in turn, so load drift hits all modes al
 
 Server-side first audio is measured from the first byte sent (the WebSocket session is opened
 before the clock starts; its connect time is recorded apart).
+
+Then many listeners (:mod:`benchmarks.listeners`): 1, 2, 4, 8 sending the paragraph at once, and a
+late arrival behind three streaming listeners, with playback deadlines on and off, sequential vs
+concurrent (``summary.listeners``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from . import prom
+from . import listeners, prom
 from .clients import WsSession, http_synthesize
 from .live import LiveServer
 from .raw import VOICE, RawRuntime
@@ -129,7 +133,11 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
             "plain": prom.server_view(before["plain"], plain.scrape()),
         }
         result.config["server_startup_s"] = {"default": rnd(default.startup_s, 1), "plain": rnd(plain.startup_s, 1)}
+    log("ttfa: many listeners (deadlines on/off, sequential/concurrent)")
+    sweep = listeners.sweep(quick=quick, model_dir=model_dir, log=log)
     summarize(result)
+    result.summary["listeners"] = sweep
+    listeners.targets(result, sweep)
     return result
 
 
@@ -194,7 +202,14 @@ def body(data: dict[str, Any]) -> str:
             for route, v in view.items() if v["count"] and route != "all"
         )
     )
-    return f"{head}\n\n{table}\n\n{server}"
+    out = f"{head}\n\n{table}\n\n{server}"
+    if s.get("listeners"):
+        out += (
+            "\n\nMany listeners, each sending the paragraph at once and playing it in real time (underrun: seconds "
+            "of silence heard between chunks), then one listener arriving while three stream long texts:\n\n"
+            + listeners.table(s["listeners"])
+        )
+    return out
 
 
 def plot(data: dict[str, Any], path) -> None:

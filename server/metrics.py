@@ -1,7 +1,7 @@
 """Prometheus metrics, one registry per app (DESIGN.md §4).
 
 :class:`Metrics` is also the backend's *observer*: the backend calls ``segment_done``,
-``batch_done`` and ``queue_depth`` from its worker threads. prometheus-client objects are
+``batch_done`` (worker threads), ``queue_depth`` and ``underrun`` (event loop). prometheus-client objects are
 thread-safe, so every method here may be called from any thread.
 
 Series (all prefixed ``kokoro_``):
@@ -20,6 +20,9 @@ Series (all prefixed ``kokoro_``):
 * ``active_sessions`` — open WebSocket sessions; ``inflight_requests{route}`` — requests being
   answered; ``queue_depth`` — segments waiting for the runtime; ``batch_size`` — segments per
   runtime call (concurrent mode); ``ready`` — 1 when /ping answers 200.
+* ``playback_underrun_seconds_total`` — how late segments were past their playback deadline,
+  summed: the silence a client playing each request in real time hears between segments (the
+  backend's scheduler keeps it at zero when it can; see ``backends/schedule.py``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,11 @@ class Metrics:
         self.batch_size = Histogram(
             "kokoro_batch_size", "Segments per runtime call (concurrent mode).", buckets=_BATCH_BUCKETS, registry=r
         )
+        self.underrun_seconds = Counter(
+            "kokoro_playback_underrun_seconds",
+            "Seconds segments were ready after their listener's audio ran out (gaps heard in real-time playback).",
+            registry=r,
+        )
         self.ready = Gauge("kokoro_ready", "1 when the server takes requests (/ping is 200).", registry=r)
 
     # -- the backend observer (called from worker threads) -------------------------------------
@@ -89,6 +97,9 @@ class Metrics:
 
     def queue_depth(self, n: int) -> None:
         self.queue.set(n)
+
+    def underrun(self, seconds: float) -> None:
+        self.underrun_seconds.inc(seconds)
 
     # -- the server's own -------------------------------------------------------------------------
     def request_done(self, route: str, status: int, code: str | None = None) -> None:

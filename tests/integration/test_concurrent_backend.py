@@ -102,6 +102,9 @@ class Recorder:
     def queue_depth(self, n):
         self.depths.append(n)
 
+    def underrun(self, seconds):
+        pass
+
 
 @pytest.fixture
 async def make_backend(pipeline, voices):
@@ -210,7 +213,8 @@ async def test_short_segments_are_not_batched_with_long_ones(make_backend):
     backend = make_backend(synth, max_batch_size=8, max_wait_ms=0)
     blocker = asyncio.create_task(collect(backend, await prepared(backend, "Hold on.", session="z")))
     await asyncio.to_thread(synth.started.wait, 5)
-    long_text = "The committee reviewed every single application that arrived before the deadline last Friday."
+    # (one segment: no clause mark and no phrase boundary where the first segment could be cut)
+    long_text = "The whole committee carefully reviewed every single late application submitted last Friday evening."
     texts = {"a": "Hi.", "b": long_text, "c": "Yes."}
     requests = {k: await prepared(backend, t, session=k) for k, t in texts.items()}
     tasks = [asyncio.create_task(collect(backend, r)) for r in requests.values()]

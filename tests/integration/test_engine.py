@@ -50,6 +50,9 @@ class Recorder:
     def queue_depth(self, n):
         pass
 
+    def underrun(self, seconds):
+        pass
+
 
 # (mode class, config): sequential; concurrent with single calls (a CPU runtime's default);
 # concurrent with whole batches (KOKORO_BATCH_ON_CPU).

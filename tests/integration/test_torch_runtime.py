@@ -231,6 +231,9 @@ class BatchRecorder:
     def queue_depth(self, n):
         pass
 
+    def underrun(self, seconds):
+        pass
+
 
 # Sequential; concurrent with single calls (a CPU's default); concurrent batching both requests
 # into one call (batch_on_cpu; the fill waits for the second request rather than a timer).

@@ -15,6 +15,7 @@ def test_every_series_in_the_dashboard_exists_on_metrics():
     m.first_audio("ws", 0.1)
     m.segment_done(0.1, 1.0)
     m.batch_done(2)
+    m.underrun(0.25)
     m.request_done("ws", 500, "backend_error")
     m.inflight.labels(route="ws").inc()
     exposed = {name for name, _ in prom.parse(m.render().decode())}
@@ -24,4 +25,5 @@ def test_every_series_in_the_dashboard_exists_on_metrics():
     assert used, "the dashboard plots nothing"
     assert used <= exposed, f"not exposed by the server: {sorted(used - exposed)}"
     assert {"kokoro_time_to_first_audio_seconds_bucket", "kokoro_realtime_factor_bucket",
-            "kokoro_batch_size_sum", "kokoro_audio_seconds_total"} <= used
+            "kokoro_batch_size_sum", "kokoro_audio_seconds_total",
+            "kokoro_playback_underrun_seconds_total"} <= used

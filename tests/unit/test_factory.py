@@ -25,6 +25,9 @@ class Recorder:
     def queue_depth(self, n):
         pass
 
+    def underrun(self, seconds):
+        pass
+
 
 def test_ping_names_the_file_the_runtime_loads(model_dir):
     """Regression: --backend torch reported the ONNX file as its model."""

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backends.base import MAX_PHONEMES, EmptyText
-from backends.text import TextPipeline, normalize, split_sentences
+from backends.text import TextPipeline, normalize, phrase_boundaries, split_sentences
 
 
 def words(text: str) -> list[str]:
@@ -133,3 +133,52 @@ def test_segments_at_most_double_so_playback_never_waits(pipeline):
         for before, after in itertools.pairwise(segments):
             packed = len(split_sentences(after.text)) > 1
             assert not packed or len(after.phonemes) <= max(2 * len(before.phonemes), pipeline.min_pack)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "first"),
+    [
+        # no clause mark in the word window: the cut goes before a preposition ...
+        ("The quick brown fox jumps over the lazy dog near the old barn today.", "The quick brown fox jumps"),
+        # ... never between a determiner and its noun, never before "of"
+        ("My neighbour down the road has a cup of tea in the garden every morning.",
+         "My neighbour down the road has a cup of tea"),
+        # ... before a conjunction or relative word
+        ("The report arrived late because the printer in the office had broken down again.",
+         "The report arrived late"),
+        ("We visited the museum which opened last spring in the old harbour building.", "We visited the museum"),
+        # ... before "and" only when a new clause follows, not inside "salt and pepper"
+        ("I bought salt and pepper yesterday and we cooked a large dinner for everyone.",
+         "I bought salt and pepper yesterday"),
+    ],
+)
+def test_first_segment_without_a_clause_mark_ends_at_a_phrase_boundary(pipeline, sentence, first):
+    text = sentence + " A second sentence follows."
+    segments = pipeline.plan(text, voice="jm_kumo", fast_first=True)
+    assert segments[0].text == first
+    assert words(" ".join(s.text for s in segments)) == words(text)
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Streaming speech starts early today.",  # too short: three words must be left after the cut
+        # the first phrase word comes after the 12-word window
+        "Seven big grey dogs ran home quickly yesterday evening carrying long sticks happily beside the lake.",
+        "The very old and rather tired grey cat sleeps.",  # only cuts inside noun phrases
+    ],
+)
+def test_no_phrase_boundary_in_the_window_keeps_the_whole_sentence(pipeline, sentence):
+    segments = pipeline.plan(sentence + " Next one.", voice="jm_kumo", fast_first=True)
+    assert segments[0].text == sentence
+
+
+def test_a_clause_mark_in_the_window_wins_over_a_phrase_boundary(pipeline):
+    text = "We walked along the river, then turned back towards the town centre at dusk."
+    assert pipeline.plan(text, voice="jm_kumo")[0].text == "We walked along the river,"
+
+
+def test_phrase_boundaries_never_follow_a_determiner_or_a_phrase_word():
+    sentence = "She said that the man with the hat was here as soon as we left."
+    cuts = [sentence[:c].split()[-1] for c in phrase_boundaries(sentence)]
+    assert cuts == ["said", "man", "here"]  # not inside "as soon as"

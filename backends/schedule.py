@@ -1,0 +1,144 @@
+"""Which segment runs next: playback deadlines and the queue both scheduling modes pick from.
+
+A listener needs its first segment at once; after that, each later segment only has to be ready
+before the audio already delivered runs out. :class:`Playout` follows one request as a client
+playing in real time would hear it:
+
+* the first segment is due when the request arrived (at once: first segments go in arrival order);
+* when a segment is ready at time ``t``, playback of it starts at ``max(t, runs_out)`` — so a late
+  segment is a gap (an *underrun*) of ``t - runs_out`` seconds, and playback shifts by that much —
+  and the audio then runs out ``audio_seconds`` later;
+* the next segment is due ``margin`` seconds before the audio runs out (the margin covers the
+  network and the client's own buffering).
+
+:class:`SegmentQueue` holds runnable segments and gives them back in one of three orders:
+
+* ``deadline`` — earliest due first; on equal due, round-robin by session (the session served or
+  joined longest ago first), then the oldest request of the session. A waiting segment's due never
+  moves, while every newly runnable segment is due at or after its own arrival or its request's
+  playback, so nothing starves: a segment passed over now is ahead of anything that becomes
+  runnable later than its own due.
+* ``round_robin`` — the concurrent mode's order without deadlines: round-robin by session, the
+  oldest request of a session first.
+* ``fifo`` — the sequential mode's order without deadlines: the order segments became runnable.
+
+Pure logic, no threads, no clock of its own (times are passed in): the modes call it from the event
+loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per pick is cheap.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Order = Literal["deadline", "round_robin", "fifo"]
+
+
+class Playout:
+    """One request's playback as a real-time client hears it (see the module docstring)."""
+
+    def __init__(self, arrived: float, margin_s: float = 0.0):
+        self.arrived = arrived
+        self.margin_s = margin_s
+        self.first_ready: float | None = None
+        self.runs_out: float | None = None  # when the audio delivered so far stops playing
+        self.underrun_s = 0.0
+
+    @property
+    def due(self) -> float:
+        """When the next segment must be ready."""
+        if self.runs_out is None:
+            return self.arrived
+        return self.runs_out - self.margin_s
+
+    def delivered(self, at: float, audio_seconds: float) -> float:
+        """A segment of ``audio_seconds`` became ready at ``at``; returns how late it was (seconds
+        of silence the listener heard before it, 0 when on time)."""
+        if self.runs_out is None:
+            self.first_ready = at
+            self.runs_out = at + audio_seconds
+            return 0.0
+        late = max(0.0, at - self.runs_out)
+        self.runs_out = max(self.runs_out, at) + audio_seconds
+        self.underrun_s += late
+        return late
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    """A runnable segment in the queue; ``item`` is the mode's own (what it runs)."""
+
+    item: Any
+    session: str
+    request_seq: int
+    due: float
+    seq: int = 0
+
+
+@dataclass
+class SegmentQueue:
+    """Runnable segments, picked in ``order`` (see the module docstring). Event loop only."""
+
+    order: Order = "deadline"
+    _entries: list[Entry] = field(default_factory=list)
+    _turn: dict[str, int] = field(default_factory=dict)  # session -> when it last joined or was served
+    _clock: Iterator[int] = field(default_factory=itertools.count)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(sorted(self._entries, key=self._key))
+
+    def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0) -> Entry:
+        if not any(e.session == session for e in self._entries):
+            self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
+        entry = Entry(item, session, request_seq, due, next(self._clock))
+        self._entries.append(entry)
+        return entry
+
+    def _key(self, e: Entry) -> tuple:
+        if self.order == "fifo":
+            return (e.seq,)
+        turn = (self._turn.get(e.session, 0), e.request_seq, e.seq)
+        return turn if self.order == "round_robin" else (e.due, *turn)
+
+    def pop(self) -> Entry | None:
+        """The next segment to run, or None when nothing is runnable."""
+        taken = self.take(1)
+        return taken[0] if taken else None
+
+    def take(self, n: int, fits: Callable[[list[Entry], Entry], bool] | None = None) -> list[Entry]:
+        """Up to ``n`` entries in order, a session's second entry only after every session's
+        first (a batch spreads over sessions); the first always goes, each later one only when
+        ``fits(taken, entry)``. Entries passed over keep their place."""
+        ranked: list[tuple[int, tuple, Entry]] = []
+        per_session: dict[str, int] = {}
+        for entry in sorted(self._entries, key=self._key):
+            rank = per_session[entry.session] = per_session.get(entry.session, -1) + 1
+            ranked.append((rank, self._key(entry), entry))
+        ranked.sort(key=lambda r: r[:2])
+        taken: list[Entry] = []
+        for _, _, entry in ranked:
+            if len(taken) >= n:
+                break
+            if taken and fits is not None and not fits(taken, entry):
+                continue
+            taken.append(entry)
+        for entry in taken:
+            self._entries.remove(entry)
+            self._turn[entry.session] = next(self._clock)  # served: to the end of the round
+        return taken
+
+    def remove(self, match: Callable[[Any], bool]) -> int:
+        """Drop every entry whose item matches; returns how many."""
+        kept = [e for e in self._entries if not match(e.item)]
+        dropped = len(self._entries) - len(kept)
+        self._entries = kept
+        return dropped
+
+    def clear(self) -> list[Entry]:
+        entries, self._entries = self._entries, []
+        return entries

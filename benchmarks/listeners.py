@@ -1,0 +1,209 @@
+"""Many listeners at once: first audio, playback underruns and audio-hours per hour, with playback
+deadlines on and off, sequential vs concurrent mode, in one run (the sweep ``ttfa`` and
+``throughput`` both report).
+
+* **Concurrency sweep** — N listeners (1, 2, 4, 8) each open a WebSocket session and send the
+  267-character paragraph at the same moment. Each plays the audio in real time *in its head*
+  (:class:`~backends.schedule.Playout`, the clock the server schedules by): playback starts with the
+  first audio, each later chunk that arrives after the audio before it ran out is a gap, and the gaps
+  are summed as underrun seconds. Per level: median and worst first audio, underrun seconds,
+  audio-hours per hour (audio received / wall time of the level).
+* **Late arrival** — three listeners stream long texts; once all three hear audio, a fourth sends
+  the paragraph. Its first audio is compared with the level-1 first audio of the same server
+  (goal: within 2x). All four then hang up (the server drops their remaining work).
+
+Every configuration is a live server (``onnx``, the mode, ``KOKORO_DEADLINES``); all are up at once
+(idle ones cost no CPU) and take turns level by level, so load drift hits all alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed
+from agent.ws_client import ContractSession
+from backends.schedule import Playout
+
+from .clients import BYTES_PER_SECOND, RequestFailed
+from .live import LiveServer
+from .raw import VOICE
+from .results import markdown_table, median, rnd
+from .texts import PARAGRAPH, THROUGHPUT_TEXTS
+
+CONFIGS = (("sequential", True), ("sequential", False), ("concurrent", True), ("concurrent", False))
+LONG_TEXT = " ".join(THROUGHPUT_TEXTS)
+LATE_GOAL = 2.0  # the late listener's first audio within this many times its first audio alone
+
+
+def config_name(mode: str, deadlines: bool, backend: str = "onnx") -> str:
+    return f"{backend}/{mode} deadlines {'on' if deadlines else 'off'}"
+
+
+@dataclass
+class Heard:
+    """One request as a listener playing in real time heard it (seconds from its send)."""
+
+    first_audio_s: float | None = None
+    underrun_s: float = 0.0
+    audio_s: float = 0.0
+    complete_s: float | None = None
+
+
+async def listen(
+    url: str, text: str, *, heard: Heard | None = None, started: asyncio.Event | None = None, first_only: bool = False
+) -> Heard:
+    """Send ``text`` on a fresh session and play it in real time in the head; ``started`` is set at
+    first audio; ``first_only`` hangs up there. Cancel it to hang up."""
+    heard = heard if heard is not None else Heard()
+    async with await ContractSession.connect(url, frames="text", max_size=None) as session:
+        t0 = time.perf_counter()
+        clock = Playout(arrived=0.0)
+        await session.synthesize(text, "listener", voice=VOICE)
+        while True:
+            event = await session.next_event()
+            now = time.perf_counter() - t0
+            if isinstance(event, AudioChunk):
+                seconds = len(event.pcm) / BYTES_PER_SECOND
+                heard.underrun_s += clock.delivered(now, seconds)
+                heard.audio_s += seconds
+                if heard.first_audio_s is None:
+                    heard.first_audio_s = now
+                    if started is not None:
+                        started.set()
+                    if first_only:
+                        return heard
+            elif isinstance(event, SynthesisComplete):
+                heard.complete_s = now
+                return heard
+            elif isinstance(event, SynthesisFailed):
+                raise RequestFailed(f"{event.code}: {event.message}")
+            elif event is None:
+                raise RequestFailed("session closed before the request completed")
+
+
+async def level(url: str, n: int) -> dict[str, Any]:
+    """N listeners send the paragraph at once."""
+    t0 = time.perf_counter()
+    heard = await asyncio.gather(*(listen(url, PARAGRAPH) for _ in range(n)))
+    wall = time.perf_counter() - t0
+    firsts = [h.first_audio_s for h in heard if h.first_audio_s is not None]
+    audio = sum(h.audio_s for h in heard)
+    return {
+        "listeners": n,
+        "first_audio_ms_median": rnd(median(firsts) * 1000.0, 1) if firsts else None,
+        "first_audio_ms_worst": rnd(max(firsts) * 1000.0, 1) if firsts else None,
+        "underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
+        "audio_s": rnd(audio, 3),
+        "wall_s": rnd(wall, 3),
+        "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
+    }
+
+
+async def late_arrival(url: str, streams: int = 3) -> dict[str, Any]:
+    """``streams`` listeners stream long texts; once all hear audio, one more sends the paragraph."""
+    started = [asyncio.Event() for _ in range(streams)]
+    long_heard = [Heard() for _ in range(streams)]
+    tasks = [asyncio.create_task(listen(url, LONG_TEXT, heard=h, started=e)) for h, e in zip(long_heard, started, strict=True)]
+    try:
+        await asyncio.gather(*(e.wait() for e in started))
+        late = await listen(url, PARAGRAPH, first_only=True)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, RequestFailed):
+                await task
+    return {
+        "late_first_audio_ms": rnd((late.first_audio_s or 0.0) * 1000.0, 1),
+        "streams_underrun_s": rnd(sum(h.underrun_s for h in long_heard), 3),
+    }
+
+
+def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend: str = "onnx") -> dict[str, Any]:
+    """Every configuration through every level (and the late arrival); returns samples + summary.
+    ``backend="fake"`` runs the same sweep on the model-free runtime (to check the harness)."""
+    levels = [1, 2] if quick else [1, 2, 4, 8]
+    samples: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for mode, deadlines in CONFIGS:
+            env = {"KOKORO_DEADLINES": str(deadlines).lower()}
+            srv = LiveServer(backend=backend, mode=mode, env=env, model_dir=model_dir, log=log)
+            servers[config_name(mode, deadlines, backend)] = stack.enter_context(srv)
+        names = list(servers)
+        for i, n in enumerate(levels):
+            for name in names[i % len(names):] + names[: i % len(names)]:
+                sample = {"config": name, "kind": "level", **asyncio.run(level(servers[name].ws_url, n))}
+                samples.append(sample)
+                log(f"  {name:<32} {n} listener(s): first audio median {sample['first_audio_ms_median']} ms, worst "
+                    f"{sample['first_audio_ms_worst']} ms, underrun {sample['underrun_s']} s, "
+                    f"{sample['audio_hours_per_hour']} audio-h/h")
+        if late:
+            for name in names:
+                sample = {"config": name, "kind": "late", **asyncio.run(late_arrival(servers[name].ws_url))}
+                samples.append(sample)
+                log(f"  {name:<32} late arrival: first audio {sample['late_first_audio_ms']} ms")
+    return {"levels": levels, "samples": samples, "summary": summarize(samples)}
+
+
+def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per configuration: each level's figures, the late arrival against its first audio alone."""
+    out: dict[str, Any] = {}
+    for s in samples:
+        row = out.setdefault(s["config"], {"levels": {}})
+        if s["kind"] == "level":
+            row["levels"][str(s["listeners"])] = {k: v for k, v in s.items() if k not in ("config", "kind")}
+        else:
+            alone = (row["levels"].get("1") or {}).get("first_audio_ms_median")
+            ratio = round(s["late_first_audio_ms"] / alone, 3) if alone else None
+            row["late"] = {**{k: v for k, v in s.items() if k not in ("config", "kind")}, "vs_alone": ratio}
+    return out
+
+
+def table(sweep_data: dict[str, Any]) -> str:
+    """The README's table: one row per configuration and level, then the late arrival."""
+    rows = []
+    for name, row in sweep_data["summary"].items():
+        for n, v in row["levels"].items():
+            rows.append([name, int(n), v["first_audio_ms_median"], v["first_audio_ms_worst"], v["underrun_s"],
+                         v["audio_hours_per_hour"]])
+    levels = markdown_table(
+        ["config", "listeners", "first audio median ms", "first audio worst ms", "underrun s", "audio-h/h"], rows
+    )
+    late_rows = [
+        [name, row["late"]["late_first_audio_ms"], row["late"]["vs_alone"], row["late"]["streams_underrun_s"]]
+        for name, row in sweep_data["summary"].items() if "late" in row
+    ]
+    if not late_rows:
+        return levels
+    late = markdown_table(
+        ["config", "late listener first audio ms", f"vs alone (goal <= {LATE_GOAL:g}x)", "streams' underrun s"], late_rows
+    )
+    return f"{levels}\n\n{late}"
+
+
+def targets(result, sweep_data: dict[str, Any]) -> None:
+    """The goals, each from this one run: the late listener within 2x of alone; with deadlines,
+    4 listeners' median first audio at most half of it without; underruns no worse than without."""
+    summary = sweep_data["summary"]
+    backend = next(iter(summary), "onnx/").split("/")[0]
+    for mode in ("sequential", "concurrent"):
+        on = summary.get(config_name(mode, True, backend), {})
+        off = summary.get(config_name(mode, False, backend), {})
+        ratio = (on.get("late") or {}).get("vs_alone")
+        result.target(f"{mode}: late listener's first audio vs alone", f"<= {LATE_GOAL:g}x", ratio,
+                      None if ratio is None else ratio <= LATE_GOAL)
+        four_on = (on["levels"].get("4") or {}).get("first_audio_ms_median") if on else None
+        four_off = (off["levels"].get("4") or {}).get("first_audio_ms_median") if off else None
+        half = round(four_on / four_off, 3) if four_on and four_off else None
+        result.target(f"{mode}: 4 listeners' median first audio, deadlines on vs off", "<= 0.5x", half,
+                      None if half is None else half <= 0.5)
+        under_on = sum(v["underrun_s"] or 0 for v in on.get("levels", {}).values()) if on else None
+        under_off = sum(v["underrun_s"] or 0 for v in off.get("levels", {}).values()) if off else None
+        result.target(f"{mode}: underrun seconds over the sweep, deadlines on vs off", "no more than off",
+                      None if under_on is None else rnd(under_on, 3),
+                      None if under_on is None or under_off is None else under_on <= under_off)

@@ -1,0 +1,172 @@
+"""Which segment runs next: the deadline queue and the playback clock, in virtual time.
+
+A tiny simulator stands for one worker (the sequential mode, or the concurrent mode's single
+calls): a fake runtime whose segment costs are known, listeners that each offer their next
+segment when the previous one is ready (as both modes do), and a clock that only moves when a
+segment is synthesised. Pure logic: nothing sleeps, so the orders asserted here are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from backends.schedule import Playout, SegmentQueue
+
+
+@dataclass
+class Listener:
+    name: str
+    arrives: float
+    #: (synthesis seconds, audio seconds) of each segment, in text order
+    segments: list[tuple[float, float]]
+    session: str = ""
+    playout: Playout = field(init=False)
+    next: int = 0
+
+    def __post_init__(self):
+        self.session = self.session or self.name
+        self.playout = Playout(self.arrives, margin_s=0.1)
+
+
+def simulate(listeners: list[Listener], order: str, starts: list[float] | None = None) -> list[tuple[str, int]]:
+    """Run every segment on one worker, picking from the queue; the (listener, index) run order
+    (and, into ``starts``, when each began)."""
+    queue = SegmentQueue(order)
+    pending = sorted(listeners, key=lambda x: x.arrives)
+    now, ran, seq = 0.0, [], {x.name: i for i, x in enumerate(listeners)}
+
+    def offer(x: Listener) -> None:
+        queue.push(x, session=x.session, request_seq=seq[x.name], due=x.playout.due)
+
+    while pending or len(queue):
+        while pending and pending[0].arrives <= now:
+            offer(pending.pop(0))
+        entry = queue.pop()
+        if entry is None:  # idle until the next arrival
+            now = pending[0].arrives
+            continue
+        x: Listener = entry.item
+        cost, audio = x.segments[x.next]
+        if starts is not None:
+            starts.append(now)
+        now += cost
+        x.playout.delivered(now, audio)
+        ran.append((x.name, x.next))
+        x.next += 1
+        if x.next < len(x.segments):
+            offer(x)
+    return ran
+
+
+def streaming(name: str, arrives: float = 0.0, n: int = 6) -> Listener:
+    """A long text: a short first segment (4 s of audio), then long ones with 6 s each."""
+    return Listener(name, arrives, [(0.3, 4.0)] + [(1.0, 6.0)] * (n - 1))
+
+
+def test_a_newcomers_first_segment_goes_ahead_of_later_segments_with_slack():
+    a, b, c = streaming("a"), streaming("b"), streaming("c")
+    late = Listener("late", 2.5, [(0.3, 2.0), (0.6, 3.0)])
+    starts: list[float] = []
+    order = simulate([a, b, c, late], "deadline", starts)
+    # the newcomer arrives while the three stream; its first segment runs next, not after their backlog
+    first_after_arrival = next(i for i, t in enumerate(starts) if t >= late.arrives)
+    assert order[first_after_arrival] == ("late", 0)
+    assert late.playout.first_ready is not None and late.playout.first_ready - late.arrives <= 1.0
+    assert late.playout.underrun_s == 0 and all(x.playout.underrun_s == 0 for x in (a, b, c))
+
+
+def test_without_deadlines_the_newcomer_waits_behind_the_backlog():
+    a, b, c = streaming("a"), streaming("b"), streaming("c")
+    late = Listener("late", 2.5, [(0.3, 1.5), (0.6, 3.0)])
+    simulate([a, b, c, late], "round_robin")
+    on = [streaming("a"), streaming("b"), streaming("c"), Listener("late", 2.5, [(0.3, 1.5), (0.6, 3.0)])]
+    simulate(on, "deadline")
+    waited_off = late.playout.first_ready - late.arrives
+    waited_on = on[3].playout.first_ready - on[3].arrives
+    assert waited_on < waited_off
+
+
+def test_first_segments_of_listeners_arriving_together_come_before_anyones_second():
+    listeners = [streaming(f"l{i}") for i in range(4)]
+    order = simulate(listeners, "deadline")
+    assert order[:4] == [("l0", 0), ("l1", 0), ("l2", 0), ("l3", 0)]
+
+
+def test_equal_deadlines_take_turns_by_session():
+    q = SegmentQueue("deadline")
+    for session, rid in [("s1", 0), ("s1", 1), ("s1", 2), ("s2", 3), ("s3", 4)]:
+        q.push(f"{session}-r{rid}", session=session, request_seq=rid, due=5.0)
+    taken = [q.pop().item for _ in range(5)]
+    # round-robin over sessions, each session's oldest request first
+    assert taken == ["s1-r0", "s2-r3", "s3-r4", "s1-r1", "s1-r2"]
+
+
+def test_round_robin_order_is_the_concurrent_modes_plain_order():
+    q = SegmentQueue("round_robin")
+    q.push("a0", session="a", request_seq=0, due=9.0)
+    q.push("b0", session="b", request_seq=1, due=1.0)  # deadlines ignored
+    q.push("a1", session="a", request_seq=2, due=0.0)
+    assert [q.pop().item for _ in range(3)] == ["a0", "b0", "a1"]
+
+
+def test_fifo_order_is_the_sequential_modes_plain_order():
+    q = SegmentQueue("fifo")
+    for i, due in enumerate([3.0, 1.0, 2.0]):
+        q.push(i, session=f"s{i % 2}", request_seq=i, due=due)
+    assert [q.pop().item for _ in range(3)] == [0, 1, 2]
+    assert q.pop() is None
+
+
+def test_no_starvation_a_waiting_segment_is_reached_before_anything_due_later():
+    """A later segment with slack is passed over while newcomers keep arriving, but as its
+    deadline nears it runs before every newcomer that arrives after that deadline."""
+    long = Listener("long", 0.0, [(0.2, 2.0), (0.2, 2.0)])
+    # a stream of short requests, one every 0.25 s, each costing 0.25 s: the worker never idles
+    others = [Listener(f"n{i}", 0.25 * i + 0.01, [(0.25, 1.0)]) for i in range(40)]
+    order = simulate([long, *others], "deadline")
+    second = order.index(("long", 1))
+    assert second < len(order) - 1, "the long request's second segment waited for the flood to end"
+    # its first 2 s of audio were ready at 0.2, so it was due at 2.2 - 0.1 (margin): only requests
+    # that arrived before then ran ahead of it
+    ahead = {name for name, _ in order[:second] if name != "long"}
+    assert ahead and all(x.arrives <= 2.1 for x in others if x.name in ahead)
+
+
+def test_a_batch_spreads_over_sessions_and_skips_what_does_not_fit():
+    q = SegmentQueue("deadline")
+    q.push(("a", 10), session="a", request_seq=0, due=1.0)
+    q.push(("a", 12), session="a", request_seq=1, due=1.5)
+    q.push(("b", 100), session="b", request_seq=2, due=2.0)
+    q.push(("c", 11), session="c", request_seq=3, due=3.0)
+
+    def fits(taken, entry):
+        lengths = [e.item[1] for e in taken] + [entry.item[1]]
+        return max(lengths) <= 2 * min(lengths)
+
+    assert [e.item for e in q.take(3, fits)] == [("a", 10), ("c", 11), ("a", 12)]
+    assert [e.item for e in q] == [("b", 100)]  # passed over, keeps its place
+
+
+def test_remove_drops_a_cancelled_requests_entries():
+    q = SegmentQueue("deadline")
+    q.push("x", session="s", request_seq=0, due=0.0)
+    q.push("y", session="t", request_seq=1, due=1.0)
+    assert q.remove(lambda item: item == "x") == 1
+    assert len(q) == 1 and q.pop().item == "y"
+
+
+@pytest.mark.parametrize(
+    ("ready", "late"),
+    [([0.5, 1.0, 2.0], [0.0, 0.0]), ([0.5, 2.0, 3.0], [0.5, 0.0]), ([0.5, 2.0, 5.0], [0.5, 2.0])],
+)
+def test_playout_counts_the_silence_a_real_time_listener_hears(ready, late):
+    """Each segment is 1 s of audio; playback shifts by every gap, as a real player's does."""
+    p = Playout(arrived=0.0, margin_s=0.25)
+    assert p.due == 0.0  # the first segment is due at once
+    assert p.delivered(ready[0], 1.0) == 0.0
+    assert p.due == pytest.approx(ready[0] + 1.0 - 0.25)  # before the first second of audio runs out
+    got = [p.delivered(t, 1.0) for t in ready[1:]]
+    assert got == pytest.approx(late)
+    assert p.underrun_s == pytest.approx(sum(late))
