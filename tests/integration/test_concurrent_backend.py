@@ -26,6 +26,7 @@ from backends.base import (
 )
 from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
+from tests.support.observer import Recorder
 
 SENTENCES = [
     "Short start, then the rest of the first sentence.",
@@ -83,27 +84,6 @@ class FakeBatchSynth:
 
     def synthesize_batch(self, segments) -> list[np.ndarray]:
         return self._call(list(segments))
-
-
-class Recorder:
-    """The observer interface the server's Metrics implements."""
-
-    def __init__(self):
-        self.batches: list[int] = []
-        self.depths: list[int] = []
-        self.segments = 0
-
-    def segment_done(self, synth_s, audio_s):
-        self.segments += 1
-
-    def batch_done(self, size):
-        self.batches.append(size)
-
-    def queue_depth(self, n):
-        self.depths.append(n)
-
-    def underrun(self, seconds):
-        pass
 
 
 @pytest.fixture
@@ -164,7 +144,7 @@ async def test_many_pipelined_sessions_all_answered_in_order(make_backend):
             for chunk, segment in zip(chunks, request.segments, strict=True):
                 np.testing.assert_array_equal(chunk.audio, FakeBatchSynth.expected(segment))
     total = sum(len(req.segments) for answered in results.values() for req, _ in answered)
-    assert recorder.segments == total + 1  # + the warm-up segment
+    assert len(recorder.segments) == total + 1  # + the warm-up segment
     assert np.mean(recorder.batches) > 1
     assert max(recorder.batches) <= 8
     assert backend.queue_depth == 0 and recorder.depths[-1] == 0 and backend.active_requests == 0
@@ -379,7 +359,7 @@ async def test_onnx_sessions_answered_in_order_with_real_audio(make_backend, onn
     reference = await asyncio.to_thread(onnx_synth.synthesize, req.segments[-1])
     assert len(chunks[-1].audio) == len(reference)
     assert np.corrcoef(chunks[-1].audio, reference)[0, 1] > 0.99
-    assert recorder.segments == len(asked) and backend.active_requests == 0
+    assert len(recorder.segments) == len(asked) and backend.active_requests == 0
 
 
 async def test_onnx_cancelled_request_never_synthesised(make_backend, onnx_synth):

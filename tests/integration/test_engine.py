@@ -19,6 +19,7 @@ from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
 from backends.fake import FakeSynthesizer
 from backends.sequential import SequentialBackend
+from tests.support.observer import Recorder
 
 GAIN = 20.0
 TEXTS = ["Turn on the light.", "Open the door.", "Close the gate."]
@@ -34,24 +35,6 @@ class PeakingSynth(FakeSynthesizer):
 
 def expected(segment) -> np.ndarray:
     return np.clip(PeakingSynth.tone(segment), -1.0, 1.0)
-
-
-class Recorder:
-    def __init__(self):
-        self.batches: list[int] = []
-        self.segments: list[float] = []
-
-    def segment_done(self, synth_s, audio_s):
-        self.segments.append(audio_s)
-
-    def batch_done(self, size):
-        self.batches.append(size)
-
-    def queue_depth(self, n):
-        pass
-
-    def underrun(self, seconds):
-        pass
 
 
 # (mode class, config): sequential; concurrent with single calls (a CPU runtime's default);

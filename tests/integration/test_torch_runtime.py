@@ -30,6 +30,7 @@ from backends.config import BackendConfig
 from backends.sequential import SequentialBackend
 from backends.torch_forward import forward_batch
 from backends.torch_runtime import TorchSynthesizer, resolve_dtype
+from tests.support.observer import Recorder
 
 FRAME = 600  # samples per predicted duration frame
 SENTENCES = ["Please open the door and turn on the light.", "We will meet at the station at seven o'clock."]
@@ -218,23 +219,6 @@ def test_parity_with_the_onnx_runtime(torch_synth, onnx_synth, segments, speak, 
     assert np.abs(log_mel(ours).mean(0) - log_mel(theirs).mean(0)).mean() < 1.5
 
 
-class BatchRecorder:
-    def __init__(self):
-        self.batches: list[int] = []
-
-    def segment_done(self, synth_s, audio_s):
-        pass
-
-    def batch_done(self, size):
-        self.batches.append(size)
-
-    def queue_depth(self, n):
-        pass
-
-    def underrun(self, seconds):
-        pass
-
-
 # Sequential; concurrent with single calls (a CPU's default); concurrent batching both requests
 # into one call (batch_on_cpu; the fill waits for the second request rather than a timer).
 BACKEND_MODES = {
@@ -248,7 +232,7 @@ BACKEND_MODES = {
 async def test_word_timings_survive_every_mode(torch_synth, pipeline, voices, speak, mode):
     """Regression: the concurrent mode dropped the runtime's durations (timed speech answered 501)."""
     cls, config = BACKEND_MODES[mode]
-    recorder = BatchRecorder()
+    recorder = Recorder()
     backend = cls(torch_synth, pipeline, voices, BackendConfig.defaults(**config), observer=recorder)
     try:
         assert backend.info.capabilities.word_timings

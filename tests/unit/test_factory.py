@@ -9,24 +9,7 @@ from backends.config import BackendConfig
 from backends.factory import create_backend
 from server.cli import build_backend
 from server.settings import Settings
-
-
-class Recorder:
-    def __init__(self):
-        self.segments = 0
-        self.batches: list[int] = []
-
-    def segment_done(self, synth_s, audio_s):
-        self.segments += 1
-
-    def batch_done(self, size):
-        self.batches.append(size)
-
-    def queue_depth(self, n):
-        pass
-
-    def underrun(self, seconds):
-        pass
+from tests.support.observer import Recorder
 
 
 def test_ping_names_the_file_the_runtime_loads(model_dir):
@@ -63,7 +46,7 @@ def test_environment_reaches_the_engine_and_the_runtime(monkeypatch, model_dir):
             await backend.aclose()
 
     assert asyncio.run(speak("Hello there.")) == 1
-    assert recorder.segments == 1 and recorder.batches == [1]  # the observer given at construction
+    assert len(recorder.segments) == 1 and recorder.batches == [1]  # the observer given at construction
 
 
 def test_torch_precision_comes_from_the_configuration(model_dir):
