@@ -2,7 +2,7 @@
 
 * :func:`fake_runtime_server` — ``python -m server serve`` with ``KOKORO_BACKEND=fake`` (the real app,
   sessions, text pipeline and scheduler; only the model is the fake runtime of ``backends/fake.py``,
-  whose per-segment latency ``segment_s`` stands in for synthesis time). Under Python 3.11 it is
+  whose per-segment latency ``segment_s`` stands in for synthesis time), as a
   ``tests.support.live.ServerProcess``; the Python 3.12 SDK tests cannot import the server, so there it
   runs under the project's 3.11 interpreter: ``$SERVER_PYTHON``, by default ``.venv/bin/python`` of the
   repository.
@@ -33,36 +33,24 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from .process import Process, free_port
-
-REPO = Path(__file__).resolve().parents[2]
-WS_PATH = "/invocations-bidirectional-stream"
+from tests.support.live import REPO, WS, ServerProcess, free_port
 
 
 @contextmanager
-def fake_runtime_server(log_dir: Path, *, segment_s: float = 0.01) -> Iterator[Any]:
-    """The real server over the fake runtime; yields an object with ``url`` and ``ws_url``."""
-    env = {"KOKORO_BACKEND": "fake", "KOKORO_FAKE_SEGMENT_S": str(segment_s)}
-    if sys.version_info < (3, 12):
-        from tests.support.live import ServerProcess
-
-        srv = ServerProcess(log_dir / "server.log", **env).wait_ready()
-        try:
-            yield srv
-        finally:
-            srv.stop()
-        return
-    python = os.environ.get("SERVER_PYTHON") or str(REPO / ".venv" / "bin" / "python")
+def fake_runtime_server(log_dir: Path, *, segment_s: float = 0.01) -> Iterator[ServerProcess]:
+    """The real server over the fake runtime (``url``, ``ws_url``), under this interpreter, or under
+    the project's 3.11 one where this is the 3.12 venv, which cannot import the server."""
+    python = sys.executable
+    if sys.version_info >= (3, 12):
+        python = os.environ.get("SERVER_PYTHON") or str(REPO / ".venv" / "bin" / "python")
     port = free_port()
-    proc = Process([python, "-m", "server", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                   f"http://127.0.0.1:{port}/ping", env={**env, "KOKORO_LOG_LEVEL": "warning", "HF_HUB_OFFLINE": "1"},
-                   log=log_dir / "server.log").start(timeout=120)
-    proc.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
-    proc.ws_url = f"ws://127.0.0.1:{port}{WS_PATH}"  # type: ignore[attr-defined]
+    srv = ServerProcess(log_dir / "server.log", argv=[python, "-m", "server", "serve"], port=port,
+                        KOKORO_HOST="127.0.0.1", KOKORO_PORT=str(port), KOKORO_BACKEND="fake",
+                        KOKORO_FAKE_SEGMENT_S=str(segment_s)).wait_ready(timeout=120)
     try:
-        yield proc
+        yield srv
     finally:
-        proc.stop()
+        srv.stop()
 
 
 def requests_total(server_url: str, status: str) -> float:
@@ -102,7 +90,7 @@ class WireTap:
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}{WS_PATH}"
+        return f"ws://127.0.0.1:{self.port}{WS}"
 
     def messages(self, kind: str | None = None) -> list[dict]:
         """The JSON messages the server received (of one ``type``; a request has none or ``synthesize``)."""

@@ -9,10 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from playwright import sync_api
 
-from tests.agent_support.process import agent_process, free_port
+from tests.agent_support.process import agent_process
 from tests.agent_support.wire_tap import fake_runtime_server
-from tests.support.live import ServerProcess
+from tests.support.live import ServerProcess, free_port
 
 CHROMIUM = shutil.which("chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -20,19 +21,21 @@ REPLY = "Hello from the browser test. The audio is scheduled without gaps. That 
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run", "--autoplay-policy=no-user-gesture-required"]
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (apt-get install chromium)")
+@pytest.fixture(autouse=True)
+def chromium() -> None:
+    """`make test` installs Debian's chromium: without it these tests fail, they never skip."""
+    assert CHROMIUM is not None, "Debian chromium is not installed (apt-get install chromium)"
 
 
 @pytest.fixture
 def agent_url(tmp_path):
     with fake_runtime_server(tmp_path, segment_s=0.05) as tts:
-        proc = agent_process(tts.ws_url, tokens_per_second=40, reply=REPLY).start()
+        proc = agent_process(tts.ws_url, tokens_per_second=40, reply=REPLY).wait_ready()
         yield proc.url
         proc.stop()
 
 
 def test_prompt_streams_text_and_schedules_audio(agent_url):
-    sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
@@ -73,14 +76,13 @@ LONG_REPLY = " ".join(f"Sentence number {i} is spoken in the browser." for i in 
 def test_a_lost_and_restored_voice_shows_on_the_page_and_the_text_keeps_streaming(tmp_path):
     """The TTS server SIGKILLed mid-reply and started again on its port: the page shows the voice
     lost, then restored, and the reply is complete with every sentence's audio once."""
-    sync_api = pytest.importorskip("playwright.sync_api")
     port = free_port()
     env = {"KOKORO_BACKEND": "fake", "KOKORO_FAKE_SEGMENT_S": "0.2"}
     first = ServerProcess(tmp_path / "tts-first.log", port=port, **env).wait_ready()
     second = None
     agent = agent_process(f"http://127.0.0.1:{port}", tokens_per_second=40, reply=LONG_REPLY,
                           env={"KOKORO_AGENT_TTS_RECONNECT_TRIES": "60", "KOKORO_AGENT_TTS_RECONNECT_DELAY_S": "0.1",
-                               "KOKORO_AGENT_TTS_RECONNECT_MAX_DELAY_S": "0.5"}).start()
+                               "KOKORO_AGENT_TTS_RECONNECT_MAX_DELAY_S": "0.5"}).wait_ready()
     try:
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)

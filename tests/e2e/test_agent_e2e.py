@@ -66,7 +66,7 @@ def real_tts(tmp_path_factory):
 @pytest.fixture(scope="module")
 def agent_on_real_tts(real_tts):
     proc = agent_process(real_tts, tokens_per_second=TOKENS_PER_SECOND, reply=REPLY,
-                         extra=["--voice", "jm_kumo"]).start()
+                         extra=["--voice", "jm_kumo"]).wait_ready()
     yield proc.url
     proc.stop()
 
@@ -113,7 +113,7 @@ def fake_tts(fake_runtime):
 
 
 def test_streams_over_a_real_connection_in_bidi(fake_tts):
-    proc = agent_process(fake_tts.url, tokens_per_second=6, reply=REPLY).start()
+    proc = agent_process(fake_tts.url, tokens_per_second=6, reply=REPLY).wait_ready()
     try:
         _, at = run_turn(proc.url, {"prompt": "hi", "mode": "bidi"})
     finally:
@@ -126,7 +126,7 @@ def test_streams_over_a_real_connection_in_bidi(fake_tts):
 def test_leaving_early_cancels_the_servers_work(fake_tts):
     long_reply = " ".join(f"This is sentence number {i} of a long answer." for i in range(1, 13))
     cancelled_before = requests_total(fake_tts.metrics_url, "499")
-    proc = agent_process(fake_tts.url, tokens_per_second=200, reply=long_reply).start()
+    proc = agent_process(fake_tts.url, tokens_per_second=200, reply=long_reply).wait_ready()
     try:
         events, _ = run_turn(proc.url, {"prompt": "hi"}, stop_after_first_audio=True)
         assert events[-1]["type"] == "audio_chunk"
@@ -155,7 +155,7 @@ EARLY = "When you ask a voice assistant a question, the silence is what you noti
 def test_the_first_clause_goes_to_the_server_as_soon_as_it_is_written(fake_tts, flags, chunks):
     """On by default: the reply's first clause (at least six words and a comma) is sent before the
     first sentence is complete; ``--first-clause-words 0`` waits for the full sentence."""
-    proc = agent_process(fake_tts.url, tokens_per_second=40, reply=EARLY, extra=flags).start()
+    proc = agent_process(fake_tts.url, tokens_per_second=40, reply=EARLY, extra=flags).wait_ready()
     try:
         events, _ = run_turn(proc.url, {"prompt": "hi", "mode": "bidi"})
     finally:

@@ -17,9 +17,9 @@ import sys
 
 import httpx
 
-from tests.agent_support.process import REPO, Process, agent_process, free_port
+from tests.agent_support.process import agent_process
 from tests.agent_support.sse import iter_sse
-from tests.support.live import ServerProcess
+from tests.support.live import REPO, ServerProcess, free_port
 
 REPLY = ("The first sentence comes quickly. The second one follows it closely. A third sentence is here. "
          "Number four keeps going. The fifth is almost the last. And the sixth ends the reply.")
@@ -61,7 +61,7 @@ def test_the_reply_survives_the_tts_server_killed_and_restarted(tmp_path):
     port = free_port()
     first = _tts(tmp_path, port, "first").wait_ready()
     restarted: list[ServerProcess] = []
-    agent = _agent(f"http://127.0.0.1:{port}", tries=60).start()
+    agent = _agent(f"http://127.0.0.1:{port}", tries=60).wait_ready()
 
     def kill_mid_reply(event: dict, events: list[dict]) -> None:
         if not restarted and event["type"] == "audio_chunk" and event.get("text") == SENTENCES[1]:
@@ -90,7 +90,7 @@ def test_the_reply_survives_the_tts_server_killed_and_restarted(tmp_path):
 def test_a_tts_server_killed_for_good_is_an_error_and_a_clean_end(tmp_path):
     port = free_port()
     tts = _tts(tmp_path, port, "only").wait_ready()
-    agent = _agent(f"http://127.0.0.1:{port}", tries=2).start()
+    agent = _agent(f"http://127.0.0.1:{port}", tries=2).wait_ready()
 
     def kill(event: dict, events: list[dict]) -> None:
         if event["type"] == "audio_chunk" and tts.proc.poll() is None:
@@ -108,7 +108,7 @@ def test_a_tts_server_killed_for_good_is_an_error_and_a_clean_end(tmp_path):
 
 
 def test_a_tts_server_down_at_the_start_is_an_error_and_a_clean_end():
-    agent = _agent(f"http://127.0.0.1:{free_port()}", tries=2).start()
+    agent = _agent(f"http://127.0.0.1:{free_port()}", tries=2).wait_ready()
     try:
         events = _turn(agent.url)
     finally:
@@ -137,15 +137,15 @@ def _bedrock_agent(tts: ServerProcess, exception: str = "", seconds_per_token: f
     env = {"KOKORO_AGENT_MODEL": "bedrock", "KOKORO_AGENT_BEDROCK_ENDPOINT_URL": url, "AWS_REGION": "us-east-1",
            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
     port = free_port()
-    agent = Process(["-m", "agent", "serve", "--port", str(port), "--tts-url", tts.url, "--log-level", "warning"],
-                    f"http://127.0.0.1:{port}/ping", env=env).start()
-    agent.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
+    agent = ServerProcess(tts.log_path.with_name("agent.log"), port=port, **env,
+                          argv=[sys.executable, "-m", "agent", "serve", "--port", str(port), "--tts-url", tts.url,
+                                "--log-level", "warning"]).wait_ready()
     return standin, agent
 
 
-def _bedrock_turn(tts: ServerProcess, standin: subprocess.Popen, agent: Process, on_event=None) -> list[dict]:
+def _bedrock_turn(tts: ServerProcess, standin: subprocess.Popen, agent: ServerProcess, on_event=None) -> list[dict]:
     try:
-        return _turn(agent.url, on_event)  # type: ignore[attr-defined]
+        return _turn(agent.url, on_event)
     finally:
         agent.stop()
         standin.kill()

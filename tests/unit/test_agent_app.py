@@ -9,9 +9,9 @@ import pytest
 
 from agent.agent import DEFAULT_REPLY
 from agent.app import AgentSettings, create_app
-from tests.agent_support.process import free_port
 from tests.agent_support.sse import parse_sse, pcm_of
 from tests.agent_support.wire_tap import WireTap, fake_runtime_server
+from tests.support.live import free_port
 
 REPLY = "Hello there, friend. This is the second sentence. And here is a third one to finish."
 
