@@ -190,7 +190,7 @@ class Synthesis:
             for task in (first, left):
                 if not task.done():
                     task.cancel()
-                    task.add_done_callback(_retrieve)
+                    task.add_done_callback(retrieve)
         if first.done() and not first.cancelled():
             return first.result()
         await asyncio.wait({first})  # let the backend stream unwind before it is closed
@@ -243,6 +243,8 @@ class Synthesis:
             yield tail
 
 
-def _retrieve(task: asyncio.Future) -> None:
+def retrieve(task: asyncio.Future) -> None:
+    """Done-callback for a task cancelled and left behind: read its outcome so asyncio does not
+    log "exception was never retrieved"."""
     if not task.cancelled():
         task.exception()

@@ -53,7 +53,7 @@ from backends.base import (
 )
 
 from .params import SynthesisParams, decode_object, message_type, parse_synthesis, request_id_of
-from .pipeline import Cancelled, SendTimeout, Synthesis, bounded_send
+from .pipeline import Cancelled, SendTimeout, Synthesis, bounded_send, retrieve
 from .state import ServerState
 
 log = logging.getLogger("kokoro.ws")
@@ -283,7 +283,7 @@ class Session:
             finally:
                 if not task.done():
                     task.cancel()
-                    task.add_done_callback(_retrieve)
+                    task.add_done_callback(retrieve)
                 self._synth_task = None
             if task.cancelled():
                 error = Cancelled("cancelled by the client")
@@ -370,7 +370,3 @@ class Session:
                 return
             await asyncio.sleep(remaining)
 
-
-def _retrieve(task: asyncio.Task) -> None:
-    if not task.cancelled():
-        task.exception()
