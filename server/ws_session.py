@@ -369,4 +369,3 @@ class Session:
                 self._close = (1000, "idle timeout")
                 return
             await asyncio.sleep(remaining)
-
