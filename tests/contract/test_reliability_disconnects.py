@@ -61,7 +61,8 @@ def test_abrupt_disconnects_leak_nothing_and_drop_queued_work(mode):
         wait_for(lambda: srv.task_count() == tasks_before, timeout=20)
         state = app.state.kokoro
         assert not state.sessions and state.inflight == 0
-        assert threading.active_count() == threads_before
+        # Idle worker threads (anyio's, the runtime's pools) may exit meanwhile; none may be added.
+        wait_for(lambda: threading.active_count() <= threads_before, timeout=20)
         assert srv.call(lambda: state.backend.queue_depth) == 0
 
         run = synth.calls[calls_before:]
