@@ -14,9 +14,15 @@ Rules (the README states them for users):
   before a preposition, a conjunction or a relative word, never after a determiner, possessive or
   intensifier (inside a noun phrase), never before ``of`` or ``to`` (they bind to the word before),
   before ``and``/``or``/``but`` only when a new clause or noun phrase follows, and only with at
-  least three words left for the rest. The first sentence (or clause, or phrase) always
-  stands alone, and later segments pack whole sentences, each segment at most twice the size of the
-  one before, up to ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
+  least three words left for the rest. For a short first segment (the server is busy with other
+  requests, or always when so configured) the window shrinks to ``short_first_words`` and, when no clause mark or phrase boundary comes within it, the
+  cut may fall at a word boundary that is not inside a noun phrase nor after a word that needs
+  what follows it, such as a subject pronoun or an auxiliary (:func:`word_boundaries`); with no
+  such cut in the short window, the usual one applies. After a short cut, the rest of that
+  sentence is cut at its clause marks too, so the segments after the short first one grow step by
+  step. The first sentence (or clause, or phrase) always stands alone, and later segments pack
+  whole sentences, each segment at most twice the size of the one before, up to
+  ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
 * Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
   whitespace).
 
@@ -33,7 +39,10 @@ from dataclasses import dataclass
 from .base import MAX_PHONEMES, EmptyText, Segment
 from .sentences import split_sentences
 
-__all__ = ["SegmentPlan", "TextPipeline", "clause_boundaries", "normalize", "phrase_boundaries", "split_sentences"]
+__all__ = [
+    "SegmentPlan", "TextPipeline", "clause_boundaries", "normalize", "phrase_boundaries", "split_sentences",
+    "word_boundaries",
+]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u2028\u2029\ufeff]")
 _CLAUSE = re.compile(r"[,;:]+[\"'”’)\]]*(?=\s)|\s[—–-]{1,2}(?=\s)|—")
@@ -93,6 +102,27 @@ def phrase_boundaries(sentence: str) -> list[int]:
         if word in PHRASE_OPENERS or (word in COORDINATORS and after in CLAUSE_OPENERS):
             cuts.append(start)
     return cuts
+
+
+#: Words a short first segment under load never ends with either: subject pronouns, question
+#: words and auxiliaries need the verb or clause after them.
+NEEDS_WHAT_FOLLOWS = BOUND_TO_NEXT | frozenset(
+    "i you he she we they how what who whom whose why where when "
+    "am is are was were be been being will would can could shall should may might must do does did "
+    "have has had isn't aren't wasn't weren't don't doesn't didn't won't can't couldn't".split()
+)
+
+
+def word_boundaries(sentence: str) -> list[int]:
+    """Offsets before words where a sentence may be cut when a short first segment matters more
+    than the phrase (a short first segment): after a word that ends in a letter and needs nothing
+    after it (not in :data:`NEEDS_WHAT_FOLLOWS`), before any word but ``of``, ``to`` and a
+    coordinator (a cut before ``and`` is :func:`phrase_boundaries`' to make)."""
+    words = [(m.start(), _bare(m.group()), m.group()) for m in _WORD.finditer(sentence)]
+    return [
+        start for i, (start, word, _) in enumerate(words[1:], 1)
+        if word not in ("of", "to", *COORDINATORS) and words[i - 1][2][-1:].isalpha() and words[i - 1][1] not in NEEDS_WHAT_FOLLOWS
+    ]
 
 
 def _split_at(sentence: str, cuts: list[int]) -> list[str]:
@@ -168,36 +198,50 @@ class TextPipeline:
         return out
 
     # -- first segment --------------------------------------------------------------------------
-    def _first_cut(self, sentence: str) -> int | None:
+    def _first_cut(self, sentence: str, short_words: int | None = None) -> int | None:
         """Where the first segment ends: the first clause mark in the word window, else the first
-        phrase boundary in it (with three words or more left), else None (the whole sentence)."""
-        for boundaries, rest in ((clause_boundaries, 2), (phrase_boundaries, 3)):
-            cut = self._cut_in_window(sentence, boundaries(sentence), rest)
-            if cut is not None:
-                return cut
+        phrase boundary in it (with three words or more left), else None (the whole sentence).
+        ``short_words``: a short first segment; first try a window ending there, where a word boundary
+        outside a noun phrase may serve too, then the usual window."""
+        rules: list[tuple[Callable[[str], list[int]], int]] = [(clause_boundaries, 2), (phrase_boundaries, 3)]
+        windows = [(rules, self.first_segment_max_words)]
+        if short_words:
+            short = min(self.first_segment_max_words, max(short_words, self.first_segment_words))
+            windows.insert(0, ([*rules, (word_boundaries, 3)], short))
+        for window_rules, max_words in windows:
+            for boundaries, rest in window_rules:
+                cut = self._cut_in_window(sentence, boundaries(sentence), rest, max_words)
+                if cut is not None:
+                    return cut
         return None
 
-    def _cut_in_window(self, sentence: str, cuts: list[int], rest: int) -> int | None:
+    def _cut_in_window(self, sentence: str, cuts: list[int], rest: int, max_words: int) -> int | None:
         n_words = len(sentence.split())
         for cut in cuts:
             before = len(sentence[:cut].split())
             if before < self.first_segment_words:
                 continue
-            if before > self.first_segment_max_words:
+            if before > max_words:
                 break
             if n_words - before >= rest:
                 return cut
         return None
 
     def plan(
-        self, text: str, *, voice: str, speed: float = 1.0, lang: str = "en-us", fast_first: bool = True
+        self, text: str, *, voice: str, speed: float = 1.0, lang: str = "en-us", fast_first: bool = True,
+        short_first_words: int | None = None,
     ) -> list[Segment]:
+        """The request's segments (see the module docstring). ``short_first_words``: cut the first
+        segment short, after at most this many words where a cut can go."""
         text = normalize(text)
         sentences = split_sentences(text)
         if fast_first and sentences:
-            cut = self._first_cut(sentences[0])
+            cut = self._first_cut(sentences[0], short_first_words)
             if cut is not None:
-                sentences[:1] = _split_at(sentences[0], [cut])
+                first, *rest = _split_at(sentences[0], [cut])
+                if short_first_words and rest:
+                    rest = _split_at(rest[0], clause_boundaries(rest[0]))
+                sentences[:1] = [first, *rest]
         pieces: list[SegmentPlan] = []
         for sentence in sentences:
             pieces.extend(p for p in self._fit(sentence, lang) if p.phonemes)

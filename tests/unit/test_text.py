@@ -182,3 +182,31 @@ def test_phrase_boundaries_never_follow_a_determiner_or_a_phrase_word():
     sentence = "She said that the man with the hat was here as soon as we left."
     cuts = [sentence[:c].split()[-1] for c in phrase_boundaries(sentence)]
     assert cuts == ["said", "man", "here"]  # not inside "as soon as"
+
+
+@pytest.mark.parametrize(
+    ("sentence", "first"),
+    [
+        # no clause mark or phrase word within five words: any word boundary outside a noun phrase
+        ("When you ask a voice assistant a question, the silence before it answers is long.", "When you ask"),
+        # a phrase boundary within the window still comes first
+        ("Our company builds speech software for hospitals and schools.", "Our company builds speech software"),
+        # never after a subject pronoun, a question word or an auxiliary, never inside a noun phrase
+        ("I think that we should go to the store today.", None),
+        ("It was a dark and stormy night in the city.", "It was a dark and stormy night"),  # (the idle cut)
+    ],
+)
+def test_a_busy_server_cuts_the_first_segment_shorter(pipeline, sentence, first):
+    text = sentence + " A second sentence follows."
+    segments = pipeline.plan(text, voice="jm_kumo", short_first_words=5)
+    assert segments[0].text == (first or sentence)
+    assert words(" ".join(s.text for s in segments)) == words(text)
+    idle = pipeline.plan(text, voice="jm_kumo")
+    assert len(idle[0].text) >= len(segments[0].text)
+
+
+def test_after_a_short_busy_cut_the_rest_of_the_sentence_is_cut_at_its_clause_marks(pipeline):
+    text = "When you ask a voice assistant a question, the silence before it answers is what you notice most."
+    segments = pipeline.plan(text, voice="jm_kumo", short_first_words=5)
+    assert [s.text for s in segments] == [
+        "When you ask", "a voice assistant a question,", "the silence before it answers is what you notice most."]
