@@ -14,13 +14,20 @@ playing in real time would hear it:
 :class:`SegmentQueue` holds runnable segments and gives them back in one of three orders:
 
 * ``deadline`` — earliest due first; on equal due, round-robin by session (the session served or
-  joined longest ago first), then the oldest request of the session. A waiting segment's due never
+  joined longest ago first), then the oldest request of the session. Segments due within
+  ``window_s`` of the earliest due count as due together and go shortest first (``cost``, the
+  phonemes): when four listeners arrive at once, or a newcomer meets a late stream, the short
+  first segments are heard before the long one instead of after it. A waiting segment's due never
   moves, while every newly runnable segment is due at or after its own arrival or its request's
-  playback, so nothing starves: a segment passed over now is ahead of anything that becomes
-  runnable later than its own due.
+  playback (less the margin), so nothing starves: a segment passed over now is ahead of anything
+  that becomes runnable more than ``window_s`` + margin after its own due.
 * ``round_robin`` — the concurrent mode's order without deadlines: round-robin by session, the
   oldest request of a session first.
 * ``fifo`` — the sequential mode's order without deadlines: the order segments became runnable.
+
+:class:`Listeners` knows, per session, whether its listener hears anything: a request in progress
+or audio delivered that has not run out yet (the first segment of a listener who hears nothing is
+the one worth cutting short), and whether other sessions are being served.
 
 Pure logic, no threads, no clock of its own (times are passed in): the modes call it from the event
 loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per pick is cheap.
@@ -28,12 +35,16 @@ loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Order = Literal["deadline", "round_robin", "fifo"]
+#: Segments due within this many seconds of the earliest due go shortest first (``deadline`` order).
+SHORTEST_FIRST_WINDOW_S = 0.5
 
 
 class Playout:
@@ -75,6 +86,7 @@ class Entry:
     request_seq: int
     due: float
     seq: int = 0
+    cost: float = 0.0
 
 
 @dataclass
@@ -82,6 +94,7 @@ class SegmentQueue:
     """Runnable segments, picked in ``order`` (see the module docstring). Event loop only."""
 
     order: Order = "deadline"
+    window_s: float = 0.0
     _entries: list[Entry] = field(default_factory=list)
     _turn: dict[str, int] = field(default_factory=dict)  # session -> when it last joined or was served
     _clock: Iterator[int] = field(default_factory=itertools.count)
@@ -90,20 +103,37 @@ class SegmentQueue:
         return len(self._entries)
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(sorted(self._entries, key=self._key))
+        return iter(sorted(self._entries, key=self._key()))
 
-    def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0) -> Entry:
+    def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, cost: float = 0.0) -> Entry:
         if not any(e.session == session for e in self._entries):
             self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
-        entry = Entry(item, session, request_seq, due, next(self._clock))
+        entry = Entry(item, session, request_seq, due, next(self._clock), cost)
         self._entries.append(entry)
         return entry
 
-    def _key(self, e: Entry) -> tuple:
+    def _key(self) -> Callable[[Entry], tuple]:
+        """The sort key of the queue's order, for the entries queued now."""
         if self.order == "fifo":
-            return (e.seq,)
-        turn = (self._turn.get(e.session, 0), e.request_seq, e.seq)
-        return turn if self.order == "round_robin" else (e.due, *turn)
+            return lambda e: (e.seq,)
+
+        def turn(e: Entry) -> tuple:
+            return (self._turn.get(e.session, 0), e.request_seq, e.seq)
+
+        if self.order == "round_robin":
+            return turn
+        together = min((e.due for e in self._entries), default=0.0) + self.window_s
+
+        def deadline(e: Entry) -> tuple:
+            if self.window_s > 0 and e.due <= together:
+                return (0, e.cost, e.due, *turn(e))
+            return (1, 0.0, e.due, *turn(e))
+
+        return deadline
+
+    def peek(self) -> Entry | None:
+        """The entry :meth:`pop` would give, left in place."""
+        return min(self._entries, key=self._key(), default=None)
 
     def pop(self) -> Entry | None:
         """The next segment to run, or None when nothing is runnable."""
@@ -116,9 +146,10 @@ class SegmentQueue:
         ``fits(taken, entry)``. Entries passed over keep their place."""
         ranked: list[tuple[int, tuple, Entry]] = []
         per_session: dict[str, int] = {}
-        for entry in sorted(self._entries, key=self._key):
+        key = self._key()
+        for entry in sorted(self._entries, key=key):
             rank = per_session[entry.session] = per_session.get(entry.session, -1) + 1
-            ranked.append((rank, self._key(entry), entry))
+            ranked.append((rank, key(entry), entry))
         ranked.sort(key=lambda r: r[:2])
         taken: list[Entry] = []
         for _, _, entry in ranked:
@@ -142,3 +173,37 @@ class SegmentQueue:
     def clear(self) -> list[Entry]:
         entries, self._entries = self._entries, []
         return entries
+
+
+class Listeners:
+    """Per session: requests in progress and when the audio delivered to it runs out."""
+
+    def __init__(self) -> None:
+        self._active: Counter[str] = Counter()
+        self._playing: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def serving(self, session: str) -> Iterator[None]:
+        """Count one request of ``session`` as in progress while the block runs."""
+        self._active[session] += 1
+        try:
+            yield
+        finally:
+            self._active[session] -= 1
+            if self._active[session] <= 0:
+                del self._active[session]
+
+    def played(self, session: str, runs_out: float) -> None:
+        """The audio delivered to ``session`` so far runs out at ``runs_out``."""
+        self._playing[session] = runs_out
+
+    def hears_something(self, session: str, now: float) -> bool:
+        """Whether ``session`` has a request in progress or audio still playing at ``now``."""
+        for other, until in list(self._playing.items()):  # forget sessions whose audio ran out
+            if until <= now and other not in self._active:
+                del self._playing[other]
+        return session in self._active or session in self._playing
+
+    def others_served(self, session: str) -> bool:
+        """Whether requests of sessions other than ``session`` are in progress."""
+        return any(other != session for other in self._active)

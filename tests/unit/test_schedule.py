@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backends.schedule import Playout, SegmentQueue
+from backends.schedule import Listeners, Playout, SegmentQueue
 
 
 @dataclass
@@ -170,3 +170,42 @@ def test_playout_counts_the_silence_a_real_time_listener_hears(ready, late):
     got = [p.delivered(t, 1.0) for t in ready[1:]]
     assert got == pytest.approx(late)
     assert p.underrun_s == pytest.approx(sum(late))
+
+
+def test_segments_due_together_go_shortest_first():
+    """Four listeners arrive within a moment: the short first segments are heard before the long one."""
+    q = SegmentQueue("deadline", window_s=0.5)
+    q.push("long", session="a", request_seq=0, due=0.00, cost=60)
+    for i, name in enumerate(["b", "c", "d"], 1):
+        q.push(name, session=name, request_seq=i, due=0.01 * i, cost=15)
+    q.push("later", session="e", request_seq=4, due=0.9, cost=5)  # not due together: waits its turn
+    assert [q.pop().item for _ in range(5)] == ["b", "c", "d", "long", "later"]
+    plain = SegmentQueue("deadline")  # no window: earliest due first
+    for i, cost in enumerate([60, 15]):
+        plain.push(i, session=str(i), request_seq=i, due=0.01 * i, cost=cost)
+    assert plain.pop().item == 0
+
+
+def test_shortest_first_never_starves_a_long_segment():
+    """A flood of short newcomers, one every 0.25 s: the long overdue segment runs once the
+    newcomers' due times pass its own by more than the window."""
+    q = SegmentQueue("deadline", window_s=0.5)
+    q.push("long", session="long", request_seq=0, due=0.0, cost=300)
+    ran, now = [], 0.0
+    for i in range(20):
+        q.push(f"n{i}", session=f"n{i}", request_seq=i + 1, due=now, cost=10)
+        ran.append(q.pop().item)
+        now += 0.25
+    assert "long" in ran and ran.index("long") <= 3
+
+
+def test_listeners_know_who_hears_something():
+    ls = Listeners()
+    assert not ls.hears_something("a", now=0.0) and not ls.others_served("a")
+    with ls.serving("a"):
+        assert ls.hears_something("a", now=0.0)  # a request in progress
+        assert ls.others_served("b") and not ls.others_served("a")
+        ls.played("a", runs_out=5.0)
+    assert ls.hears_something("a", now=4.9)  # its audio still plays
+    assert not ls.hears_something("a", now=5.0)  # ran out: forgotten
+    assert not ls.hears_something("a", now=1.0)
