@@ -27,9 +27,15 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   not been loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per
   call (measured here: one intra-op thread costs ~0.5 CPU-s per audio-s, two cost ~0.75, so two
   1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``). A call that runs
-  alone (nothing else running or runnable) goes to the runtime's ``synthesize_solo`` when it has
-  one (ONNX: a second session with every core, ``solo_calls``), so one listener never gets less
-  than the sequential mode gives it.
+  alone (nothing else running, nothing else queued that must start now) goes to the runtime's
+  ``synthesize_solo`` when it has one (ONNX: a second session with every core, ``solo_calls``),
+  so one listener never gets less than the sequential mode gives it.
+* Holding work with slack (deadlines on, parallel single calls): while a call runs, a free worker
+  takes the queue's head only once it must start — its playback deadline minus twice its expected
+  time (seconds per phoneme, a running average of the calls measured so far) — and otherwise
+  waits, so a newcomer's first segment, due at once, finds a worker free instead of queueing
+  behind a long later segment that did not need to start yet. Nothing starves: a held segment
+  starts at its start-by time at the latest, or as soon as no call runs (then alone, every core).
 * A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
@@ -56,9 +62,11 @@ inside a running batch finishes and is discarded. ``aclose()`` fails every open 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -68,7 +76,7 @@ from typing import Any
 
 from .base import AudioChunk, NotReady, Overloaded, Segment, SynthesisRequest
 from .engine import Engine, SegmentResult
-from .schedule import Entry, Playout, SegmentQueue
+from .schedule import Entry, Playout
 
 log = logging.getLogger("kokoro.backend")
 
@@ -115,11 +123,14 @@ class BatchedBackend(Engine):
         self.workers = workers
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
         self._free = self.workers
-        self._queue = SegmentQueue(self.queue_order)
+        self._queue = self._new_queue()
         self._queued = 0
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
+        #: Measured cost of a single call, seconds per phoneme (running average; starts at 0, so
+        #: nothing is held back before the first call has been measured).
+        self._seconds_per_phoneme = 0.0
         self._task: asyncio.Task | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -193,23 +204,26 @@ class BatchedBackend(Engine):
         job = _Job(request=request, key=key, seq=seq, pending=deque(request.segments), playout=self._playout(request))
         self._jobs.add(job)
         deadline = self._timeout_at(request)
-        try:
-            self._ensure_loop()
-            for _ in range(len(request.segments)):
-                self._submit_next(job)
-                out = await self._until(deadline, job.outbox.get())
-                if isinstance(out, BaseException):
-                    raise out
-                self._submit_next(job)  # room in the collector again: let it run ahead
-                yield out
-        finally:
-            self._drop(job)
+        with self._tracked(request):
+            try:
+                self._ensure_loop()
+                for _ in range(len(request.segments)):
+                    self._submit_next(job)
+                    out = await self._until(deadline, job.outbox.get())
+                    if isinstance(out, BaseException):
+                        raise out
+                    self._submit_next(job)  # room in the collector again: let it run ahead
+                    yield out
+            finally:
+                self._drop(job)
 
     def _submit_next(self, job: _Job) -> None:
         if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
             return
         job.busy = True
-        self._queue.push(_Item(job, job.pending.popleft()), session=job.key, request_seq=job.seq, due=job.playout.due)
+        segment = job.pending.popleft()
+        self._queue.push(_Item(job, segment), session=job.key, request_seq=job.seq, due=job.playout.due,
+                         cost=len(segment.phonemes))
         self._set_queued(self._queued + 1)
         if self._wake is not None:
             self._wake.set()
@@ -237,13 +251,18 @@ class BatchedBackend(Engine):
             while not (self._queued and self._free):
                 self._wake.clear()
                 await self._wake.wait()
+            hold = self._hold_s()
+            if hold > 0:  # the head has slack and a call is running: keep this worker for urgent work
+                await self._nap(hold)
+                continue
             if self.batched and self._queued < self.max_batch_size and self.max_wait_s > 0:
                 await self._fill(loop)  # LitServe's collate: up to a size or a timeout
             items = self._take(self.max_batch_size if self.batched else 1)
             if not items:
                 continue
-            # alone: nothing else running or runnable, so a runtime that can gives this call every core
-            solo = len(items) == 1 and self._free == self.workers and not self._queue
+            # alone: nothing else running, nothing else urgent: a runtime that can gives this call every core
+            solo = len(items) == 1 and self._free == self.workers and not any(
+                self._start_by(e) <= time.perf_counter() for e in self._queue)
             self._free -= 1
             try:
                 future = loop.run_in_executor(
@@ -253,6 +272,44 @@ class BatchedBackend(Engine):
             except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
                 self._free += 1
                 self._finish(items, [SegmentResult(error=e)] * len(items))
+
+    # -- holding work with slack (parallel calls only) -------------------------------------------
+    def _expected_s(self, entry: Entry) -> float:
+        """How long the entry's segment is expected to take, from the calls measured so far."""
+        return self._seconds_per_phoneme * (len(entry.item.segment.phonemes) + 2)
+
+    def _start_by(self, entry: Entry) -> float:
+        """When the entry's segment must start to be ready by its playback deadline (with twice
+        its expected time: a call beside another one runs slower than the average)."""
+        return entry.due - 2.0 * self._expected_s(entry)
+
+    def _hold_s(self) -> float:
+        """How long to leave a free worker idle: while another call runs and the queue's head can
+        still start later and be in time (deadlines on, parallel single calls), the worker waits
+        for a segment that cannot (a newcomer's first one) instead of taking the head now, so that
+        newcomer never waits for a long segment with seconds of slack. 0: take the head now."""
+        if not self.config.deadlines or self.workers < 2 or self.batched or self._free == self.workers:
+            return 0.0
+        head = self._queue.peek()
+        if head is None:
+            return 0.0
+        return max(0.0, self._start_by(head) - time.perf_counter())
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep until ``seconds`` pass or the queue or the workers change."""
+        assert self._wake is not None
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+
+    def _measured(self, items: list[_Item], results: Sequence[SegmentResult]) -> None:
+        """Fold the finished single calls' seconds per phoneme into the running estimate."""
+        for item, result in zip(items, results, strict=True):
+            if len(items) == 1 and result.error is None and result.seconds > 0:
+                rate = result.seconds / (len(item.segment.phonemes) + 2)
+                known = self._seconds_per_phoneme
+                self._seconds_per_phoneme = rate if not known else known + 0.2 * (rate - known)
 
     async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._wake is not None
@@ -295,6 +352,7 @@ class BatchedBackend(Engine):
             results = [SegmentResult(error=future.exception())] * len(items)
         else:
             results = future.result()
+        self._measured(items, results)
         self._finish(items, results)
 
     def _finish(self, items: list[_Item], results: Sequence[SegmentResult]) -> None:
@@ -307,7 +365,7 @@ class BatchedBackend(Engine):
                 job.outbox.put_nowait(self._as_error(result.error, job.request))
                 job.pending.clear()
                 continue
-            self._segment_ready(job.playout, result)
+            self._segment_ready(job.playout, result, job.request)
             job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
             self._submit_next(job)
         if self._wake is not None:

@@ -125,6 +125,16 @@ class BackendConfig(BaseSettings):
     )
     first_segment_words: int = Field(3, ge=1, description="Fewest words in an early-cut first segment.")
     first_segment_max_words: int = Field(12, ge=1, description="Most words in an early-cut first segment.")
+    short_first_segment: Literal["always", "busy", "never"] = Field(
+        "always",
+        description="Cut the first segment a listener hears after at most `KOKORO_SHORT_FIRST_SEGMENT_WORDS` words (at "
+        "a word boundary outside a noun phrase when no clause mark or phrase boundary comes sooner): `always` when the "
+        "listener hears nothing yet (a session's next sentence, sent while its audio plays, keeps the usual cut); "
+        "`busy` only while other sessions are served as well; `never`. Needs `KOKORO_DEADLINES`.",
+    )
+    short_first_segment_words: int = Field(
+        5, ge=1, description="Most words in a short first segment (`KOKORO_SHORT_FIRST_SEGMENT`)."
+    )
     segment_phonemes: int = Field(
         300, ge=16, le=510, description="Target phonemes per later segment (the model's limit is 510)."
     )

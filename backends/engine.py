@@ -8,6 +8,12 @@ the request timeout, the description (:class:`~backends.base.BackendInfo`), voic
 :class:`~backends.sequential.SequentialBackend` and :class:`~backends.concurrent.BatchedBackend`
 add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 
+Short first segments: a request whose listener hears nothing yet (its session has no request in
+progress and no audio still playing: :class:`~backends.schedule.Listeners`) gets a first segment
+of at most ``short_first_segment_words`` words (``short_first_segment``: ``always``; ``busy``: only
+while other sessions are served; ``never``). A session's next sentence, sent while its audio
+plays, keeps the usual cut. Like the deadline order, this is off with ``config.deadlines`` off.
+
 Playback deadlines are computed here, in one place, for both modes: each request gets a
 :class:`~backends.schedule.Playout` (``_playout``), a segment offered to the mode's
 :class:`~backends.schedule.SegmentQueue` carries the request's ``due`` time, and when a segment is
@@ -71,7 +77,7 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
-from .schedule import Order, Playout
+from .schedule import SHORTEST_FIRST_WINDOW_S, Listeners, Order, Playout, SegmentQueue
 from .text import TextPipeline
 from .voices import VoiceStore
 
@@ -142,6 +148,7 @@ class Engine:
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
         self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
+        self._listeners = Listeners()  # per session: requests in progress, audio still playing
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -222,15 +229,34 @@ class Engine:
         raise NotImplementedError
 
     # -- requests -------------------------------------------------------------------------------
-    def _plan(self, request: SynthesisRequest) -> SynthesisRequest:
+    def _plan(self, request: SynthesisRequest, short: bool = False) -> SynthesisRequest:
         voice = self.voices.resolve(request.voice)  # raises UnknownVoice / InvalidRequest
         fast = self.config.fast_first_segment if request.fast_first is None else request.fast_first
         request.voice = voice
         request.lang = request.lang or self.config.default_lang
         request.segments = self.pipeline.plan(
-            request.text, voice=voice, speed=request.speed, lang=request.lang, fast_first=fast
+            request.text, voice=voice, speed=request.speed, lang=request.lang, fast_first=fast,
+            short_first_words=self.config.short_first_segment_words if short else None,
         )
         return request
+
+    def _short_first(self, request: SynthesisRequest) -> bool:
+        """Whether ``request``'s first segment is cut short (``short_first_segment``): only while
+        its listener hears nothing, and with ``busy`` only while other sessions are served."""
+        when, session = self.config.short_first_segment, self._session_of(request)
+        if when == "never" or not self.config.deadlines:
+            return False
+        if self._listeners.hears_something(session, time.perf_counter()):
+            return False  # this request's audio follows audio still playing: no hurry
+        return when == "always" or self._listeners.others_served(session)
+
+    @staticmethod
+    def _session_of(request: SynthesisRequest) -> str:
+        return request.session or request.request_id or f"request-{id(request)}"
+
+    def _tracked(self, request: SynthesisRequest) -> contextlib.AbstractContextManager[None]:
+        """Count ``request`` as in progress for its session (event loop)."""
+        return self._listeners.serving(self._session_of(request))
 
     async def prepare(self, request: SynthesisRequest) -> SynthesisRequest:
         """Validate and plan ``request`` off the event loop. Raises a :class:`KokoroError`."""
@@ -240,7 +266,9 @@ class Engine:
         if len(request.text) > limit:
             raise TextTooLong(f"text has {len(request.text)} characters; the limit is {limit}")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._prep_executor, self._plan, request)
+        short = self._short_first(request)  # (before this request counts as its session's own)
+        with self._tracked(request):
+            return await loop.run_in_executor(self._prep_executor, self._plan, request, short)
 
     def _timeout_at(self, request: SynthesisRequest) -> float | None:
         timeout = self.config.request_timeout_s
@@ -252,17 +280,24 @@ class Engine:
         """Earliest playback deadline first, or the mode's own order with ``deadlines`` off."""
         return "deadline" if self.config.deadlines else self.plain_order
 
+    def _new_queue(self) -> SegmentQueue:
+        """The mode's queue: deadlines (segments due together go shortest first), or the mode's own order."""
+        return SegmentQueue(self.queue_order, window_s=SHORTEST_FIRST_WINDOW_S if self.config.deadlines else 0.0)
+
     def _playout(self, request: SynthesisRequest) -> Playout:
         """The request's playback clock: its first segment is due when it arrived."""
         return Playout(request.created, self.config.deadline_margin_ms / 1000.0)
 
-    def _segment_ready(self, playout: Playout, result: SegmentResult) -> None:
-        """A segment of the request is ready now: advance its playback, report a late one."""
+    def _segment_ready(self, playout: Playout, result: SegmentResult, request: SynthesisRequest) -> None:
+        """A segment of the request is ready now: advance its playback, report a late one, note
+        until when its session's listener has audio to play."""
         if result.audio is None:
             return
         late = playout.delivered(time.perf_counter(), len(result.audio) / self.synthesizer.sample_rate)
         if late > 0:
             self._observer.underrun(late)
+        if playout.runs_out is not None:
+            self._listeners.played(self._session_of(request), playout.runs_out)
 
     @staticmethod
     async def _until(deadline: float | None, awaitable: Any) -> Any:

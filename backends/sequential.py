@@ -33,7 +33,6 @@ from typing import Any
 
 from .base import AudioChunk, KokoroError, NotReady, Overloaded, Segment, SynthesisRequest
 from .engine import Engine, SegmentResult
-from .schedule import SegmentQueue
 
 _Item = tuple[Segment, "asyncio.Future[SegmentResult]"]
 
@@ -48,7 +47,7 @@ class SequentialBackend(Engine):
         super().__init__(*args, **kwargs)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-synth")
         self._waiting = 0
-        self._queue = SegmentQueue(self.queue_order)
+        self._queue = self._new_queue()
         self._running = False
         self._seq = itertools.count()
 
@@ -80,24 +79,26 @@ class SequentialBackend(Engine):
         seq = next(self._seq)
         key = request.session or request.request_id or f"request-{seq}"
         count = len(request.segments)
-        for segment in request.segments:
-            future: asyncio.Future[SegmentResult] = loop.create_future()
-            self._set_waiting(self._waiting + 1)
-            self._queue.push((segment, future), session=key, request_seq=seq, due=playout.due)
-            try:
-                self._run_next()
-                result = await self._until(timeout_at, future)
-            except KokoroError:
-                raise
-            except Exception as e:  # e.g. the worker was shut down by aclose()
-                raise self._as_error(e, request) from e
-            finally:
-                self._queue.remove(lambda item, future=future: item[1] is future)
-                self._set_waiting(self._waiting - 1)
-            if result.error is not None:
-                raise self._as_error(result.error, request) from result.error
-            self._segment_ready(playout, result)
-            yield self._chunk(segment, count, result)
+        with self._tracked(request):
+            for segment in request.segments:
+                future: asyncio.Future[SegmentResult] = loop.create_future()
+                self._set_waiting(self._waiting + 1)
+                self._queue.push((segment, future), session=key, request_seq=seq, due=playout.due,
+                                 cost=len(segment.phonemes))
+                try:
+                    self._run_next()
+                    result = await self._until(timeout_at, future)
+                except KokoroError:
+                    raise
+                except Exception as e:  # e.g. the worker was shut down by aclose()
+                    raise self._as_error(e, request) from e
+                finally:
+                    self._queue.remove(lambda item, future=future: item[1] is future)
+                    self._set_waiting(self._waiting - 1)
+                if result.error is not None:
+                    raise self._as_error(result.error, request) from result.error
+                self._segment_ready(playout, result, request)
+                yield self._chunk(segment, count, result)
 
     def _run_next(self) -> None:
         """Hand the queue's pick to the worker when it is free (event loop)."""

@@ -43,7 +43,8 @@ async def invocations(request: Request, job: Synthesis) -> Response:
     encoder = job.use_encoder(fmt, params.sample_rate)
     first = await job.open(
         SynthesisRequest(text=params.text, voice=params.voice, speed=params.speed, lang=params.lang,
-                         request_id=job.request_id, session=job.request_id),
+                         request_id=job.request_id, session=job.request_id,
+                         fast_first=None if streamed else False),  # whole audio at once: no early cut
         gone=lambda: wait_disconnect(request),
     )
     headers = {"X-Request-Id": header_value(job.request_id), "Cache-Control": "no-store"}

@@ -190,10 +190,11 @@ async def test_a_long_text_does_not_starve_a_short_one(make_backend):
 async def test_short_segments_are_not_batched_with_long_ones(make_backend):
     synth = FakeBatchSynth()
     synth.gate = threading.Event()
-    backend = make_backend(synth, max_batch_size=8, max_wait_ms=0)
+    backend = make_backend(synth, max_batch_size=8, max_wait_ms=0, short_first_segment="never")
     blocker = asyncio.create_task(collect(backend, await prepared(backend, "Hold on.", session="z")))
     await asyncio.to_thread(synth.started.wait, 5)
-    # (one segment: no clause mark and no phrase boundary where the first segment could be cut)
+    # (one segment: no clause mark and no phrase boundary where the first segment could be cut, and no
+    # short first cut)
     long_text = "The whole committee carefully reviewed every single late application submitted last Friday evening."
     texts = {"a": "Hi.", "b": long_text, "c": "Yes."}
     requests = {k: await prepared(backend, t, session=k) for k, t in texts.items()}
@@ -297,7 +298,8 @@ async def test_request_timeout_when_the_runtime_hangs(make_backend):
         await collect(backend, await prepared(backend, SENTENCES[1]))
     assert backend.active_requests == 0 and backend.queue_depth == 0
     synth.gate.set()
-    assert len(await collect(backend, await prepared(backend, SENTENCES[2]))) == 1
+    last = await prepared(backend, SENTENCES[2])
+    assert len(await collect(backend, last)) == len(last.segments)
 
 
 async def test_aclose_fails_open_streams_and_refuses_new_ones(pipeline, voices):

@@ -161,3 +161,121 @@ def test_the_onnx_solo_session_speaks_like_the_shared_one(model_files, voices, p
     segment = pipeline.plan("Every core for one call.", voice="jm_kumo")[0]
     shared, solo = synth.synthesize(segment), synth.synthesize_solo(segment)
     assert len(shared) == len(solo) and np.allclose(shared, solo, atol=1e-3)
+
+
+PARAGRAPH_START = "When you ask a voice assistant a question, the silence before it answers is what you notice most."
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_busy_a_newcomer_gets_a_shorter_first_segment_while_another_session_is_served(mode, pipeline, voices):
+    cls, extra = MODES[mode]
+    synth = SteppedSynth(voices)
+    backend = cls(synth, pipeline, voices, BackendConfig.defaults(short_first_segment="busy", **extra))
+
+    def request(session: str) -> SynthesisRequest:
+        return SynthesisRequest(text=PARAGRAPH_START, session=session, request_id=f"{session}-{time.perf_counter()}",
+                                voice="jm_kumo")
+
+    alone = await backend.prepare(request("a"))
+    assert alone.segments[0].text == "When you ask a voice assistant a question,"  # idle: the clause cut
+    task = asyncio.create_task(_consume(backend, alone))
+    await _calls_reach(synth, 1)  # session a is being served
+    newcomer = await backend.prepare(request("b"))
+    own_next = await backend.prepare(request("a"))  # a's next sentence plays after its first: no hurry
+    assert [s.text for s in newcomer.segments[:2]] == ["When you ask", "a voice assistant a question,"]
+    assert own_next.segments[0].text == alone.segments[0].text
+    assert " ".join(s.text for s in newcomer.segments) == PARAGRAPH_START  # nothing lost
+    for _ in alone.segments:
+        synth.step()
+    await task
+    after = await backend.prepare(request("c"))  # idle again
+    assert after.segments[0].text == alone.segments[0].text
+    await backend.aclose()
+
+
+async def test_always_a_listener_who_hears_nothing_gets_a_short_first_segment_and_one_who_does_not(pipeline, voices):
+    synth = FakeSynthesizer(voices, segment_s=0.0)  # the fake's audio: 75 ms per phoneme, seconds of it here
+    backend = SequentialBackend(synth, pipeline, voices, BackendConfig.defaults(short_first_segment="always"))
+    first = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, session="a", voice="jm_kumo"))
+    assert first.segments[0].text == "When you ask"  # a silent listener: first audio soonest
+    await _consume(backend, first)  # synthesised at once; its audio now plays for seconds
+    following = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, session="a", voice="jm_kumo"))
+    assert following.segments[0].text == "When you ask a voice assistant a question,"  # plays after: the usual cut
+    other = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, session="b", voice="jm_kumo"))
+    assert other.segments[0].text == "When you ask"
+    await backend.aclose()
+
+
+async def test_with_deadlines_off_load_does_not_change_the_first_cut(pipeline, voices):
+    synth = SteppedSynth(voices)
+    backend = SequentialBackend(synth, pipeline, voices, BackendConfig.defaults(deadlines=False))
+    first = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, session="a", voice="jm_kumo"))
+    task = asyncio.create_task(_consume(backend, first))
+    await _calls_reach(synth, 1)
+    newcomer = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, session="b", voice="jm_kumo"))
+    assert newcomer.segments[0].text == first.segments[0].text
+    for _ in first.segments:
+        synth.step()
+    await task
+    await backend.aclose()
+
+
+class KeyedSynth(FakeSynthesizer):
+    """The fake runtime where the test says which running call finishes (:meth:`finish`, by the
+    start of its segment's text); ``calls`` lists the texts in the order the calls began."""
+
+    thread_safe = True
+
+    def __init__(self, voices):
+        super().__init__(voices, segment_s=0.0)
+        self._release: dict[str, threading.Event] = {}
+
+    def synthesize(self, segment):
+        with self._lock:
+            self.calls.append(segment.text)
+            gate = self._release.setdefault(segment.text, threading.Event())
+        if not gate.wait(timeout=30):
+            raise RuntimeError("the test never let this call finish")
+        return self.tone(segment)
+
+    def finish(self, text: str) -> None:
+        with self._lock:
+            self._release.setdefault(text, threading.Event()).set()
+
+
+@pytest.mark.parametrize("deadlines", [True, False])
+async def test_concurrent_mode_keeps_a_worker_for_a_newcomer_while_later_segments_have_slack(deadlines, pipeline,
+                                                                                              voices):
+    synth = KeyedSynth(voices)
+    config = BackendConfig.defaults(deadlines=deadlines, workers=2, max_batch_size=1, max_wait_ms=0)
+    backend = BatchedBackend(synth, pipeline, voices, config)
+    prepared = {}
+    for name, text in (("long", LONG), ("other", OTHER), ("new", NEWCOMER)):
+        prepared[name] = await backend.prepare(SynthesisRequest(text=text, session=name, request_id=name, voice="jm_kumo"))
+    long_, other, new = (prepared[k].segments for k in ("long", "other", "new"))
+    tasks = [asyncio.create_task(_consume(backend, prepared["long"]))]
+    await _calls_reach(synth, 1)
+    tasks.append(asyncio.create_task(_consume(backend, prepared["other"])))
+    await _calls_reach(synth, 2)  # both workers busy: the long text's first segment and the other's
+    synth.finish(long_[0].text)  # its second segment is runnable, with seconds of audio still to play
+    await asyncio.sleep(0.2)
+    tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
+    await _calls_reach(synth, 3)
+    if deadlines:  # the free worker waited for the newcomer, who did not wait for the long text
+        assert synth.calls[2] == new[0].text
+    else:  # round-robin: the free worker took the long text's second segment at once
+        assert synth.calls[2] == long_[1].text
+    for segment in (*long_, *other, *new):
+        synth.finish(segment.text)
+    answered = await asyncio.gather(*tasks)
+    await backend.aclose()
+    for request, chunks in zip(prepared.values(), answered, strict=True):  # nothing lost, in order
+        assert [c.index for c in chunks] == list(range(len(request.segments)))
+
+
+@pytest.mark.parametrize(("when", "first"), [("always", "When you ask"), ("never", None), ("busy", None)])
+async def test_short_first_segment_setting_when_idle(when, first, pipeline, voices):
+    backend = SequentialBackend(SteppedSynth(voices), pipeline, voices, BackendConfig.defaults(short_first_segment=when))
+    planned = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, voice="jm_kumo"))
+    assert planned.segments[0].text == (first or "When you ask a voice assistant a question,")
+    await backend.aclose()
