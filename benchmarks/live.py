@@ -196,6 +196,28 @@ class LiveServer:
             r.raise_for_status()
             return prom.parse(r.text)
 
+    def wait_idle(self, quiet_s: float = 0.3, timeout_s: float = 60.0) -> None:
+        """Return once the server has used almost no CPU for ``quiet_s`` (a runtime call of a
+        client that hung up still runs to its end; the next measurement must not share the cores
+        with it). Best effort: returns after ``timeout_s`` either way, or at once without psutil."""
+        try:
+            import psutil
+
+            proc = psutil.Process(self.proc.pid) if self.proc is not None else None
+        except (ImportError, psutil.Error):
+            return
+        if proc is None:
+            return
+        end = time.perf_counter() + timeout_s
+        with contextlib.suppress(psutil.Error):
+            before = sum(proc.cpu_times()[:2])
+            while time.perf_counter() < end:
+                time.sleep(quiet_s)
+                now = sum(proc.cpu_times()[:2])
+                if now - before < 0.05 * quiet_s:
+                    return
+                before = now
+
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is None:

@@ -85,6 +85,6 @@ def test_the_quick_sweep_runs_every_configuration_and_the_late_arrival(tmp_path)
         assert row["late"]["late_first_audio_ms"] > 0 and row["late"]["vs_alone"] is not None
     r = Result("throughput", True, "x")
     listeners.targets(r, data)
-    assert len(r.targets) == 6
+    assert len(r.targets) == 8  # per mode: late, 4 listeners, underruns; concurrent vs sequential: two
     assert all(t["value"] is not None for t in r.targets if "4 listeners" not in t["name"])  # (quick: no level 4)
     assert "fake/concurrent deadlines off" in listeners.table(data)
