@@ -36,6 +36,8 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   waits, so a newcomer's first segment, due at once, finds a worker free instead of queueing
   behind a long later segment that did not need to start yet. Nothing starves: a held segment
   starts at its start-by time at the latest, or as soon as no call runs (then alone, every core).
+* The urgent lane (the same conditions): when every worker is busy, one more call at a time may
+  run a listener's *first* segment beside them, so a newcomer does not wait for a call to end.
 * A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
@@ -121,8 +123,9 @@ class BatchedBackend(Engine):
             parallel = bool(self.synthesizer.thread_safe) and not self.has_batch_path
             workers = min(2, os.cpu_count() or 1) if parallel else 1
         self.workers = workers
-        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
+        self._executor = ThreadPoolExecutor(max_workers=self.workers + 1, thread_name_prefix="kokoro-batch")
         self._free = self.workers
+        self._lane_busy = False  # the urgent lane: one more call, for first segments only
         self._queue = self._new_queue()
         self._queued = 0
         self._jobs: set[_Job] = set()
@@ -248,9 +251,15 @@ class BatchedBackend(Engine):
         loop = asyncio.get_running_loop()
         assert self._wake is not None
         while True:
-            while not (self._queued and self._free):
+            while not (self._queued and (self._free or self._lane_ready())):
                 self._wake.clear()
                 await self._wake.wait()
+            if not self._free:  # every worker busy: a listener's first segment takes the lane
+                entry = self._queue.pop_where(lambda it: it.segment.index == 0)
+                if entry is not None:
+                    self._set_queued(self._queued - 1)
+                    self._launch(loop, [entry.item], solo=False, lane=True)
+                continue
             hold = self._hold_s()
             if hold > 0:  # the head has slack and a call is running: keep this worker for urgent work
                 await self._nap(hold)
@@ -261,17 +270,34 @@ class BatchedBackend(Engine):
             if not items:
                 continue
             # alone: nothing else running, nothing else urgent: a runtime that can gives this call every core
-            solo = len(items) == 1 and self._free == self.workers and not any(
+            solo = len(items) == 1 and self._free == self.workers and not self._lane_busy and not any(
                 self._start_by(e) <= time.perf_counter() for e in self._queue)
-            self._free -= 1
-            try:
-                future = loop.run_in_executor(
-                    self._executor, partial(self.run_segments, solo=solo), [it.segment for it in items],
-                    lambda i, items=items: items[i].job.cancelled)
-                future.add_done_callback(lambda f, items=items: self._batch_done(items, f))
-            except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
-                self._free += 1
-                self._finish(items, [SegmentResult(error=e)] * len(items))
+            self._launch(loop, items, solo=solo, lane=False)
+
+    def _launch(self, loop: asyncio.AbstractEventLoop, items: list[_Item], *, solo: bool, lane: bool) -> None:
+        """Hand ``items`` to a worker thread (``lane``: the urgent lane, not a worker slot)."""
+        self._occupy(lane, True)
+        try:
+            future = loop.run_in_executor(
+                self._executor, partial(self.run_segments, solo=solo), [it.segment for it in items],
+                lambda i: items[i].job.cancelled)
+            future.add_done_callback(lambda f: self._batch_done(items, f, lane))
+        except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
+            self._occupy(lane, False)
+            self._finish(items, [SegmentResult(error=e)] * len(items))
+
+    def _occupy(self, lane: bool, busy: bool) -> None:
+        if lane:
+            self._lane_busy = busy
+        else:
+            self._free += -1 if busy else 1
+
+    def _lane_ready(self) -> bool:
+        """Whether the urgent lane can run a queued first segment now: deadlines on, parallel
+        single calls, the lane idle (see the module docstring)."""
+        if not self.config.deadlines or self.workers < 2 or self.batched or self._lane_busy:
+            return False
+        return any(e.item.segment.index == 0 for e in self._queue)
 
     # -- holding work with slack (parallel calls only) -------------------------------------------
     def _expected_s(self, entry: Entry) -> float:
@@ -344,8 +370,8 @@ class BatchedBackend(Engine):
             self._set_queued(self._queued - len(taken))
         return taken
 
-    def _batch_done(self, items: list[_Item], future: asyncio.Future) -> None:
-        self._free += 1
+    def _batch_done(self, items: list[_Item], future: asyncio.Future, lane: bool = False) -> None:
+        self._occupy(lane, False)
         if future.cancelled():
             results = [SegmentResult(error=NotReady("server is shutting down"))] * len(items)
         elif future.exception() is not None:

@@ -163,6 +163,15 @@ class SegmentQueue:
             self._turn[entry.session] = next(self._clock)  # served: to the end of the round
         return taken
 
+    def pop_where(self, match: Callable[[Any], bool]) -> Entry | None:
+        """The first entry in order whose item matches, taken out; None when none does."""
+        for entry in self:
+            if match(entry.item):
+                self._entries.remove(entry)
+                self._turn[entry.session] = next(self._clock)
+                return entry
+        return None
+
     def remove(self, match: Callable[[Any], bool]) -> int:
         """Drop every entry whose item matches; returns how many."""
         kept = [e for e in self._entries if not match(e.item)]

@@ -279,3 +279,31 @@ async def test_short_first_segment_setting_when_idle(when, first, pipeline, voic
     planned = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, voice="jm_kumo"))
     assert planned.segments[0].text == (first or "When you ask a voice assistant a question,")
     await backend.aclose()
+
+
+@pytest.mark.parametrize("deadlines", [True, False])
+async def test_concurrent_mode_runs_a_newcomers_first_segment_in_the_urgent_lane(deadlines, pipeline, voices):
+    synth = KeyedSynth(voices)
+    config = BackendConfig.defaults(deadlines=deadlines, workers=2, max_batch_size=1, max_wait_ms=0)
+    backend = BatchedBackend(synth, pipeline, voices, config)
+    texts = {"long": LONG, "other": OTHER, "new": NEWCOMER, "next": "And one more listener."}
+    prepared = {k: await backend.prepare(SynthesisRequest(text=t, session=k, request_id=k, voice="jm_kumo"))
+                for k, t in texts.items()}
+    tasks = []
+    for n, name in enumerate(("long", "other"), 1):
+        tasks.append(asyncio.create_task(_consume(backend, prepared[name])))
+        await _calls_reach(synth, n)  # both workers busy
+    tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
+    tasks.append(asyncio.create_task(_consume(backend, prepared["next"])))
+    await asyncio.sleep(0.2)
+    if deadlines:  # one first segment runs beside the busy workers; the lane takes one call at a time
+        assert synth.calls[2:] == [prepared["new"].segments[0].text]
+    else:
+        assert len(synth.calls) == 2
+    for request in prepared.values():
+        for segment in request.segments:
+            synth.finish(segment.text)
+    answered = await asyncio.gather(*tasks)
+    await backend.aclose()
+    for request, chunks in zip(prepared.values(), answered, strict=True):  # nothing lost, in order
+        assert [c.index for c in chunks] == list(range(len(request.segments)))
