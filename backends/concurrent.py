@@ -123,7 +123,8 @@ class BatchedBackend(Engine):
             parallel = bool(self.synthesizer.thread_safe) and not self.has_batch_path
             workers = min(2, os.cpu_count() or 1) if parallel else 1
         self.workers = workers
-        self._executor = ThreadPoolExecutor(max_workers=self.workers + 1, thread_name_prefix="kokoro-batch")
+        lane = 1 if self.workers >= 2 else 0  # the urgent lane's thread (parallel single calls only)
+        self._executor = ThreadPoolExecutor(max_workers=self.workers + lane, thread_name_prefix="kokoro-batch")
         self._free = self.workers
         self._lane_busy = False  # the urgent lane: one more call, for first segments only
         self._queue = self._new_queue()
