@@ -204,8 +204,7 @@ class BatchedBackend(Engine):
         if len(self._jobs) >= self.config.max_queue:
             raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
         seq = next(self._seq)
-        key = request.session or request.request_id or f"request-{seq}"
-        job = _Job(request=request, key=key, seq=seq, pending=deque(request.segments), playout=self._playout(request))
+        job = _Job(request=request, key=self._session_of(request), seq=seq, pending=deque(request.segments), playout=self._playout(request))
         self._jobs.add(job)
         deadline = self._timeout_at(request)
         with self._tracked(request):

@@ -77,7 +77,7 @@ class SequentialBackend(Engine):
         timeout_at = self._timeout_at(request)
         playout = self._playout(request)
         seq = next(self._seq)
-        key = request.session or request.request_id or f"request-{seq}"
+        key = self._session_of(request)
         count = len(request.segments)
         with self._tracked(request):
             for segment in request.segments:
