@@ -97,6 +97,11 @@ class _Job:
     cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
 
 
+def _tokens(segment: Segment) -> int:
+    """The model's input length for ``segment`` (its phonemes plus the start and end tokens)."""
+    return len(segment.phonemes) + 2
+
+
 @dataclass(eq=False, slots=True)
 class _Item:
     job: _Job
@@ -132,9 +137,7 @@ class BatchedBackend(Engine):
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
-        #: Measured cost of a single call, seconds per phoneme (running average; starts at 0, so
-        #: nothing is held back before the first call has been measured).
-        self._seconds_per_phoneme = 0.0
+        self._seconds_per_phoneme = 0.0  # single calls' running average; 0: nothing measured, nothing held
         self._task: asyncio.Task | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -292,17 +295,19 @@ class BatchedBackend(Engine):
         else:
             self._free += -1 if busy else 1
 
+    @property
+    def _slack_aware(self) -> bool:
+        """Deadlines on and parallel single calls: where workers are held and the lane runs."""
+        return self.config.deadlines and self.workers >= 2 and not self.batched
+
     def _lane_ready(self) -> bool:
-        """Whether the urgent lane can run a queued first segment now: deadlines on, parallel
-        single calls, the lane idle (see the module docstring)."""
-        if not self.config.deadlines or self.workers < 2 or self.batched or self._lane_busy:
-            return False
-        return any(e.item.segment.index == 0 for e in self._queue)
+        """Whether the urgent lane is idle and a first segment waits for it (module docstring)."""
+        return self._slack_aware and not self._lane_busy and any(e.item.segment.index == 0 for e in self._queue)
 
     # -- holding work with slack (parallel calls only) -------------------------------------------
     def _expected_s(self, entry: Entry) -> float:
         """How long the entry's segment is expected to take, from the calls measured so far."""
-        return self._seconds_per_phoneme * (len(entry.item.segment.phonemes) + 2)
+        return self._seconds_per_phoneme * _tokens(entry.item.segment)
 
     def _start_by(self, entry: Entry) -> float:
         """When the entry's segment must start to be ready by its playback deadline (with twice
@@ -314,7 +319,7 @@ class BatchedBackend(Engine):
         still start later and be in time (deadlines on, parallel single calls), the worker waits
         for a segment that cannot (a newcomer's first one) instead of taking the head now, so that
         newcomer never waits for a long segment with seconds of slack. 0: take the head now."""
-        if not self.config.deadlines or self.workers < 2 or self.batched or self._free == self.workers:
+        if not self._slack_aware or self._free == self.workers:
             return 0.0
         head = self._queue.peek()
         if head is None:
@@ -330,12 +335,11 @@ class BatchedBackend(Engine):
                 await self._wake.wait()
 
     def _measured(self, items: list[_Item], results: Sequence[SegmentResult]) -> None:
-        """Fold the finished single calls' seconds per phoneme into the running estimate."""
-        for item, result in zip(items, results, strict=True):
-            if len(items) == 1 and result.error is None and result.seconds > 0:
-                rate = result.seconds / (len(item.segment.phonemes) + 2)
-                known = self._seconds_per_phoneme
-                self._seconds_per_phoneme = rate if not known else known + 0.2 * (rate - known)
+        """Fold a finished single call's seconds per phoneme into the running estimate."""
+        if len(items) != 1 or results[0].error is not None or results[0].seconds <= 0:
+            return
+        rate, known = results[0].seconds / _tokens(items[0].segment), self._seconds_per_phoneme
+        self._seconds_per_phoneme = rate if not known else known + 0.2 * (rate - known)
 
     async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._wake is not None
@@ -358,11 +362,8 @@ class BatchedBackend(Engine):
         phoneme lengths, so short first segments are not padded to (and kept waiting by) long
         ones. A segment passed over keeps its place."""
 
-        def length(entry: Entry) -> int:
-            return len(entry.item.segment.phonemes) + 2
-
         def fits(taken: list[Entry], entry: Entry) -> bool:
-            lengths = [length(e) for e in taken] + [length(entry)]
+            lengths = [_tokens(e.item.segment) for e in taken] + [_tokens(entry.item.segment)]
             return max(lengths) <= self.batch_length_ratio * min(lengths)
 
         taken = [e.item for e in self._queue.take(n, fits)]
