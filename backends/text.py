@@ -14,11 +14,12 @@ Rules (the README states them for users):
   before a preposition, a conjunction or a relative word, never after a determiner, possessive or
   intensifier (inside a noun phrase), never before ``of`` or ``to`` (they bind to the word before),
   before ``and``/``or``/``but`` only when a new clause or noun phrase follows, and only with at
-  least three words left for the rest. For a short first segment (the server is busy with other
-  requests, or always when so configured) the window shrinks to ``short_first_words`` and, when no clause mark or phrase boundary comes within it, the
-  cut may fall at a word boundary that is not inside a noun phrase nor after a word that needs
-  what follows it, such as a subject pronoun or an auxiliary (:func:`word_boundaries`); with no
-  such cut in the short window, the usual one applies. After a short cut, the rest of that
+  least three words left for the rest. For a short first segment (``short_first_words``: the
+  engine asks for one when the listener hears nothing yet) the window shrinks to that many words
+  and, when no clause mark or phrase boundary comes within it, the cut may fall at a word
+  boundary that is not inside a noun phrase nor after a word that needs what follows it, such as
+  a subject pronoun or an auxiliary (:func:`word_boundaries`); with no such cut in the short
+  window, the usual one applies. After a short cut, the rest of that
   sentence is cut at its clause marks too, so the segments after the short first one grow step by
   step. The first sentence (or clause, or phrase) always stands alone, and later segments pack
   whole sentences, each segment at most twice the size of the one before, up to
@@ -104,8 +105,8 @@ def phrase_boundaries(sentence: str) -> list[int]:
     return cuts
 
 
-#: Words a short first segment under load never ends with either: subject pronouns, question
-#: words and auxiliaries need the verb or clause after them.
+#: Words a short first segment never ends with either: subject pronouns, question words and
+#: auxiliaries need the verb or clause after them.
 NEEDS_WHAT_FOLLOWS = BOUND_TO_NEXT | frozenset(
     "i you he she we they how what who whom whose why where when "
     "am is are was were be been being will would can could shall should may might must do does did "
@@ -115,9 +116,9 @@ NEEDS_WHAT_FOLLOWS = BOUND_TO_NEXT | frozenset(
 
 def word_boundaries(sentence: str) -> list[int]:
     """Offsets before words where a sentence may be cut when a short first segment matters more
-    than the phrase (a short first segment): after a word that ends in a letter and needs nothing
-    after it (not in :data:`NEEDS_WHAT_FOLLOWS`), before any word but ``of``, ``to`` and a
-    coordinator (a cut before ``and`` is :func:`phrase_boundaries`' to make)."""
+    than the phrase: after a word that ends in a letter and needs nothing after it (not in
+    :data:`NEEDS_WHAT_FOLLOWS`), before any word but ``of``, ``to`` and a coordinator (a cut
+    before ``and`` is :func:`phrase_boundaries`' to make)."""
     words = [(m.start(), _bare(m.group()), m.group()) for m in _WORD.finditer(sentence)]
     return [
         start for i, (start, word, _) in enumerate(words[1:], 1)
