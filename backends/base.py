@@ -7,7 +7,9 @@
   ``synthesize_batch_timed(segments)``, and say what it runs on (``device``, ``dtype``), whether it
   is ``loaded`` and its intra-op ``threads`` (settable before ``load()``). Synthesizers are never
   called on the event loop; a synthesizer need not be thread-safe — the backends call one at a
-  time unless the runtime says otherwise (``thread_safe``).
+  time unless the runtime says otherwise (``thread_safe``). A runtime that can stop a running call
+  (``interruptible``) takes an :class:`Interrupt` as ``synthesize(segment, interrupt=...)`` and
+  raises :class:`Interrupted` when it was set before the call finished.
 * :class:`Backend` — asynchronous, the only thing the server sees. ``stream(request)`` yields one
   :class:`AudioChunk` per segment, in text order, as soon as that segment is done. Closing or
   cancelling the iterator aborts the request's pending work (segments not yet started are never
@@ -18,8 +20,9 @@ Errors carry a stable ``code`` (the wire contract's error codes) and say whether
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -158,6 +161,40 @@ class AudioChunk:
         return len(self.audio) / self.sample_rate
 
 
+class Interrupted(Exception):
+    """A runtime call stopped early because its :class:`Interrupt` was set. Never reaches a
+    client: the scheduler that set it runs the segment again."""
+
+
+class Interrupt:
+    """Asks one running runtime call to stop early. Thread-safe: ``set()`` is called on the event
+    loop while the call runs on a worker thread. An interruptible runtime registers how it stops
+    (ONNX Runtime: ``RunOptions.terminate``) with :meth:`on_set`; a hook registered after
+    ``set()`` runs at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set = False
+        self._hooks: list[Callable[[], None]] = []
+
+    @property
+    def is_set(self) -> bool:
+        return self._set
+
+    def on_set(self, hook: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._set:
+                self._hooks.append(hook)
+                return
+        hook()
+
+    def set(self) -> None:
+        with self._lock:
+            self._set, hooks, self._hooks = True, self._hooks, []
+        for hook in hooks:
+            hook()
+
+
 # --------------------------------------------------------------------------------------------
 # Protocols
 # --------------------------------------------------------------------------------------------
@@ -223,8 +260,8 @@ class VoiceCatalog(Protocol):
 
 class BackendObserver(Protocol):
     """What a backend reports while it works (the server's metrics implement it). Called from
-    worker threads (``segment_done``, ``batch_done``) and from the event loop (``queue_depth``,
-    ``underrun``); implementations must be thread-safe and never block."""
+    worker threads (``segment_done``, ``batch_done``, ``interrupted``) and from the event loop
+    (``queue_depth``, ``underrun``); implementations must be thread-safe and never block."""
 
     def segment_done(self, synth_seconds: float, audio_seconds: float) -> None: ...
 
@@ -235,6 +272,10 @@ class BackendObserver(Protocol):
     def underrun(self, seconds: float) -> None:
         """A segment was ready ``seconds`` after its listener's audio ran out (a gap a client
         playing in real time hears; see :class:`~backends.schedule.Playout`)."""
+
+    def interrupted(self, seconds: float) -> None:
+        """A runtime call was interrupted after ``seconds`` so that a listener who hears nothing
+        yet gets first audio sooner; its segment runs again (``backends/deadlines.py``)."""
 
 
 class Backend(Protocol):

@@ -32,12 +32,12 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   so one listener never gets less than the sequential mode gives it.
 * Holding work with slack (deadlines on, parallel single calls): while a call runs, a free worker
   takes the queue's head only once it must start — its playback deadline minus twice its expected
-  time (seconds per phoneme, a running average of the calls measured so far) — and otherwise
-  waits, so a newcomer's first segment, due at once, finds a worker free instead of queueing
-  behind a long later segment that did not need to start yet. Nothing starves: a held segment
-  starts at its start-by time at the latest, or as soon as no call runs (then alone, every core).
-* The urgent lane (the same conditions): when every worker is busy, one more call at a time may
-  run a listener's *first* segment beside them, so a newcomer does not wait for a call to end.
+  time (the engine's running cost of a call) — and otherwise waits, so a newcomer's first
+  segment, due at once, finds a worker free instead of queueing behind a long later segment that
+  did not need to start yet. Nothing starves: a held segment starts at its start-by time at the
+  latest, or as soon as no call runs (then alone, every core).
+* When every worker is busy, a listener's first segment may interrupt a call of a later segment
+  (:class:`~backends.deadlines.Deadlines`); the interrupted segment goes back to the queue.
 * A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
@@ -76,9 +76,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from .base import AudioChunk, NotReady, Overloaded, Segment, SynthesisRequest
+from .base import AudioChunk, Interrupted, NotReady, Overloaded, Segment, SynthesisRequest
+from .deadlines import input_tokens
 from .engine import Engine, SegmentResult
-from .schedule import Entry, Playout
+from .schedule import Entry, Playout, RunningCall
 
 log = logging.getLogger("kokoro.backend")
 
@@ -95,11 +96,6 @@ class _Job:
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     busy: bool = False  # a segment of this job is queued or being synthesised
     cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
-
-
-def _tokens(segment: Segment) -> int:
-    """The model's input length for ``segment`` (its phonemes plus the start and end tokens)."""
-    return len(segment.phonemes) + 2
 
 
 @dataclass(eq=False, slots=True)
@@ -128,16 +124,13 @@ class BatchedBackend(Engine):
             parallel = bool(self.synthesizer.thread_safe) and not self.has_batch_path
             workers = min(2, os.cpu_count() or 1) if parallel else 1
         self.workers = workers
-        lane = 1 if self.workers >= 2 else 0  # the urgent lane's thread (parallel single calls only)
-        self._executor = ThreadPoolExecutor(max_workers=self.workers + lane, thread_name_prefix="kokoro-batch")
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
         self._free = self.workers
-        self._lane_busy = False  # the urgent lane: one more call, for first segments only
         self._queue = self._new_queue()
         self._queued = 0
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
-        self._seconds_per_phoneme = 0.0  # single calls' running average; 0: nothing measured, nothing held
         self._task: asyncio.Task | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -227,9 +220,18 @@ class BatchedBackend(Engine):
         if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
             return
         job.busy = True
-        segment = job.pending.popleft()
-        self._queue.push(_Item(job, segment), session=job.key, request_seq=job.seq, due=job.playout.due,
-                         cost=len(segment.phonemes))
+        self._enqueue(_Item(job, job.pending.popleft()))
+
+    def _enqueue(self, item: _Item, entry: Entry | None = None) -> None:
+        """Queue a job's segment (``entry``: one taken before, whose call was interrupted)."""
+        job = item.job
+        if entry is not None:
+            self._queue.requeue(entry)
+        else:
+            entry = self._queue.push(item, session=job.key, request_seq=job.seq, due=job.playout.due,
+                                     cost=len(item.segment.phonemes))
+            if not self._free:
+                self._interrupt_for(self._queue, entry, job.playout)
         self._set_queued(self._queued + 1)
         if self._wake is not None:
             self._wake.set()
@@ -254,65 +256,48 @@ class BatchedBackend(Engine):
         loop = asyncio.get_running_loop()
         assert self._wake is not None
         while True:
-            while not (self._queued and (self._free or self._lane_ready())):
+            while not (self._queued and self._free):
                 self._wake.clear()
                 await self._wake.wait()
-            if not self._free:  # every worker busy: a listener's first segment takes the lane
-                entry = self._queue.pop_where(lambda it: it.segment.index == 0)
-                if entry is not None:
-                    self._set_queued(self._queued - 1)
-                    self._launch(loop, [entry.item], solo=False, lane=True)
-                continue
             hold = self._hold_s()
             if hold > 0:  # the head has slack and a call is running: keep this worker for urgent work
                 await self._nap(hold)
                 continue
             if self.batched and self._queued < self.max_batch_size and self.max_wait_s > 0:
                 await self._fill(loop)  # LitServe's collate: up to a size or a timeout
-            items = self._take(self.max_batch_size if self.batched else 1)
-            if not items:
+            entries = self._take(self.max_batch_size if self.batched else 1)
+            if not entries:
                 continue
             # alone: nothing else running, nothing else urgent: a runtime that can gives this call every core
-            solo = len(items) == 1 and self._free == self.workers and not self._lane_busy and not any(
+            solo = len(entries) == 1 and self._free == self.workers and not any(
                 self._start_by(e) <= time.perf_counter() for e in self._queue)
-            self._launch(loop, items, solo=solo, lane=False)
+            self._launch(loop, entries, solo=solo)
 
-    def _launch(self, loop: asyncio.AbstractEventLoop, items: list[_Item], *, solo: bool, lane: bool) -> None:
-        """Hand ``items`` to a worker thread (``lane``: the urgent lane, not a worker slot)."""
-        self._occupy(lane, True)
+    def _launch(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], *, solo: bool) -> None:
+        """Hand the entries' segments to a worker thread (a single call may be interrupted)."""
+        items: list[_Item] = [e.item for e in entries]
+        call = self._call_started(entries[0], items[0].job.playout, items[0].segment) if len(items) == 1 else None
+        self._free -= 1
         try:
             future = loop.run_in_executor(
-                self._executor, partial(self.run_segments, solo=solo), [it.segment for it in items],
-                lambda i: items[i].job.cancelled)
-            future.add_done_callback(lambda f: self._batch_done(items, f, lane))
+                self._executor, partial(self.run_segments, solo=solo, interrupt=call.interrupt if call else None),
+                [it.segment for it in items], lambda i: items[i].job.cancelled)
+            future.add_done_callback(lambda f: self._batch_done(entries, call, f))
         except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
-            self._occupy(lane, False)
-            self._finish(items, [SegmentResult(error=e)] * len(items))
-
-    def _occupy(self, lane: bool, busy: bool) -> None:
-        if lane:
-            self._lane_busy = busy
-        else:
-            self._free += -1 if busy else 1
+            self._free += 1
+            self._call_ended(call)
+            self._finish(entries, [SegmentResult(error=e)] * len(items))
 
     @property
     def _slack_aware(self) -> bool:
-        """Deadlines on and parallel single calls: where workers are held and the lane runs."""
+        """Deadlines on and parallel single calls: where workers are held for urgent work."""
         return self.config.deadlines and self.workers >= 2 and not self.batched
 
-    def _lane_ready(self) -> bool:
-        """Whether the urgent lane is idle and a first segment waits for it (module docstring)."""
-        return self._slack_aware and not self._lane_busy and any(e.item.segment.index == 0 for e in self._queue)
-
     # -- holding work with slack (parallel calls only) -------------------------------------------
-    def _expected_s(self, entry: Entry) -> float:
-        """How long the entry's segment is expected to take, from the calls measured so far."""
-        return self._seconds_per_phoneme * _tokens(entry.item.segment)
-
     def _start_by(self, entry: Entry) -> float:
         """When the entry's segment must start to be ready by its playback deadline (with twice
         its expected time: a call beside another one runs slower than the average)."""
-        return entry.due - 2.0 * self._expected_s(entry)
+        return entry.due - 2.0 * self._expected_s(entry.item.segment)
 
     def _hold_s(self) -> float:
         """How long to leave a free worker idle: while another call runs and the queue's head can
@@ -334,13 +319,6 @@ class BatchedBackend(Engine):
             async with asyncio.timeout(seconds):
                 await self._wake.wait()
 
-    def _measured(self, items: list[_Item], results: Sequence[SegmentResult]) -> None:
-        """Fold a finished single call's seconds per phoneme into the running estimate."""
-        if len(items) != 1 or results[0].error is not None or results[0].seconds <= 0:
-            return
-        rate, known = results[0].seconds / _tokens(items[0].segment), self._seconds_per_phoneme
-        self._seconds_per_phoneme = rate if not known else known + 0.2 * (rate - known)
-
     async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._wake is not None
         deadline = loop.time() + self.max_wait_s
@@ -355,7 +333,7 @@ class BatchedBackend(Engine):
             except TimeoutError:
                 return
 
-    def _take(self, n: int) -> list[_Item]:
+    def _take(self, n: int) -> list[Entry]:
         """Up to ``n`` ready segments in the queue's order (earliest playback deadline first, ties
         round-robin by session; round-robin alone with ``deadlines`` off). The head always goes;
         the rest of the batch takes only segments within ``batch_length_ratio`` of the batch's
@@ -363,36 +341,41 @@ class BatchedBackend(Engine):
         ones. A segment passed over keeps its place."""
 
         def fits(taken: list[Entry], entry: Entry) -> bool:
-            lengths = [_tokens(e.item.segment) for e in taken] + [_tokens(entry.item.segment)]
+            lengths = [input_tokens(e.item.segment) for e in taken] + [input_tokens(entry.item.segment)]
             return max(lengths) <= self.batch_length_ratio * min(lengths)
 
-        taken = [e.item for e in self._queue.take(n, fits)]
+        taken = self._queue.take(n, fits)
         if taken:
             self._set_queued(self._queued - len(taken))
         return taken
 
-    def _batch_done(self, items: list[_Item], future: asyncio.Future, lane: bool = False) -> None:
-        self._occupy(lane, False)
+    def _batch_done(self, entries: list[Entry], call: RunningCall | None, future: asyncio.Future) -> None:
+        self._free += 1
+        self._call_ended(call)
         if future.cancelled():
-            results = [SegmentResult(error=NotReady("server is shutting down"))] * len(items)
+            results = [SegmentResult(error=NotReady("server is shutting down"))] * len(entries)
         elif future.exception() is not None:
-            results = [SegmentResult(error=future.exception())] * len(items)
+            results = [SegmentResult(error=future.exception())] * len(entries)
         else:
             results = future.result()
-        self._measured(items, results)
-        self._finish(items, results)
+        self._finish(entries, results)
 
-    def _finish(self, items: list[_Item], results: Sequence[SegmentResult]) -> None:
-        for item, result in zip(items, results, strict=True):
+    def _finish(self, entries: list[Entry], results: Sequence[SegmentResult]) -> None:
+        for entry, result in zip(entries, results, strict=True):
+            item: _Item = entry.item
             job = item.job
-            job.busy = False
             if job.cancelled:
+                job.busy = False
                 continue
+            if isinstance(result.error, Interrupted):  # for a newcomer's first segment: runs again after it
+                self._enqueue(item, entry)
+                continue
+            job.busy = False
             if result.error is not None:
                 job.outbox.put_nowait(self._as_error(result.error, job.request))
                 job.pending.clear()
                 continue
-            self._segment_ready(job.playout, result, job.request)
+            self._segment_ready(job.playout, result.audio, job.request)
             job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
             self._submit_next(job)
         if self._wake is not None:

@@ -85,6 +85,12 @@ class BackendConfig(BaseSettings):
         description="How long before a listener's audio runs out its next segment is due (network and client "
         "buffering).",
     )
+    interrupt_for_first_audio: bool = Field(
+        True,
+        description="With deadlines: a listener who hears nothing yet may interrupt a running call of a later "
+        "segment (whose listener still has audio to play), which runs again after it; ONNX runtime only. `false`: "
+        "a newcomer waits for the running call to end.",
+    )
 
     # -- concurrent mode ----------------------------------------------------------------------
     max_batch_size: int = Field(16, ge=1, description="Concurrent mode: most segments in one batch.")

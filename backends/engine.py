@@ -8,18 +8,8 @@ the request timeout, the description (:class:`~backends.base.BackendInfo`), voic
 :class:`~backends.sequential.SequentialBackend` and :class:`~backends.concurrent.BatchedBackend`
 add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 
-Short first segments: a request whose listener hears nothing yet (its session has no request in
-progress and no audio still playing: :class:`~backends.schedule.Listeners`) gets a first segment
-of at most ``short_first_segment_words`` words (``short_first_segment``: ``always``; ``busy``: only
-while other sessions are served; ``never``). A session's next sentence, sent while its audio
-plays, keeps the usual cut. Like the deadline order, this is off with ``config.deadlines`` off.
-
-Playback deadlines are computed here, in one place, for both modes: each request gets a
-:class:`~backends.schedule.Playout` (``_playout``), a segment offered to the mode's
-:class:`~backends.schedule.SegmentQueue` carries the request's ``due`` time, and when a segment is
-ready the mode calls ``_segment_ready``, which advances the request's playback and reports a late
-segment to the observer (``underrun``). ``queue_order`` is ``deadline`` unless
-``config.deadlines`` is off (then the mode's ``plain_order``).
+Playback deadlines, short first segments, call costs and interrupting a running call for first
+audio are :class:`~backends.deadlines.Deadlines`, a base of :class:`Engine`.
 
 The step, for a list of segments (one runtime call's worth):
 
@@ -41,9 +31,10 @@ request timeout. Everything else is called on the event loop; planning (G2P) and
 the engine's own single preparation thread. The observer is called from worker threads
 (``segment_done``, ``batch_done``) and from the event loop (``queue_depth``, ``underrun``).
 
-Cancellation: a runtime call cannot be interrupted once started. ``run_segments`` takes an
-optional ``skip(i)`` that it asks before each single call, so segments of a request dropped while a
-failed batch is being retried are never synthesised. The modes stop submitting a cancelled
+Cancellation: ``run_segments`` takes an optional ``skip(i)`` that it asks before each single call,
+so segments of a request dropped while a failed batch is being retried are never synthesised, and
+an optional :class:`~backends.base.Interrupt` that an ``interruptible`` runtime stops its call for
+(the segment's result is then :class:`~backends.base.Interrupted`, and the mode queues it again). The modes stop submitting a cancelled
 request's segments; ``aclose()`` refuses new work and releases the threads.
 """
 
@@ -67,6 +58,8 @@ from .base import (
     BackendInfo,
     BackendObserver,
     Capabilities,
+    Interrupt,
+    Interrupted,
     KokoroError,
     NotReady,
     Segment,
@@ -77,7 +70,7 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
-from .schedule import SHORTEST_FIRST_WINDOW_S, Listeners, Order, Playout, SegmentQueue
+from .deadlines import Deadlines
 from .text import TextPipeline
 from .voices import VoiceStore
 
@@ -111,8 +104,11 @@ class _NoObserver:
     def underrun(self, seconds: float) -> None:
         pass
 
+    def interrupted(self, seconds: float) -> None:
+        pass
 
-class Engine:
+
+class Engine(Deadlines):
     """The shared lifecycle and the single per-segment step (see the module docstring).
 
     ``config`` is the backend's part of the settings (defaults without the environment when
@@ -121,8 +117,6 @@ class Engine:
     """
 
     mode = "engine"
-    #: The order segments run in with ``deadlines`` off (the mode's own; see backends.schedule).
-    plain_order: Order = "fifo"
 
     def __init__(
         self,
@@ -148,7 +142,7 @@ class Engine:
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
         self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
-        self._listeners = Listeners()  # per session: requests in progress, audio still playing
+        super().__init__()
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -240,24 +234,6 @@ class Engine:
         )
         return request
 
-    def _short_first(self, request: SynthesisRequest) -> bool:
-        """Whether ``request``'s first segment is cut short (``short_first_segment``): only while
-        its listener hears nothing, and with ``busy`` only while other sessions are served."""
-        when, session = self.config.short_first_segment, self._session_of(request)
-        if when == "never" or not self.config.deadlines:
-            return False
-        if self._listeners.hears_something(session, time.perf_counter()):
-            return False  # this request's audio follows audio still playing: no hurry
-        return when == "always" or self._listeners.others_served(session)
-
-    @staticmethod
-    def _session_of(request: SynthesisRequest) -> str:
-        return request.session or request.request_id or f"request-{id(request)}"
-
-    def _tracked(self, request: SynthesisRequest) -> contextlib.AbstractContextManager[None]:
-        """Count ``request`` as in progress for its session (event loop)."""
-        return self._listeners.serving(self._session_of(request))
-
     async def prepare(self, request: SynthesisRequest) -> SynthesisRequest:
         """Validate and plan ``request`` off the event loop. Raises a :class:`KokoroError`."""
         if self._closing:
@@ -273,31 +249,6 @@ class Engine:
     def _timeout_at(self, request: SynthesisRequest) -> float | None:
         timeout = self.config.request_timeout_s
         return None if not timeout else request.created + timeout
-
-    # -- playback deadlines (the one place they are computed) -------------------------------------
-    @property
-    def queue_order(self) -> Order:
-        """Earliest playback deadline first, or the mode's own order with ``deadlines`` off."""
-        return "deadline" if self.config.deadlines else self.plain_order
-
-    def _new_queue(self) -> SegmentQueue:
-        """The mode's queue: deadlines (segments due together go shortest first), or the mode's own order."""
-        return SegmentQueue(self.queue_order, window_s=SHORTEST_FIRST_WINDOW_S if self.config.deadlines else 0.0)
-
-    def _playout(self, request: SynthesisRequest) -> Playout:
-        """The request's playback clock: its first segment is due when it arrived."""
-        return Playout(request.created, self.config.deadline_margin_ms / 1000.0)
-
-    def _segment_ready(self, playout: Playout, result: SegmentResult, request: SynthesisRequest) -> None:
-        """A segment of the request is ready now: advance its playback, report a late one, note
-        until when its session's listener has audio to play."""
-        if result.audio is None:
-            return
-        late = playout.delivered(time.perf_counter(), len(result.audio) / self.synthesizer.sample_rate)
-        if late > 0:
-            self._observer.underrun(late)
-        if playout.runs_out is not None:
-            self._listeners.played(self._session_of(request), playout.runs_out)
 
     @staticmethod
     async def _until(deadline: float | None, awaitable: Any) -> Any:
@@ -329,19 +280,21 @@ class Engine:
 
     # -- the per-segment step (worker threads) --------------------------------------------------
     def run_segments(
-        self, segments: Sequence[Segment], skip: Callable[[int], bool] | None = None, *, solo: bool = False
+        self, segments: Sequence[Segment], skip: Callable[[int], bool] | None = None, *, solo: bool = False,
+        interrupt: Interrupt | None = None,
     ) -> list[SegmentResult]:
         """Synthesise ``segments`` (worker thread; never raises): one batch call when the mode
         batches, else (or when the batch fails) one call per segment. ``skip(i)`` is asked before
         each single call; a skipped segment gets a :class:`NotReady` error. ``solo``: the call runs
-        alone, so a runtime with ``synthesize_solo`` (every core) takes it there."""
+        alone, so a runtime with ``synthesize_solo`` (every core) takes it there. ``interrupt``
+        (single calls of an ``interruptible`` runtime): set, it stops the call (:class:`Interrupted`)."""
         if self.batched and len(segments) > 1:
             results = self._run_batch(segments)
             if results is not None:
                 return results
         return [
             SegmentResult(error=NotReady("request cancelled")) if skip is not None and skip(i)
-            else self._run_one(seg, solo)
+            else self._run_one(seg, solo, interrupt)
             for i, seg in enumerate(segments)
         ]
 
@@ -364,29 +317,33 @@ class Engine:
             self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
         return [SegmentResult(audio, durations, elapsed) for audio, durations in pairs]
 
-    def _run_one(self, segment: Segment, solo: bool = False) -> SegmentResult:
+    def _run_one(self, segment: Segment, solo: bool = False, interrupt: Interrupt | None = None) -> SegmentResult:
         t0 = time.perf_counter()
         try:
             durations = None
             solo_call = getattr(self.synthesizer, "synthesize_solo", None) if solo else None
+            extra = {"interrupt": interrupt} if interrupt is not None else {}
             if self._timed:  # the torch runtime reports per-token frame durations at no extra cost
                 audio, durations = self._call(self.synthesizer.synthesize_timed, segment)
             else:
-                audio = self._call(solo_call if callable(solo_call) else self.synthesizer.synthesize, segment)
+                audio = self._call(solo_call if callable(solo_call) else self.synthesizer.synthesize, segment, **extra)
             audio = clip_audio(audio)
             if audio.size == 0:  # a segment with phonemes always has sound: never pass silence as success
                 raise BackendFault(f"the runtime produced no audio for segment {segment.index}")
         except Exception as e:
+            if isinstance(e, Interrupted):
+                self._observer.interrupted(time.perf_counter() - t0)
             return SegmentResult(seconds=time.perf_counter() - t0, error=e)
         elapsed = time.perf_counter() - t0
+        self._measured(elapsed, segment)
         self._observer.batch_done(1)
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
         return SegmentResult(audio, durations, elapsed)
 
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One runtime call, where :meth:`stuck_seconds` can see it."""
         with self._watch():
-            return fn(*args)
+            return fn(*args, **kwargs)
 
     @contextlib.contextmanager
     def _watch(self) -> Iterator[None]:

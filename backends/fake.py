@@ -28,20 +28,23 @@ Two more knobs are for tests that drive a request step by step, as keyword argum
 the instance at any time: ``gate`` (a :class:`threading.Event`: every segment call waits on it — a
 segment held mid-synthesis) and ``load_gate`` (``load()`` waits on it — a model still loading).
 
-Threading: thread-safe (``thread_safe = True``); the latency is a ``time.sleep`` on the calling
+Like the ONNX runtime, a single call can be interrupted (``interruptible``): an
+:class:`~backends.base.Interrupt` set during the latency ends the call with
+:class:`~backends.base.Interrupted`.
+
+Threading: thread-safe (``thread_safe = True``); the latency is a wait on the calling
 worker thread, so it behaves like a runtime that releases the GIL. Never call it on the event loop.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .base import SAMPLE_RATE, Segment
+from .base import SAMPLE_RATE, Interrupt, Interrupted, Segment
 from .config import BackendConfig
 
 #: Seconds of tone per phoneme at speed 1 (Kokoro speaks roughly 12-15 phonemes a second).
@@ -55,6 +58,7 @@ class FakeSynthesizer:
     name = "fake"
     sample_rate = SAMPLE_RATE
     thread_safe = True
+    interruptible = True
     model_name = "fake"
     device = "cpu"
     dtype = "float32"
@@ -104,15 +108,16 @@ class FakeSynthesizer:
             if gate is not None:
                 gate.set()
 
-    def synthesize(self, segment: Segment) -> np.ndarray:
-        return self._run([segment])[0]
+    def synthesize(self, segment: Segment, *, interrupt: Interrupt | None = None) -> np.ndarray:
+        """One segment; an ``interrupt`` set during the latency stops the call (:class:`Interrupted`)."""
+        return self._run([segment], interrupt)[0]
 
     def synthesize_batch(self, segments: Sequence[Segment]) -> list[np.ndarray]:
         """One call for the whole batch: one fixed latency plus the per-phoneme cost of the
         longest segment (a batched runtime pads to it); a fault in any segment fails the call."""
         return self._run(list(segments))
 
-    def _run(self, segments: list[Segment]) -> list[np.ndarray]:
+    def _run(self, segments: list[Segment], interrupt: Interrupt | None = None) -> list[np.ndarray]:
         with self._lock:
             self.calls.extend(s.text for s in segments)
             self.active += 1
@@ -124,8 +129,13 @@ class FakeSynthesizer:
                 if self.voices is not None:
                     self.voices.style(s.voice, max(1, len(s.phonemes)))  # as the ONNX runtime does
             delay = self.segment_s + self.phoneme_s * max(len(s.phonemes) for s in segments)
+            stop = threading.Event()
+            if interrupt is not None:
+                interrupt.on_set(stop.set)
             if delay > 0:
-                time.sleep(delay)
+                stop.wait(delay)
+            if interrupt is not None and interrupt.is_set:
+                raise Interrupted("the call was interrupted")
             out = []
             for s in segments:
                 if self.hang_on and self.hang_on in s.text:

@@ -10,6 +10,11 @@ calls with a share of the cores each, which leaves cores idle when only one call
 ``solo_threads`` set before ``load()``, a second session of the same model with that many threads
 serves :meth:`OnnxSynthesizer.synthesize_solo` (a call that runs alone). Measured here: a session
 of the int8 model holds about 200-250 MiB of resident memory, so the second one costs that much.
+
+A call can be stopped while it runs (``interruptible``): an :class:`~backends.base.Interrupt` set from
+another thread sets the call's ``RunOptions.terminate``, and ONNX Runtime stops at its next node
+(within ~50 ms here); the call raises :class:`~backends.base.Interrupted` and the session serves
+the next call as before.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .assets import ModelFiles
-from .base import MAX_PHONEMES, SAMPLE_RATE, BackendFault, Segment, clip_audio
+from .base import MAX_PHONEMES, SAMPLE_RATE, BackendFault, Interrupt, Interrupted, Segment, clip_audio
 from .voices import VoiceStore
 
 
@@ -33,6 +38,7 @@ class OnnxSynthesizer:
     name = "onnx"
     sample_rate = SAMPLE_RATE
     thread_safe = True
+    interruptible = True
 
     def __init__(
         self,
@@ -87,11 +93,13 @@ class OnnxSynthesizer:
     def tokens(self, phonemes: str) -> list[int]:
         return [self.vocab[c] for c in phonemes if c in self.vocab]
 
-    def synthesize_solo(self, segment: Segment) -> np.ndarray:
+    def synthesize_solo(self, segment: Segment, interrupt: Interrupt | None = None) -> np.ndarray:
         """:meth:`synthesize` with every core (``solo_threads``): for a call that runs alone."""
-        return self.synthesize(segment, self._solo_session)
+        return self.synthesize(segment, self._solo_session, interrupt=interrupt)
 
-    def synthesize(self, segment: Segment, session=None) -> np.ndarray:
+    def synthesize(self, segment: Segment, session=None, *, interrupt: Interrupt | None = None) -> np.ndarray:
+        import onnxruntime as ort
+
         session = session or self._session
         if session is None:
             raise BackendFault("ONNX runtime used before load()")
@@ -100,12 +108,14 @@ class OnnxSynthesizer:
             return np.zeros(0, dtype=np.float32)
         style = self.voices.style(segment.voice, len(tokens)).reshape(1, -1).astype(np.float32)
         speed = np.array([segment.speed], dtype=self._speed_dtype)
-        out = session.run(
-            None,
-            {
-                self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64),
-                "style": style,
-                "speed": speed,
-            },
-        )
+        inputs = {self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64), "style": style, "speed": speed}
+        options = ort.RunOptions()
+        if interrupt is not None:
+            interrupt.on_set(lambda: setattr(options, "terminate", True))
+        try:
+            out = session.run(None, inputs, options)
+        except Exception as e:
+            if interrupt is not None and interrupt.is_set:
+                raise Interrupted("the call was interrupted") from e
+            raise
         return clip_audio(out[0])

@@ -25,6 +25,13 @@ playing in real time would hear it:
   oldest request of a session first.
 * ``fifo`` — the sequential mode's order without deadlines: the order segments became runnable.
 
+:class:`Preemption` holds the single calls running now and picks the one to interrupt for a
+segment whose listener hears nothing yet (``Playout.silent``): a call of a later segment (its
+listener still has audio to play), not interrupted before, that has run less than half its expected
+time and that the queue would take after the newcomer; of those, the one with the most left. The
+interrupted segment is put back (``SegmentQueue.requeue``) with its own due; since a request's
+segment is interrupted at most once, nothing starves.
+
 :class:`Listeners` knows, per session, whether its listener hears anything: a request in progress
 or audio delivered that has not run out yet (the first segment of a listener who hears nothing is
 the one worth cutting short), and whether other sessions are being served.
@@ -48,14 +55,23 @@ SHORTEST_FIRST_WINDOW_S = 0.5
 
 
 class Playout:
-    """One request's playback as a real-time client hears it (see the module docstring)."""
+    """One request's playback as a real-time client hears it (see the module docstring).
+    ``heard_before``: its listener had audio playing or another request in progress when it arrived."""
 
-    def __init__(self, arrived: float, margin_s: float = 0.0):
+    def __init__(self, arrived: float, margin_s: float = 0.0, *, heard_before: bool = False):
         self.arrived = arrived
         self.margin_s = margin_s
+        self.heard_before = heard_before
         self.first_ready: float | None = None
         self.runs_out: float | None = None  # when the audio delivered so far stops playing
         self.underrun_s = 0.0
+        self.interrupted = False  # its segment in progress was interrupted once (never twice)
+
+    @property
+    def silent(self) -> bool:
+        """Whether its listener hears nothing until its next segment is ready (a first segment
+        that ends a silence, not one that follows audio)."""
+        return self.runs_out is None and not self.heard_before
 
     @property
     def due(self) -> float:
@@ -67,6 +83,7 @@ class Playout:
     def delivered(self, at: float, audio_seconds: float) -> float:
         """A segment of ``audio_seconds`` became ready at ``at``; returns how late it was (seconds
         of silence the listener heard before it, 0 when on time)."""
+        self.interrupted = False
         if self.runs_out is None:
             self.first_ready = at
             self.runs_out = at + audio_seconds
@@ -163,14 +180,18 @@ class SegmentQueue:
             self._turn[entry.session] = next(self._clock)  # served: to the end of the round
         return taken
 
-    def pop_where(self, match: Callable[[Any], bool]) -> Entry | None:
-        """The first entry in order whose item matches, taken out; None when none does."""
-        for entry in self:
-            if match(entry.item):
-                self._entries.remove(entry)
-                self._turn[entry.session] = next(self._clock)
-                return entry
-        return None
+    def requeue(self, entry: Entry) -> None:
+        """Put back an entry that was taken (its call was interrupted): same due, same place."""
+        self._entries.append(entry)
+
+    def outranks(self, entry: Entry, other: Entry) -> bool:
+        """Whether queued ``entry`` would be taken before ``other`` if that were queued too."""
+        self._entries.append(other)
+        try:
+            key = self._key()
+            return key(entry) < key(other)
+        finally:
+            self._entries.remove(other)
 
     def remove(self, match: Callable[[Any], bool]) -> int:
         """Drop every entry whose item matches; returns how many."""
@@ -216,3 +237,44 @@ class Listeners:
     def others_served(self, session: str) -> bool:
         """Whether requests of sessions other than ``session`` are in progress."""
         return any(other != session for other in self._active)
+
+
+@dataclass(eq=False, slots=True)
+class RunningCall:
+    """A single runtime call in progress: the segment's queue entry and request playback, when it
+    started, how long it is expected to take, and how to interrupt it."""
+
+    entry: Entry
+    playout: Playout
+    started: float
+    expected_s: float
+    interrupt: Any  # backends.base.Interrupt
+
+
+class Preemption:
+    """The running calls that may be interrupted, and which one to interrupt for a segment whose
+    listener hears nothing yet (see the module docstring). Event loop only."""
+
+    def __init__(self) -> None:
+        self._calls: list[RunningCall] = []
+
+    def started(self, call: RunningCall) -> None:
+        self._calls.append(call)
+
+    def ended(self, call: RunningCall) -> None:
+        with contextlib.suppress(ValueError):
+            self._calls.remove(call)
+
+    def victim(self, queue: SegmentQueue, entry: Entry, playout: Playout, now: float) -> RunningCall | None:
+        """The call to interrupt so that ``entry`` (queued) runs now, or None. Only for a silent
+        listener's segment; only a call whose listener hears something, not interrupted before,
+        that has run less than half its expected time (less work lost than the newcomer gains)
+        and that the queue would take after ``entry``. Of those, the one with the most left."""
+        if not playout.silent:
+            return None
+        candidates = [
+            c for c in self._calls
+            if not c.playout.silent and not c.playout.interrupted and not c.interrupt.is_set
+            and now - c.started < c.expected_s / 2 and queue.outranks(entry, c.entry)
+        ]
+        return max(candidates, key=lambda c: c.started + c.expected_s, default=None)

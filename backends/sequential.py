@@ -10,7 +10,9 @@ previous one is done) to a :class:`~backends.schedule.SegmentQueue`; whenever th
 runs the queue's pick: the segment with the earliest playback deadline (the engine computes them:
 a newcomer's first segment goes ahead of a later segment whose listener still has audio to play),
 ties round-robin by session. With ``deadlines`` off, segments run in the order they became runnable
-(first in, first out).
+(first in, first out). A listener's first segment that finds the worker busy with a later segment
+may interrupt that call (:class:`~backends.deadlines.Deadlines`); the interrupted segment goes back
+to the queue with its own deadline.
 
 Threading: every runtime call runs on a single dedicated worker thread; the queue and the choice
 live on the event loop, which only awaits futures.
@@ -31,10 +33,11 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from .base import AudioChunk, KokoroError, NotReady, Overloaded, Segment, SynthesisRequest
+from .base import AudioChunk, Interrupted, KokoroError, NotReady, Overloaded, Segment, SynthesisRequest
 from .engine import Engine, SegmentResult
+from .schedule import Entry, Playout, RunningCall
 
-_Item = tuple[Segment, "asyncio.Future[SegmentResult]"]
+_Item = tuple[Segment, "asyncio.Future[SegmentResult]", Playout]
 
 
 class SequentialBackend(Engine):
@@ -83,9 +86,11 @@ class SequentialBackend(Engine):
             for segment in request.segments:
                 future: asyncio.Future[SegmentResult] = loop.create_future()
                 self._set_waiting(self._waiting + 1)
-                self._queue.push((segment, future), session=key, request_seq=seq, due=playout.due,
-                                 cost=len(segment.phonemes))
+                entry = self._queue.push((segment, future, playout), session=key, request_seq=seq,
+                                         due=playout.due, cost=len(segment.phonemes))
                 try:
+                    if self._running:
+                        self._interrupt_for(self._queue, entry, playout)
                     self._run_next()
                     result = await self._until(timeout_at, future)
                 except KokoroError:
@@ -97,7 +102,7 @@ class SequentialBackend(Engine):
                     self._set_waiting(self._waiting - 1)
                 if result.error is not None:
                     raise self._as_error(result.error, request) from result.error
-                self._segment_ready(playout, result, request)
+                self._segment_ready(playout, result.audio, request)
                 yield self._chunk(segment, count, result)
 
     def _run_next(self) -> None:
@@ -107,20 +112,27 @@ class SequentialBackend(Engine):
         entry = self._queue.pop()
         if entry is None:
             return
-        segment, future = entry.item
+        segment, future, playout = entry.item
         self._running = True
+        call = self._call_started(entry, playout, segment)
+        run = partial(self.run_segments, interrupt=call.interrupt if call is not None else None)
         try:
-            work = asyncio.get_running_loop().run_in_executor(self._executor, self.run_segments, [segment])
+            work = asyncio.get_running_loop().run_in_executor(self._executor, run, [segment])
         except Exception as e:  # the executor is shut down: fail this one, the queue goes on
             self._running = False
+            self._call_ended(call)
             if not future.done():
                 future.set_exception(e)
             return
-        work.add_done_callback(partial(self._done, future))
+        work.add_done_callback(partial(self._done, entry, call))
 
-    def _done(self, future: asyncio.Future[SegmentResult], work: asyncio.Future) -> None:
+    def _done(self, entry: Entry, call: RunningCall | None, work: asyncio.Future) -> None:
         self._running = False
-        if not future.done():  # else the stream was cancelled or timed out: the result is discarded
+        self._call_ended(call)
+        future = entry.item[1]
+        if self._interrupted(work) and not future.done():
+            self._queue.requeue(entry)  # interrupted for a newcomer's first segment: runs again after it
+        elif not future.done():  # else the stream was cancelled or timed out: the result is discarded
             if work.cancelled():
                 future.set_exception(NotReady("server is shutting down"))
             elif work.exception() is not None:
@@ -128,3 +140,7 @@ class SequentialBackend(Engine):
             else:
                 future.set_result(work.result()[0])
         self._run_next()
+
+    @staticmethod
+    def _interrupted(work: asyncio.Future) -> bool:
+        return not work.cancelled() and work.exception() is None and isinstance(work.result()[0].error, Interrupted)

@@ -1,7 +1,7 @@
 """Prometheus metrics, one registry per app (DESIGN.md §4).
 
 :class:`Metrics` is also the backend's *observer*: the backend calls ``segment_done``,
-``batch_done`` (worker threads), ``queue_depth`` and ``underrun`` (event loop). prometheus-client objects are
+``batch_done``, ``interrupted`` (worker threads), ``queue_depth`` and ``underrun`` (event loop). prometheus-client objects are
 thread-safe, so every method here may be called from any thread.
 
 Series (all prefixed ``kokoro_``):
@@ -23,6 +23,9 @@ Series (all prefixed ``kokoro_``):
 * ``playback_underrun_seconds_total`` — how late segments were past their playback deadline,
   summed: the silence a client playing each request in real time hears between segments (the
   backend's scheduler keeps it at zero when it can; see ``backends/schedule.py``).
+* ``interrupted_calls_total`` / ``interrupted_seconds_total`` — runtime calls of later segments
+  interrupted so that a listener who heard nothing yet got first audio sooner, and the runtime time
+  they had run (work done again; see ``backends/deadlines.py``).
 """
 
 from __future__ import annotations
@@ -83,6 +86,12 @@ class Metrics:
             "Seconds segments were ready after their listener's audio ran out (gaps heard in real-time playback).",
             registry=r,
         )
+        self.interrupted_calls = Counter(
+            "kokoro_interrupted_calls", "Runtime calls interrupted for a listener's first audio (run again).", registry=r
+        )
+        self.interrupted_seconds = Counter(
+            "kokoro_interrupted_seconds", "Runtime seconds of interrupted calls (work done again).", registry=r
+        )
         self.ready = Gauge("kokoro_ready", "1 when the server takes requests (/ping is 200).", registry=r)
 
     # -- the backend observer (called from worker threads) -------------------------------------
@@ -100,6 +109,10 @@ class Metrics:
 
     def underrun(self, seconds: float) -> None:
         self.underrun_seconds.inc(seconds)
+
+    def interrupted(self, seconds: float) -> None:
+        self.interrupted_calls.inc()
+        self.interrupted_seconds.inc(seconds)
 
     # -- the server's own -------------------------------------------------------------------------
     def request_done(self, route: str, status: int, code: str | None = None) -> None:

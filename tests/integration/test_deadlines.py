@@ -14,13 +14,14 @@ import time
 import numpy as np
 import pytest
 
-from backends.base import SynthesisRequest
+from backends.base import Interrupt, Interrupted, SynthesisRequest
 from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
 from backends.fake import FakeSynthesizer
 from backends.sequential import SequentialBackend
 from benchmarks import prom
 from server.metrics import Metrics
+from tests.support.observer import Recorder
 
 LONG = "Here is the long answer you asked for. It goes on for a while. And then it goes on some more."
 NEWCOMER = "Hello there."
@@ -29,7 +30,9 @@ OTHER = "Another listener asks. And waits for the rest."
 
 class SteppedSynth(FakeSynthesizer):
     """The fake runtime, one call finishing per :meth:`step`; ``calls`` lists the texts in the
-    order the calls began."""
+    order the calls began. Its calls cannot be interrupted."""
+
+    interruptible = False
 
     def __init__(self, voices):
         super().__init__(voices, segment_s=0.0)
@@ -124,10 +127,10 @@ class SoloFake(FakeSynthesizer):
         self.solo_threads: int | None = None
         self.solo: list[str] = []
 
-    def synthesize_solo(self, segment):
+    def synthesize_solo(self, segment, **options):
         with self._lock:
             self.solo.append(segment.text)
-        return self.synthesize(segment)
+        return self.synthesize(segment, **options)
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="parallel calls need two cores")
@@ -161,6 +164,21 @@ def test_the_onnx_solo_session_speaks_like_the_shared_one(model_files, voices, p
     segment = pipeline.plan("Every core for one call.", voice="jm_kumo")[0]
     shared, solo = synth.synthesize(segment), synth.synthesize_solo(segment)
     assert len(shared) == len(solo) and np.allclose(shared, solo, atol=1e-3)
+
+
+def test_an_interrupted_onnx_call_stops_and_the_session_speaks_on(model_files, voices, pipeline):
+    from backends.onnx_runtime import OnnxSynthesizer
+
+    synth = OnnxSynthesizer(model_files, voices, threads=1)
+    synth.load()
+    long_segment = pipeline.plan(LONG.replace(".", ","), voice="jm_kumo", fast_first=False)[0]
+    interrupt = Interrupt()
+    threading.Timer(0.05, interrupt.set).start()
+    with pytest.raises(Interrupted):  # a call of seconds, stopped in its first moments
+        synth.synthesize(long_segment, interrupt=interrupt)
+    short = pipeline.plan("Still speaking.", voice="jm_kumo")[0]
+    unset = synth.synthesize(short, interrupt=Interrupt())  # an interrupt never set changes nothing
+    assert len(unset) > 0 and np.allclose(unset, synth.synthesize(short), atol=1e-3)
 
 
 PARAGRAPH_START = "When you ask a voice assistant a question, the silence before it answers is what you notice most."
@@ -222,20 +240,30 @@ async def test_with_deadlines_off_load_does_not_change_the_first_cut(pipeline, v
 
 class KeyedSynth(FakeSynthesizer):
     """The fake runtime where the test says which running call finishes (:meth:`finish`, by the
-    start of its segment's text); ``calls`` lists the texts in the order the calls began."""
+    start of its segment's text); ``calls`` lists the texts in the order the calls began. A call
+    can be interrupted, as an ONNX Runtime call can (``interrupted`` lists their texts)."""
 
     thread_safe = True
 
     def __init__(self, voices):
         super().__init__(voices, segment_s=0.0)
         self._release: dict[str, threading.Event] = {}
+        self.interrupted: list[str] = []
 
-    def synthesize(self, segment):
+    def synthesize(self, segment, *, interrupt=None):
         with self._lock:
             self.calls.append(segment.text)
             gate = self._release.setdefault(segment.text, threading.Event())
-        if not gate.wait(timeout=30):
-            raise RuntimeError("the test never let this call finish")
+        stop = threading.Event()
+        if interrupt is not None:
+            interrupt.on_set(stop.set)
+        end = time.monotonic() + 30
+        while not gate.wait(timeout=0.002):
+            if stop.is_set():
+                self.interrupted.append(segment.text)
+                raise Interrupted("interrupted")
+            if time.monotonic() > end:
+                raise RuntimeError("the test never let this call finish")
         return self.tone(segment)
 
     def finish(self, text: str) -> None:
@@ -281,29 +309,40 @@ async def test_short_first_segment_setting_when_idle(when, first, pipeline, voic
     await backend.aclose()
 
 
-@pytest.mark.parametrize("deadlines", [True, False])
-async def test_concurrent_mode_runs_a_newcomers_first_segment_in_the_urgent_lane(deadlines, pipeline, voices):
-    synth = KeyedSynth(voices)
-    config = BackendConfig.defaults(deadlines=deadlines, workers=2, max_batch_size=1, max_wait_ms=0)
-    backend = BatchedBackend(synth, pipeline, voices, config)
-    texts = {"long": LONG, "other": OTHER, "new": NEWCOMER, "next": "And one more listener."}
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("interrupts", [True, False])
+async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_after_it(mode, interrupts, pipeline,
+                                                                                      voices):
+    cls, extra = MODES[mode]
+    synth, recorder = KeyedSynth(voices), Recorder()
+    config = BackendConfig.defaults(interrupt_for_first_audio=interrupts, **extra)
+    backend = cls(synth, pipeline, voices, config, observer=recorder)
     prepared = {k: await backend.prepare(SynthesisRequest(text=t, session=k, request_id=k, voice="jm_kumo"))
-                for k, t in texts.items()}
-    tasks = []
-    for n, name in enumerate(("long", "other"), 1):
-        tasks.append(asyncio.create_task(_consume(backend, prepared[name])))
-        await _calls_reach(synth, n)  # both workers busy
+                for k, t in (("long", LONG), ("new", NEWCOMER), ("other", OTHER))}
+    long_, new, other = (prepared[k].segments for k in ("long", "new", "other"))
+    tasks = [asyncio.create_task(_consume(backend, prepared["long"]))]
+    await _calls_reach(synth, 1)
+    await asyncio.sleep(0.1)  # (the call takes a while: the engine measures what a call costs)
+    synth.finish(long_[0].text)
+    await _calls_reach(synth, 2)  # the long text's second segment runs; its listener hears the first
     tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
-    tasks.append(asyncio.create_task(_consume(backend, prepared["next"])))
-    await asyncio.sleep(0.2)
-    if deadlines:  # one first segment runs beside the busy workers; the lane takes one call at a time
-        assert synth.calls[2:] == [prepared["new"].segments[0].text]
+    if interrupts:
+        await _calls_reach(synth, 3)
+        assert synth.calls[2] == new[0].text
     else:
-        assert len(synth.calls) == 2
-    for request in prepared.values():
-        for segment in request.segments:
-            synth.finish(segment.text)
+        await asyncio.sleep(0.2)
+        assert synth.calls == [long_[0].text, long_[1].text]  # the newcomer waits for the running call
+    tasks.append(asyncio.create_task(_consume(backend, prepared["other"])))  # a silent listener's first
+    await asyncio.sleep(0.1)  # segment never interrupts another's
+    for segment in (*long_, *new, *other):
+        synth.finish(segment.text)
     answered = await asyncio.gather(*tasks)
     await backend.aclose()
+    if interrupts:  # the newcomer went first; the interrupted segment ran again, whole
+        assert synth.interrupted == [long_[1].text] and synth.calls.count(long_[1].text) == 2
+        assert len(recorder.interruptions) == 1
+    else:
+        assert synth.interrupted == [] and recorder.interruptions == []
     for request, chunks in zip(prepared.values(), answered, strict=True):  # nothing lost, in order
         assert [c.index for c in chunks] == list(range(len(request.segments)))
+        assert all(c.seconds > 0 for c in chunks)

@@ -64,14 +64,15 @@ class LoadedRuntime:
         self.inner = inner
         self.name, self.sample_rate, self.thread_safe = inner.name, inner.sample_rate, inner.thread_safe
         self.model_name = inner.model_name
+        self.interruptible = getattr(inner, "interruptible", False)
         self.gate = gate
 
     def load(self) -> None:
         if self.gate is not None:
             self.gate.wait(60)
 
-    def synthesize(self, segment: Any) -> np.ndarray:
-        return self.inner.synthesize(segment)
+    def synthesize(self, segment: Any, **options: Any) -> np.ndarray:
+        return self.inner.synthesize(segment, **options)
 
 
 def build_backend(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class Recorder:
-    """Audio seconds per segment, batch sizes, queue depths and underrun seconds, in call order.
+    """Audio seconds per segment, batch sizes, queue depths, underrun and interrupted seconds, in call order.
     Called from worker threads and the loop; list appends are atomic under the GIL."""
 
     def __init__(self) -> None:
@@ -13,6 +13,7 @@ class Recorder:
         self.batches: list[int] = []
         self.depths: list[int] = []
         self.underruns: list[float] = []
+        self.interruptions: list[float] = []
 
     def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
         self.segments.append(audio_seconds)
@@ -25,3 +26,6 @@ class Recorder:
 
     def underrun(self, seconds: float) -> None:
         self.underruns.append(seconds)
+
+    def interrupted(self, seconds: float) -> None:
+        self.interruptions.append(seconds)

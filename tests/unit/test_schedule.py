@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backends.schedule import Listeners, Playout, SegmentQueue
+from backends.base import Interrupt
+from backends.schedule import Listeners, Playout, Preemption, RunningCall, SegmentQueue
 
 
 @dataclass
@@ -209,3 +210,51 @@ def test_listeners_know_who_hears_something():
     assert ls.hears_something("a", now=4.9)  # its audio still plays
     assert not ls.hears_something("a", now=5.0)  # ran out: forgotten
     assert not ls.hears_something("a", now=1.0)
+
+
+def _later_call(queue: SegmentQueue, name: str, *, due: float, started: float, expected_s: float) -> RunningCall:
+    """A running call of a later segment: its listener already hears its first one."""
+    playout = Playout(arrived=0.0)
+    playout.delivered(0.0, due)
+    taken = queue.push(name, session=name, request_seq=0, due=due, cost=30)
+    queue.remove(lambda item: item == name)
+    return RunningCall(taken, playout, started, expected_s, Interrupt())
+
+
+def test_a_silent_listeners_segment_interrupts_the_later_call_with_most_left():
+    q, pre, now = SegmentQueue("deadline", window_s=0.5), Preemption(), 10.0
+    early = _later_call(q, "a", due=12.0, started=9.9, expected_s=1.0)  # 0.9 s left
+    late = _later_call(q, "b", due=13.0, started=9.95, expected_s=2.0)  # 1.95 s left
+    for call in (early, late):
+        pre.started(call)
+    newcomer = Playout(arrived=now)
+    entry = q.push("new", session="new", request_seq=1, due=now, cost=10)
+    assert pre.victim(q, entry, newcomer, now) is late
+    late.playout.interrupted = True  # a segment is interrupted at most once
+    assert pre.victim(q, entry, newcomer, now) is early
+    pre.ended(early)
+    assert pre.victim(q, entry, newcomer, now) is None
+
+
+@pytest.mark.parametrize(
+    ("why", "started", "heard_before", "victim_due"),
+    [
+        ("the running call is past half its expected time", 9.4, False, 12.0),
+        ("the newcomer's listener hears audio already", 9.9, True, 12.0),
+        ("the running segment is due well before the newcomer's", 9.9, False, 8.0),
+    ],
+)
+def test_no_interruption_when_it_costs_more_than_it_gains(why, started, heard_before, victim_due):
+    q, pre, now = SegmentQueue("deadline", window_s=0.5), Preemption(), 10.0
+    pre.started(_later_call(q, "a", due=victim_due, started=started, expected_s=1.0))
+    entry = q.push("new", session="new", request_seq=1, due=now, cost=10)
+    assert pre.victim(q, entry, Playout(arrived=now, heard_before=heard_before), now) is None, why
+
+
+def test_a_running_first_segment_is_never_interrupted():
+    q, pre, now = SegmentQueue("deadline", window_s=0.5), Preemption(), 10.0
+    first = q.push("a", session="a", request_seq=0, due=9.9, cost=60)
+    q.remove(lambda item: item == "a")
+    pre.started(RunningCall(first, Playout(arrived=9.9), 9.95, 2.0, Interrupt()))  # its listener hears nothing
+    entry = q.push("new", session="new", request_seq=1, due=now, cost=10)
+    assert pre.victim(q, entry, Playout(arrived=now), now) is None
