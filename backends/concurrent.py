@@ -31,11 +31,11 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   ``synthesize_solo`` when it has one (ONNX: a second session with every core, ``solo_calls``),
   so one listener never gets less than the sequential mode gives it.
 * Holding work with slack (deadlines on, parallel single calls): while a call runs, a free worker
-  takes the queue's head only once it must start — its playback deadline minus twice its expected
-  time (the engine's running cost of a call) — and otherwise waits, so a newcomer's first
-  segment, due at once, finds a worker free instead of queueing behind a long later segment that
-  did not need to start yet. Nothing starves: a held segment starts at its start-by time at the
-  latest, or as soon as no call runs (then alone, every core).
+  takes the queue's head only once some queued segment must start — its playback deadline minus
+  twice its expected time (the engine's running cost of a call) — and otherwise waits, so a
+  newcomer's first segment, due at once, finds a worker free instead of queueing behind a long
+  later segment that did not need to start yet. Nothing starves: a held segment starts at its
+  start-by time at the latest, or as soon as no call runs (then alone, every core).
 * When every worker is busy, a listener's first segment may interrupt a call of a later segment
   (:class:`~backends.deadlines.Deadlines`); the interrupted segment goes back to the queue.
 * A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
@@ -229,7 +229,7 @@ class BatchedBackend(Engine):
             self._queue.requeue(entry)
         else:
             entry = self._queue.push(item, session=job.key, request_seq=job.seq, due=job.playout.due,
-                                     cost=len(item.segment.phonemes))
+                                     cost=len(item.segment.phonemes), playing=job.playout.runs_out is not None)
             if not self._free:
                 self._interrupt_for(self._queue, entry, job.playout)
         self._set_queued(self._queued + 1)
@@ -260,7 +260,7 @@ class BatchedBackend(Engine):
                 self._wake.clear()
                 await self._wake.wait()
             hold = self._hold_s()
-            if hold > 0:  # the head has slack and a call is running: keep this worker for urgent work
+            if hold > 0:  # everything queued has slack and a call is running: keep this worker for urgent work
                 await self._nap(hold)
                 continue
             if self.batched and self._queued < self.max_batch_size and self.max_wait_s > 0:
@@ -300,16 +300,14 @@ class BatchedBackend(Engine):
         return entry.due - 2.0 * self._expected_s(entry.item.segment)
 
     def _hold_s(self) -> float:
-        """How long to leave a free worker idle: while another call runs and the queue's head can
-        still start later and be in time (deadlines on, parallel single calls), the worker waits
-        for a segment that cannot (a newcomer's first one) instead of taking the head now, so that
-        newcomer never waits for a long segment with seconds of slack. 0: take the head now."""
+        """How long to leave a free worker idle: while another call runs and every queued segment
+        can still start later and be in time (deadlines on, parallel single calls), the worker
+        waits for a segment that cannot (a newcomer's first one) instead of taking the head now, so
+        that newcomer never waits for a long segment with seconds of slack. 0: take the head now."""
         if not self._slack_aware or self._free == self.workers:
             return 0.0
-        head = self._queue.peek()
-        if head is None:
-            return 0.0
-        return max(0.0, self._start_by(head) - time.perf_counter())
+        start_by = min((self._start_by(e) for e in self._queue), default=None)
+        return 0.0 if start_by is None else max(0.0, start_by - time.perf_counter())
 
     async def _nap(self, seconds: float) -> None:
         """Sleep until ``seconds`` pass or the queue or the workers change."""

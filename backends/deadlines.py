@@ -92,8 +92,11 @@ class Deadlines:
         return "deadline" if self.config.deadlines else self.plain_order
 
     def _new_queue(self) -> SegmentQueue:
-        """The mode's queue: deadlines (segments due together go shortest first), or the mode's own order."""
-        return SegmentQueue(self.queue_order, window_s=SHORTEST_FIRST_WINDOW_S if self.config.deadlines else 0.0)
+        """The mode's queue: deadlines (segments due together go shortest first; streams in arrival
+        order under overload), or the mode's own order."""
+        if not self.config.deadlines:
+            return SegmentQueue(self.queue_order)
+        return SegmentQueue("deadline", window_s=SHORTEST_FIRST_WINDOW_S, clock=time.perf_counter)
 
     def _playout(self, request: SynthesisRequest) -> Playout:
         """The request's playback clock: its first segment is due when it arrived. Call it before

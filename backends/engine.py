@@ -34,8 +34,9 @@ the engine's own single preparation thread. The observer is called from worker t
 Cancellation: ``run_segments`` takes an optional ``skip(i)`` that it asks before each single call,
 so segments of a request dropped while a failed batch is being retried are never synthesised, and
 an optional :class:`~backends.base.Interrupt` that an ``interruptible`` runtime stops its call for
-(the segment's result is then :class:`~backends.base.Interrupted`, and the mode queues it again). The modes stop submitting a cancelled
-request's segments; ``aclose()`` refuses new work and releases the threads.
+(the segment's result is then :class:`~backends.base.Interrupted`, and the mode queues it again).
+The modes stop submitting a cancelled request's segments; ``aclose()`` refuses new work and
+releases the threads.
 """
 
 from __future__ import annotations

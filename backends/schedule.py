@@ -21,6 +21,16 @@ playing in real time would hear it:
   moves, while every newly runnable segment is due at or after its own arrival or its request's
   playback (less the margin), so nothing starves: a segment passed over now is ahead of anything
   that becomes runnable more than ``window_s`` + margin after its own due.
+
+  Overload (with a ``clock``): once a later segment (``playing``: its request's audio already
+  plays) is past its due, the work asked for is more than the runtime gives, and earliest-due-first
+  would let every stream fall behind together (the most overdue stream served in turn: everyone
+  hears gaps). Then the later segments count as due together at the most overdue one's due and go
+  in the order their requests arrived: the oldest streams play on, newer ones wait their turn, and
+  the silence heard in all is less (measured: ``benchmarks/listeners.py``). First segments keep
+  their own due against that one. Nothing starves: ahead of a later segment go only later segments
+  of older requests (finite work) and segments due before the most overdue one (or due together
+  with it, within ``window_s``).
 * ``round_robin`` — the concurrent mode's order without deadlines: round-robin by session, the
   oldest request of a session first.
 * ``fifo`` — the sequential mode's order without deadlines: the order segments became runnable.
@@ -36,8 +46,8 @@ segment is interrupted at most once, nothing starves.
 or audio delivered that has not run out yet (the first segment of a listener who hears nothing is
 the one worth cutting short), and whether other sessions are being served.
 
-Pure logic, no threads, no clock of its own (times are passed in): the modes call it from the event
-loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per pick is cheap.
+Pure logic, no threads, no clock of its own (times are passed in, "now" as a ``clock``): the modes
+call it from the event loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per pick is cheap.
 """
 
 from __future__ import annotations
@@ -104,6 +114,7 @@ class Entry:
     due: float
     seq: int = 0
     cost: float = 0.0
+    playing: bool = False  # a later segment: its request's audio already plays
 
 
 @dataclass
@@ -112,6 +123,7 @@ class SegmentQueue:
 
     order: Order = "deadline"
     window_s: float = 0.0
+    clock: Callable[[], float] | None = None  # "now", for the overload rule of the deadline order
     _entries: list[Entry] = field(default_factory=list)
     _turn: dict[str, int] = field(default_factory=dict)  # session -> when it last joined or was served
     _clock: Iterator[int] = field(default_factory=itertools.count)
@@ -122,10 +134,11 @@ class SegmentQueue:
     def __iter__(self) -> Iterator[Entry]:
         return iter(sorted(self._entries, key=self._key()))
 
-    def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, cost: float = 0.0) -> Entry:
+    def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, cost: float = 0.0,
+             playing: bool = False) -> Entry:
         if not any(e.session == session for e in self._entries):
             self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
-        entry = Entry(item, session, request_seq, due, next(self._clock), cost)
+        entry = Entry(item, session, request_seq, due, next(self._clock), cost, playing)
         self._entries.append(entry)
         return entry
 
@@ -139,18 +152,23 @@ class SegmentQueue:
 
         if self.order == "round_robin":
             return turn
-        together = min((e.due for e in self._entries), default=0.0) + self.window_s
+        now = self.clock() if self.clock is not None else None
+        behind = [e.due for e in self._entries if e.playing and now is not None and e.due < now]
+        streams_due = min(behind) if behind else None  # overloaded (module docstring)
+
+        def due(e: Entry) -> float:
+            return streams_due if streams_due is not None and e.playing else e.due
+
+        together = min((due(e) for e in self._entries), default=0.0) + self.window_s
 
         def deadline(e: Entry) -> tuple:
+            if streams_due is not None and e.playing:  # the streams, in the order their requests arrived
+                return (1, 0.0, streams_due, e.request_seq, e.seq)
             if self.window_s > 0 and e.due <= together:
                 return (0, e.cost, e.due, *turn(e))
             return (1, 0.0, e.due, *turn(e))
 
         return deadline
-
-    def peek(self) -> Entry | None:
-        """The entry :meth:`pop` would give, left in place."""
-        return min(self._entries, key=self._key(), default=None)
 
     def pop(self) -> Entry | None:
         """The next segment to run, or None when nothing is runnable."""

@@ -87,7 +87,8 @@ class SequentialBackend(Engine):
                 future: asyncio.Future[SegmentResult] = loop.create_future()
                 self._set_waiting(self._waiting + 1)
                 entry = self._queue.push((segment, future, playout), session=key, request_seq=seq,
-                                         due=playout.due, cost=len(segment.phonemes))
+                                         due=playout.due, cost=len(segment.phonemes),
+                                         playing=playout.runs_out is not None)
                 try:
                     if self._running:
                         self._interrupt_for(self._queue, entry, playout)

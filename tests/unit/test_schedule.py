@@ -31,15 +31,20 @@ class Listener:
         self.playout = Playout(self.arrives, margin_s=0.1)
 
 
-def simulate(listeners: list[Listener], order: str, starts: list[float] | None = None) -> list[tuple[str, int]]:
+def simulate(
+    listeners: list[Listener], order: str, starts: list[float] | None = None, *, clock: bool = True
+) -> list[tuple[str, int]]:
     """Run every segment on one worker, picking from the queue; the (listener, index) run order
-    (and, into ``starts``, when each began)."""
-    queue = SegmentQueue(order)
+    (and, into ``starts``, when each began). ``clock``: the queue knows the time, as the modes'
+    queues do (its overload rule); without, earliest due first throughout."""
+    now = 0.0
+    queue = SegmentQueue(order, clock=(lambda: now) if clock else None)
     pending = sorted(listeners, key=lambda x: x.arrives)
-    now, ran, seq = 0.0, [], {x.name: i for i, x in enumerate(listeners)}
+    ran, seq = [], {x.name: i for i, x in enumerate(listeners)}
 
     def offer(x: Listener) -> None:
-        queue.push(x, session=x.session, request_seq=seq[x.name], due=x.playout.due)
+        queue.push(x, session=x.session, request_seq=seq[x.name], due=x.playout.due,
+                   playing=x.playout.runs_out is not None)
 
     while pending or len(queue):
         while pending and pending[0].arrives <= now:
@@ -93,6 +98,27 @@ def test_first_segments_of_listeners_arriving_together_come_before_anyones_secon
     listeners = [streaming(f"l{i}") for i in range(4)]
     order = simulate(listeners, "deadline")
     assert order[:4] == [("l0", 0), ("l1", 0), ("l2", 0), ("l3", 0)]
+
+
+def paragraph(name: str) -> Listener:
+    """The benchmark paragraph's shape: a short first segment, then four long ones (~3x real time)."""
+    return Listener(name, 0.0, [(0.4, 0.8)] + [(1.0, 3.0)] * 4)
+
+
+def test_overloaded_streams_go_in_arrival_order_and_less_silence_is_heard():
+    """Eight listeners at once, each needing ~4.4 s of the runtime for 12.8 s of audio: more than
+    one worker gives. Earliest-due-first serves the most overdue stream in turn and every
+    listener hears gaps; in arrival order the oldest streams play on and the gaps are fewer."""
+    edf = [paragraph(f"l{i}") for i in range(8)]
+    simulate(edf, "deadline", clock=False)
+    fair = [paragraph(f"l{i}") for i in range(8)]
+    order = simulate(fair, "deadline")
+    assert order[:8] == [(f"l{i}", 0) for i in range(8)]  # first audio for everyone first, as before
+    assert [x.playout.first_ready for x in fair] == [x.playout.first_ready for x in edf]
+    total = sum(x.playout.underrun_s for x in fair)
+    assert total < 0.8 * sum(x.playout.underrun_s for x in edf)
+    assert fair[0].playout.underrun_s < fair[-1].playout.underrun_s  # the oldest stream waits least
+    assert order[8:13] == [("l0", i) for i in (1, 2, 3, 4)] + [("l1", 1)]
 
 
 def test_equal_deadlines_take_turns_by_session():
