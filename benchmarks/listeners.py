@@ -10,7 +10,8 @@ deadlines on and off, sequential vs concurrent mode, in one run (the sweep ``ttf
   audio-hours per hour (audio received / wall time of the level).
 * **Late arrival** — three listeners stream long texts; once all three hear audio, a fourth sends
   the paragraph. Its first audio is compared with the level-1 first audio of the same server
-  (goal: within 2x). All four then hang up (the server drops their remaining work).
+  (goal: within 2x), and the runtime calls the server interrupted for it are counted
+  (``kokoro_interrupted_calls_total``). All four then hang up (the server drops their remaining work).
 
 Every configuration is a live server (``onnx``, the mode, ``KOKORO_DEADLINES``); all are up at once
 (idle ones cost no CPU) and take turns level by level, so load drift hits all alike. Before each
@@ -130,6 +131,11 @@ def _settle(servers) -> None:
         srv.wait_idle()
 
 
+def _interrupted(srv: LiveServer) -> float:
+    """Runtime calls the server has interrupted for a listener's first audio so far."""
+    return srv.scrape().get(("kokoro_interrupted_calls_total", ()), 0.0)
+
+
 def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend: str = "onnx") -> dict[str, Any]:
     """Every configuration through every level (and the late arrival); returns samples + summary.
     ``backend="fake"`` runs the same sweep on the model-free runtime (to check the harness)."""
@@ -153,7 +159,10 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
         if late:
             for name in names:
                 _settle(servers.values())
+                before = _interrupted(servers[name])
                 sample = {"config": name, "kind": "late", **asyncio.run(late_arrival(servers[name].ws_url))}
+                _settle(servers.values())
+                sample["interrupted_calls"] = _interrupted(servers[name]) - before
                 samples.append(sample)
                 log(f"  {name:<32} late arrival: first audio {sample['late_first_audio_ms']} ms")
     return {"levels": levels, "samples": samples, "summary": summarize(samples)}
@@ -184,13 +193,15 @@ def table(sweep_data: dict[str, Any]) -> str:
         ["config", "listeners", "first audio median ms", "first audio worst ms", "underrun s", "audio-h/h"], rows
     )
     late_rows = [
-        [name, row["late"]["late_first_audio_ms"], row["late"]["vs_alone"], row["late"]["streams_underrun_s"]]
+        [name, row["late"]["late_first_audio_ms"], row["late"]["vs_alone"], row["late"]["streams_underrun_s"],
+         row["late"].get("interrupted_calls")]
         for name, row in sweep_data["summary"].items() if "late" in row
     ]
     if not late_rows:
         return levels
     late = markdown_table(
-        ["config", "late listener first audio ms", f"vs alone (goal <= {LATE_GOAL:g}x)", "streams' underrun s"], late_rows
+        ["config", "late listener first audio ms", f"vs alone (goal <= {LATE_GOAL:g}x)", "streams' underrun s",
+         "calls interrupted"], late_rows
     )
     return f"{levels}\n\n{late}"
 

@@ -83,6 +83,7 @@ def test_the_quick_sweep_runs_every_configuration_and_the_late_arrival(tmp_path)
         assert set(row["levels"]) == {"1", "2"}
         assert all(v["first_audio_ms_median"] > 0 and v["audio_s"] > 0 for v in row["levels"].values())
         assert row["late"]["late_first_audio_ms"] > 0 and row["late"]["vs_alone"] is not None
+        assert row["late"]["interrupted_calls"] >= 0
     r = Result("throughput", True, "x")
     listeners.targets(r, data)
     assert len(r.targets) == 8  # per mode: late, 4 listeners, underruns; concurrent vs sequential: two
