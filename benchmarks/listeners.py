@@ -162,7 +162,7 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
                 before = _interrupted(servers[name])
                 sample = {"config": name, "kind": "late", **asyncio.run(late_arrival(servers[name].ws_url))}
                 _settle(servers.values())
-                sample["interrupted_calls"] = _interrupted(servers[name]) - before
+                sample["interrupted_calls"] = int(_interrupted(servers[name]) - before)
                 samples.append(sample)
                 log(f"  {name:<32} late arrival: first audio {sample['late_first_audio_ms']} ms")
     return {"levels": levels, "samples": samples, "summary": summarize(samples)}
