@@ -228,10 +228,8 @@ class BatchedBackend(Engine):
         if entry is not None:
             self._queue.requeue(entry)
         else:
-            entry = self._queue.push(item, session=job.key, request_seq=job.seq, due=job.playout.due,
-                                     cost=len(item.segment.phonemes), playing=job.playout.runs_out is not None)
-            if not self._free:
-                self._interrupt_for(self._queue, entry, job.playout)
+            self._offer(self._queue, item, item.segment, job.playout, session=job.key, request_seq=job.seq,
+                        busy=not self._free)
         self._set_queued(self._queued + 1)
         if self._wake is not None:
             self._wake.set()
@@ -276,7 +274,7 @@ class BatchedBackend(Engine):
     def _launch(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], *, solo: bool) -> None:
         """Hand the entries' segments to a worker thread (a single call may be interrupted)."""
         items: list[_Item] = [e.item for e in entries]
-        call = self._call_started(entries[0], items[0].job.playout, items[0].segment) if len(items) == 1 else None
+        call = self._call_started(entries[0], items[0].job.playout, items[0].segment)  # (None for a batch)
         self._free -= 1
         try:
             future = loop.run_in_executor(

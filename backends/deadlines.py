@@ -17,10 +17,10 @@ listener who hears nothing yet.
 * The cost of a call: seconds per input token, a running average over the single calls measured so
   far (``_expected_s``; 0 until one is measured). The concurrent mode holds work by it.
 * Interrupting for first audio (``interrupt_for_first_audio``, single calls of an ``interruptible``
-  runtime): when a segment whose listener hears nothing is queued and no worker is free, the mode
-  calls ``_interrupt_for``; a running call of a later segment (its listener still has audio to play)
-  that has run less than half its expected time, and that the queue would take after the newcomer,
-  is interrupted (:class:`~backends.schedule.Preemption`). Its segment goes back to the queue with
+  runtime): when a segment whose listener hears nothing is queued (``_offer``) and no worker is
+  free, a running call of a later segment (its listener still has audio to play) that has run
+  less than half its expected time, and that the queue would take after the newcomer, is
+  interrupted (:class:`~backends.schedule.Preemption`). Its segment goes back to the queue with
   its own deadline and runs again once the newcomer's has started; a segment is interrupted at most
   once, so nothing starves. The work lost is counted (``interrupted``).
 
@@ -143,14 +143,16 @@ class Deadlines:
         if call is not None:
             self._preemption.ended(call)
 
-    def _interrupt_for(self, queue: SegmentQueue, entry: Entry, playout: Playout) -> bool:
-        """``entry`` was queued and no worker is free: interrupt a running call for it when one
-        qualifies (module docstring). Returns whether one was interrupted."""
-        if not self.interrupts:
-            return False
+    def _offer(self, queue: SegmentQueue, item: Any, segment: Segment, playout: Playout, *, session: str,
+               request_seq: int, busy: bool) -> None:
+        """Queue ``item``, a request's next runnable ``segment``, with its playback deadline; when
+        no worker is free (``busy``), interrupt a running call for it if one qualifies (module
+        docstring)."""
+        entry = queue.push(item, session=session, request_seq=request_seq, due=playout.due,
+                           cost=len(segment.phonemes), playing=playout.runs_out is not None)
+        if not busy or not self.interrupts:
+            return
         call = self._preemption.victim(queue, entry, playout, time.perf_counter())
-        if call is None:
-            return False
-        call.playout.interrupted = True
-        call.interrupt.set()
-        return True
+        if call is not None:
+            call.playout.interrupted = True
+            call.interrupt.set()

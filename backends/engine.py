@@ -29,7 +29,8 @@ Threading: ``run_segments`` runs on a worker thread (never the event loop) and n
 registered with the watchdog, so ``check_health`` fails while one call has run longer than the
 request timeout. Everything else is called on the event loop; planning (G2P) and loading run on
 the engine's own single preparation thread. The observer is called from worker threads
-(``segment_done``, ``batch_done``) and from the event loop (``queue_depth``, ``underrun``).
+(``segment_done``, ``batch_done``, ``interrupted``) and from the event loop (``queue_depth``,
+``underrun``).
 
 Cancellation: ``run_segments`` takes an optional ``skip(i)`` that it asks before each single call,
 so segments of a request dropped while a failed batch is being retried are never synthesised, and

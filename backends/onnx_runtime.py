@@ -98,8 +98,6 @@ class OnnxSynthesizer:
         return self.synthesize(segment, self._solo_session, interrupt=interrupt)
 
     def synthesize(self, segment: Segment, session=None, *, interrupt: Interrupt | None = None) -> np.ndarray:
-        import onnxruntime as ort
-
         session = session or self._session
         if session is None:
             raise BackendFault("ONNX runtime used before load()")
@@ -109,8 +107,11 @@ class OnnxSynthesizer:
         style = self.voices.style(segment.voice, len(tokens)).reshape(1, -1).astype(np.float32)
         speed = np.array([segment.speed], dtype=self._speed_dtype)
         inputs = {self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64), "style": style, "speed": speed}
-        options = ort.RunOptions()
+        options = None
         if interrupt is not None:
+            import onnxruntime as ort
+
+            options = ort.RunOptions()
             interrupt.on_set(lambda: setattr(options, "terminate", True))
         try:
             out = session.run(None, inputs, options)

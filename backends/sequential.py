@@ -86,12 +86,9 @@ class SequentialBackend(Engine):
             for segment in request.segments:
                 future: asyncio.Future[SegmentResult] = loop.create_future()
                 self._set_waiting(self._waiting + 1)
-                entry = self._queue.push((segment, future, playout), session=key, request_seq=seq,
-                                         due=playout.due, cost=len(segment.phonemes),
-                                         playing=playout.runs_out is not None)
+                self._offer(self._queue, (segment, future, playout), segment, playout, session=key,
+                            request_seq=seq, busy=self._running)
                 try:
-                    if self._running:
-                        self._interrupt_for(self._queue, entry, playout)
                     self._run_next()
                     result = await self._until(timeout_at, future)
                 except KokoroError:
@@ -131,17 +128,14 @@ class SequentialBackend(Engine):
         self._running = False
         self._call_ended(call)
         future = entry.item[1]
-        if self._interrupted(work) and not future.done():
+        if future.done():
+            pass  # the stream was cancelled or timed out: the result is discarded
+        elif work.cancelled():
+            future.set_exception(NotReady("server is shutting down"))
+        elif work.exception() is not None:
+            future.set_exception(work.exception())
+        elif isinstance(work.result()[0].error, Interrupted):
             self._queue.requeue(entry)  # interrupted for a newcomer's first segment: runs again after it
-        elif not future.done():  # else the stream was cancelled or timed out: the result is discarded
-            if work.cancelled():
-                future.set_exception(NotReady("server is shutting down"))
-            elif work.exception() is not None:
-                future.set_exception(work.exception())
-            else:
-                future.set_result(work.result()[0])
+        else:
+            future.set_result(work.result()[0])
         self._run_next()
-
-    @staticmethod
-    def _interrupted(work: asyncio.Future) -> bool:
-        return not work.cancelled() and work.exception() is None and isinstance(work.result()[0].error, Interrupted)
