@@ -67,8 +67,14 @@ def parse_blend(spec: str) -> list[tuple[str, float]]:
     return [(name, w / total) for name, w in out]
 
 
-def _fixed(weight: float) -> str:
-    return f"{weight:.6f}".rstrip("0").rstrip(".") or "0"
+def _fixed(weights: list[float]) -> list[str]:
+    """The weights in fixed point with six decimals (never "1e-07", which the grammar refuses),
+    summing to exactly one — the largest takes the rounding — so the canonical form parses back
+    to itself (1/12 + 1/12 + 10/12 written 0.083333 + 0.083333 + 0.833333 read back as 0.833334)."""
+    units = [round(w * 1_000_000) for w in weights]
+    largest = max(range(len(weights)), key=weights.__getitem__)
+    units[largest] += 1_000_000 - sum(units)
+    return [f"{u / 1_000_000:.6f}".rstrip("0").rstrip(".") or "0" for u in units]
 
 
 def _check_pack(name: str, arr: np.ndarray) -> np.ndarray:
@@ -172,8 +178,8 @@ class VoiceStore:
             )
         if len(parts) == 1:
             return parts[0][0]
-        # Fixed-point, never "1e-07": the canonical form must parse again under the same grammar.
-        return "+".join(f"{name}({_fixed(weight)})" for name, weight in parts)
+        weights = _fixed([weight for _, weight in parts])  # the canonical form parses back to itself
+        return "+".join(f"{name}({weight})" for (name, _), weight in zip(parts, weights, strict=True))
 
     def _expand(self, parts: list[tuple[str, float]]) -> list[tuple[str, float]]:
         """Replace aliases by their voices (weights multiplied), a voice named twice merged."""
