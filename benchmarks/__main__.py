@@ -5,7 +5,7 @@ Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` r
 ``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
 carries on past one that fails (the failure is printed and the exit status is 1 at the end).
 ``--quick`` is a short run (``make bench``: the whole ``all --quick`` in about ten minutes on a
-2-core machine); the full runs are what the README quotes.
+2-core machine); the full runs are what docs/benchmarks.md quotes.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if deployed and args.name != "e2e":
         parser.error("--agent-url, --agent-runtime-arn and --region are options of e2e")
     if args.out is None:
-        # Quick runs never overwrite the full results the README quotes.
+        # Quick runs never overwrite the full results docs/benchmarks.md quotes.
         args.out = results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR
     if args.render_only:
         for name in NAMES if args.name == "all" else (args.name,):

@@ -183,7 +183,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(sweep_data: dict[str, Any]) -> str:
-    """The README's table: one row per configuration and level, then the late arrival."""
+    """The table of docs/benchmarks.md: one row per configuration and level, then the late arrival."""
     rows = []
     for name, row in sweep_data["summary"].items():
         for n, v in row["levels"].items():

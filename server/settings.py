@@ -9,7 +9,7 @@ The port also honours SageMaker's conventions: ``SAGEMAKER_BIND_TO_PORT`` when `
 unset, else 8080 (what SageMaker expects in the container). The host defaults to loopback; a
 container sets ``KOKORO_HOST=0.0.0.0``.
 
-``python -m server.settings --markdown`` prints the README's table of every variable.
+``python -m server.settings --markdown`` prints the settings table (docs/settings.md) of every variable.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def _default(name: str, field: Any) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table: every ``KOKORO_*`` variable of the project — the server's and its
+    """The settings table (docs/settings.md): every ``KOKORO_*`` variable of the project — the server's and its
     backend's, then the agent's, the RunPod worker's and the SageMaker entry's (declared in their own packages, which
     must not import the server) — with its default and what it does."""
     from agent.settings import AgentSettings
@@ -135,7 +135,7 @@ def markdown_table() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m server.settings", description=__doc__.split("\n")[0])
-    parser.add_argument("--markdown", action="store_true", help="print the README table of variables")
+    parser.add_argument("--markdown", action="store_true", help="print the table of variables (docs/settings.md)")
     args = parser.parse_args(argv)
     if args.markdown:
         print(markdown_table(), end="")

@@ -1,4 +1,4 @@
-"""Result files follow one schema; the summaries compute the figures the README quotes."""
+"""Result files follow one schema; the summaries compute the figures docs/benchmarks.md quotes."""
 
 import json
 

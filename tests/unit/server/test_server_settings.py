@@ -1,4 +1,4 @@
-"""Settings: environment names, SageMaker's port, the README table, CLI overrides."""
+"""Settings: environment names, SageMaker's port, the settings table (docs/settings.md), CLI overrides."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_backend_config_is_the_backend_part_of_the_settings():
 
 
 def test_backend_variables_are_declared_once_and_documented(clean_env):
-    """Every backend variable is read by the settings object and listed in the README table."""
+    """Every backend variable is read by the settings object and listed in the settings table."""
     table = markdown_table()
     for name, field in BackendConfig.model_fields.items():
         assert f"`KOKORO_{name.upper()}`" in table and field.description
@@ -91,16 +91,16 @@ def test_backend_variables_are_declared_once_and_documented(clean_env):
         Settings()
 
 
-def test_every_kokoro_variable_in_the_product_is_in_the_readme_table():
+def test_every_kokoro_variable_in_the_product_is_in_the_settings_table():
     """Nothing reads a KOKORO_* variable that the settings classes do not declare: every name the
-    product's code, Dockerfiles and scripts mention is a row of the generated table, and the README
-    carries that table as generated."""
+    product's code, Dockerfiles and scripts mention is a row of the generated table, and
+    docs/settings.md carries that table as generated."""
     import re
 
     from tests.support.live import REPO
 
     table = markdown_table()
-    assert table in (REPO / "README.md").read_text()
+    assert table in (REPO / "docs" / "settings.md").read_text()
     declared = set(re.findall(r"`(KOKORO_[A-Z0-9_]+)`", table))
     files = [p for d in ("backends", "server", "agent", "deploy", "benchmarks") for p in (REPO / d).rglob("*")
              if p.is_file() and (p.suffix in (".py", ".sh", "") or p.name.startswith("Dockerfile"))]
