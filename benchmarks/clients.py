@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -98,8 +98,10 @@ class Burst:
     WebSocket session, the SageMaker HTTP/2 stream): every text sent at once, then one
     :class:`Timing` per text, times from the first send. One per session; not thread-safe."""
 
-    def __init__(self, transport: Transport, *, voice: str | None = None, speed: float = 1.0):
+    def __init__(self, transport: Transport, *, voice: str | None = None, speed: float = 1.0,
+                 extra: dict[str, Any] | None = None):
         self.transport, self.voice, self.speed = transport, voice, speed
+        self.extra = dict(extra or {})  # fields added to every request (``lang``, ...)
         self.answers = Answers()
         self._n = 0
 
@@ -111,7 +113,8 @@ class Burst:
         t0 = time.perf_counter()
         for text, rid in zip(texts, ids, strict=True):
             self.answers.expect(rid, text)
-            await self.transport.send(synthesis_request(text, rid, voice=voice or self.voice, speed=self.speed))
+            await self.transport.send({**synthesis_request(text, rid, voice=voice or self.voice, speed=self.speed),
+                                       **self.extra})
         pending = set(ids)
         while pending:
             frame = await self.transport.receive()

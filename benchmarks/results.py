@@ -234,7 +234,8 @@ def markdown_doc(result: dict[str, Any], title: str, body: str) -> str:
         f"Machine: {m.get('cpu')} × {m.get('cpu_count')} cores, {m.get('memory_gib')} GiB; load average "
         f"{m.get('load_average_at_start')} at start, {m.get('load_average_at_end')} at end (1/5/15 min) — "
         "the cores are shared with other work, so absolute times carry that noise.",
-        f"Versions: kokoro-onnx {v.get('kokoro-onnx')}, onnxruntime {v.get('onnxruntime')}, torch {v.get('torch')}.",
+        f"Versions{' of ' + result['config']['versions_of'] if result['config'].get('versions_of') else ''}: "
+        f"kokoro-onnx {v.get('kokoro-onnx')}, onnxruntime {v.get('onnxruntime')}, torch {v.get('torch')}.",
     ]
     if result["targets"]:
         lines += ["", "Targets:", ""]

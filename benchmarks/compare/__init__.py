@@ -1,13 +1,13 @@
 """``python -m benchmarks compare``: any running TTS deployments side by side, on identical work.
 
-    python -m benchmarks compare --target NAME=URL [--target NAME=URL ...] [--voice V] [--api-key K]
-                                 [--quick] [--out FILE.json] [--pid NAME=PID]
+    python -m benchmarks compare --target NAME=URL[#voice=V&lang=L&format=wav] [--target ...] [--voice V]
+                                 [--api-key K] [--quick] [--out FILE.json] [--pid NAME=PID]
 
-URL forms and clients: :mod:`benchmarks.compare.targets`; the rows measured: :mod:`.rows`; the
-figures and files: :mod:`.report`. Writes ``FILE.json`` (every sample), ``FILE.md`` (targets side
-by side, each figure's ratio to the first target) and ``FILE.png``; by default
-``benchmarks/results/compare.*`` (``--quick``: ``benchmarks/results/quick/``). Exit status 1 when a
-target could not be reached at all.
+URL forms, per-target fields and clients: :mod:`benchmarks.compare.targets`; the rows measured:
+:mod:`.rows`; the figures and files: :mod:`.report`. Writes ``FILE.json`` (every sample),
+``FILE.md`` (targets side by side, each figure's ratio to the first target) and ``FILE.png``; by
+default ``compare.*`` in the current directory (a comparison of your servers is yours, not the
+repository's). Exit status 1 when a target could not be reached at all.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from .. import results
 from . import report
 from .bidi import SageMakerBidiClient, WsClient
-from .http import InvocationsClient, OpenAIClient, SageMakerInvocationsClient
+from .http import HEALTH_TIMEOUT_S, InvocationsClient, OpenAIClient, SageMakerInvocationsClient
 from .rows import Plan, Runner
 from .targets import Target, parse_target
 
@@ -38,9 +38,10 @@ CLIENTS = {"ws": WsClient, "sagemaker": SageMakerBidiClient, "invocations": Invo
            "openai": OpenAIClient, "sagemaker-invocations": SageMakerInvocationsClient}
 
 
-def open_client(target: Target, *, api_key: str | None = None, timeout_s: float = 120.0) -> Any:
+def open_client(target: Target, *, api_key: str | None = None, timeout_s: float = 120.0,
+                health_timeout_s: float = HEALTH_TIMEOUT_S) -> Any:
     """The client for ``target``'s protocol (nothing is connected until it is used)."""
-    return CLIENTS[target.kind](target, api_key=api_key, timeout_s=timeout_s)
+    return CLIENTS[target.kind](target, api_key=api_key, timeout_s=timeout_s, health_timeout_s=health_timeout_s)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -48,19 +49,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--target", action="append", required=True, metavar="NAME=URL",
                    help="ws://host:port, http://host:port/invocations, openai+http://host:port/v1, "
                         "sagemaker://ENDPOINT?region=R, sagemaker+invocations://ENDPOINT?region=R; "
-                        "append #voice=V for a voice of its own")
+                        "append #voice=V for a voice of its own, #format=wav for a POST that refuses pcm "
+                        "(also detected), and #FIELD=VALUE for any other request field (#lang=a)")
     p.add_argument("--voice", default=DEFAULT_VOICE, help=f"voice for every target (default {DEFAULT_VOICE})")
     p.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer K' to HTTP and WebSocket targets")
     p.add_argument("--quick", action="store_true", help="2 rounds, sweep levels 1 and 4, 2 requests per client")
     p.add_argument("--runs", type=int, default=None, help="rounds of rows 1-3 (default 5; --quick 2)")
     p.add_argument("--levels", default=None, help="sweep levels, e.g. 1,2,4,8 (default; --quick 1,4)")
     p.add_argument("--requests-per-client", type=int, default=None, help="sweep requests per client (default 4; --quick 2)")
-    p.add_argument("--over-limit-chars", type=int, default=6000,
-                   help="length of the over-the-limit text of row 6 (default 6000; this server's limit is 5000)")
+    p.add_argument("--sweep-rounds", type=int, default=None,
+                   help="rounds of the sweep, each over every level and target (default 2; --quick 1)")
+    p.add_argument("--over-limit-chars", type=int, default=5200,
+                   help="length of the over-the-limit text of row 6 (default 5200, just over this server's limit of "
+                        "5000, so a target without a limit is kept busy as little as possible)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any one request may take")
+    p.add_argument("--health-timeout", type=float, default=HEALTH_TIMEOUT_S,
+                   help=f"seconds a health poll waits; one that times out counts at this (default {HEALTH_TIMEOUT_S:g})")
     p.add_argument("--pid", action="append", default=[], metavar="NAME=PID",
                    help="the process of a local target, for its resident memory")
-    p.add_argument("--out", type=Path, default=None, help="result file FILE.json (FILE.md and FILE.png beside it)")
+    p.add_argument("--out", type=Path, default=Path("compare.json"),
+                   help="result file FILE.json, FILE.md and FILE.png beside it (default ./compare.json)")
     return p.parse_args(argv)
 
 
@@ -72,11 +80,14 @@ def build_plan(args: argparse.Namespace) -> Plan:
         pids[name] = int(pid)
     return Plan(runs=args.runs or (2 if args.quick else 5), levels=levels,
                 per_client=args.requests_per_client or (2 if args.quick else 4),
-                over_limit_chars=args.over_limit_chars, pids=pids)
+                over_limit_chars=args.over_limit_chars, pids=pids,
+                sweep_rounds=args.sweep_rounds or (1 if args.quick else 2))
 
 
-async def measure(targets: list[Target], plan: Plan, *, api_key: str | None, timeout_s: float) -> Runner:
-    clients = {t.name: open_client(t, api_key=api_key, timeout_s=timeout_s) for t in targets}
+async def measure(targets: list[Target], plan: Plan, *, api_key: str | None, timeout_s: float,
+                  health_timeout_s: float = HEALTH_TIMEOUT_S) -> Runner:
+    clients = {t.name: open_client(t, api_key=api_key, timeout_s=timeout_s, health_timeout_s=health_timeout_s)
+               for t in targets}
     runner = Runner(clients, plan, log=_log)
     try:
         await runner.run()
@@ -95,9 +106,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> results.Result:
     result = results.Result("compare", args.quick, results.shown_command(["python", "-m", "benchmarks", "compare", *argv]))
     result.config.update(targets=[t.to_dict() for t in targets], runs=plan.runs, levels=list(plan.levels),
                          per_client=plan.per_client, over_limit_chars=plan.over_limit_chars,
-                         pids=plan.pids, timeout_s=args.timeout)
+                         pids=plan.pids, timeout_s=args.timeout, health_timeout_s=args.health_timeout,
+                         sweep_rounds=plan.sweep_rounds,
+                         versions_of="this measuring client (not of the targets, which it cannot see)")
     t0 = time.perf_counter()
-    runner = asyncio.run(measure(targets, plan, api_key=args.api_key, timeout_s=args.timeout))
+    runner = asyncio.run(measure(targets, plan, api_key=args.api_key, timeout_s=args.timeout,
+                                 health_timeout_s=args.health_timeout))
     result.config["benchmark_wall_s"] = round(time.perf_counter() - t0, 1)
     result.samples = runner.samples
     result.summary = report.summarize(runner.samples, names)
@@ -112,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     result = run(args, argv)
-    out: Path = args.out or (results.RESULTS_DIR / ("quick" if args.quick else "") / "compare.json")
+    out: Path = args.out
     data: dict[str, Any] = results.write(result, title=TITLE, body=report.body, plot=report.plot,
                                          out_dir=out.parent, stem=out.name.removesuffix(".json"), log=_log)
     return 1 if data["summary"].get("_unreachable") else 0

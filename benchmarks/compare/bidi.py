@@ -25,8 +25,8 @@ from agent.messages import (
 )
 from agent.ws_client import ContractSession, ws_url
 
-from ..clients import Burst, RequestFailed, Timing
-from .http import HealthProbe, http_base
+from ..clients import Burst, Timing
+from .http import HEALTH_TIMEOUT_S, NEXT_TIMEOUT_S, PROBE_TIMEOUT_S, HealthProbe, http_base, next_after_probe
 from .targets import UNKNOWN_VOICE, Target, Unsupported
 
 PROBE = "probe"
@@ -36,10 +36,10 @@ INVALID_JSON = b'{"text": "an unterminated string'
 class BidiSession:
     """One open session; ``request(texts)`` pipelines them (one :class:`Timing` each)."""
 
-    def __init__(self, transport: Any, *, voice: str | None, timeout_s: float):
+    def __init__(self, transport: Any, *, voice: str | None, timeout_s: float, extra: dict[str, Any] | None = None):
         self.transport = transport
         self.voice = voice
-        self.burst = Burst(transport, voice=voice)
+        self.burst = Burst(transport, voice=voice, extra=extra)
         self.timeout_s = timeout_s
 
     async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
@@ -49,8 +49,10 @@ class BidiSession:
 class _BidiClient:
     pipelines = True
 
-    def __init__(self, target: Target, *, api_key: str | None = None, timeout_s: float = 120.0):
+    def __init__(self, target: Target, *, api_key: str | None = None, timeout_s: float = 120.0,
+                 health_timeout_s: float = HEALTH_TIMEOUT_S):
         self.target, self.api_key, self.timeout_s = target, api_key, timeout_s
+        self.health_timeout_s = health_timeout_s
 
     async def _open(self) -> Any:
         raise NotImplementedError
@@ -59,24 +61,29 @@ class _BidiClient:
     async def session(self) -> AsyncIterator[BidiSession]:
         transport = await self._open()
         try:
-            yield BidiSession(transport, voice=self.target.voice, timeout_s=self.timeout_s)
+            yield BidiSession(transport, voice=self.target.voice, timeout_s=self.timeout_s, extra=self.target.extra)
         finally:
             with contextlib.suppress(Exception):
                 await transport.aclose()
 
     async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
-        """What the target answers to one malformed request, and whether the session's next normal
-        request still gets audio (on a fresh session when the server closed this one)."""
+        """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S``),
+        and whether a normal request then gets audio: first on the same session (the contract keeps
+        it open after an error); where that fails — the target closed or broke the session — on a
+        new one, so the sample says which failure was the target's."""
         async with self.session() as s:
-            answer = await asyncio.wait_for(_probe(s, case, text), self.timeout_s)
+            try:
+                answer = await asyncio.wait_for(_probe(s, case, text), PROBE_TIMEOUT_S)
+            except TimeoutError:
+                answer = f"no answer within {PROBE_TIMEOUT_S:.0f} s"
+            same = await _next(s, next_text)
+        if same.error is None and same.audio_bytes > 0:
+            result = next_after_probe(answer, same)
+            result["next_on_new_session"] = False
+            return result
+        async with self.session() as s:
             nxt = await _next(s, next_text)
-        fresh = False
-        if nxt.error and answer.startswith("session closed"):
-            fresh = True
-            async with self.session() as s:
-                nxt = await _next(s, next_text)
-        return {"answer": answer, "next_ok": nxt.error is None and nxt.audio_bytes > 0, "next_error": nxt.error,
-                "next_on_new_session": fresh}
+        return next_after_probe(answer, nxt, same_session_error=same.error or "answered without audio")
 
     async def aclose(self) -> None:
         return None
@@ -84,8 +91,8 @@ class _BidiClient:
 
 async def _next(s: BidiSession, text: str) -> Timing:
     try:
-        return (await s.request([text]))[0]
-    except (TTSError, RequestFailed, TimeoutError) as exc:
+        return (await asyncio.wait_for(s.request([text]), NEXT_TIMEOUT_S))[0]
+    except Exception as exc:  # an error event, a closed or broken session, a timeout: the sample says which
         return Timing("next", error=f"{type(exc).__name__}: {exc}")
 
 
@@ -99,7 +106,7 @@ async def _probe(s: BidiSession, case: str, text: str) -> str:
     else:
         voice = UNKNOWN_VOICE if case == "unknown_voice" else s.voice
         answers.expect(PROBE, text)
-        await s.transport.send(synthesis_request(text, PROBE, voice=voice))
+        await s.transport.send({**synthesis_request(text, PROBE, voice=voice), **s.burst.extra})
     try:
         return await _answer(s)
     except TTSError as exc:
@@ -140,7 +147,8 @@ class WsClient(_BidiClient):
 
     async def health(self) -> tuple[str, int, float]:
         if self._health is None:
-            self._health = HealthProbe(http_base(self.url), ("/ping",), api_key=self.api_key)
+            self._health = HealthProbe(http_base(self.url), ("/ping",), api_key=self.api_key,
+                                       timeout_s=self.health_timeout_s)
         return await self._health()
 
     async def aclose(self) -> None:

@@ -1,12 +1,15 @@
 """The HTTP clients for ``compare``: ``POST /invocations`` (:class:`InvocationsClient`), the OpenAI
-speech API (:class:`OpenAIClient`, ``response_format=pcm``, streamed) and SageMaker's
-``InvokeEndpointWithResponseStream`` through boto3 (:class:`SageMakerInvocationsClient`), plus the
-health probe (:class:`HealthProbe`) every HTTP-reachable target shares.
+speech API (:class:`OpenAIClient`, streamed) and SageMaker's ``InvokeEndpointWithResponseStream``
+through boto3 (:class:`SageMakerInvocationsClient`), plus the health probe (:class:`HealthProbe`)
+every HTTP-reachable target shares.
 
 A plain HTTP request carries one text, so a "session" sends a list of texts one after another
-(nothing is pipelined; ``pipelines`` is False) with times from the first send. ``first_audio_s`` is
-the first body byte (``pcm`` bodies are audio only), ``complete_s`` the last. boto3 calls block, so
-each runs in a worker thread; httpx runs on the caller's event loop.
+(nothing is pipelined; ``pipelines`` is False) with times from the first send. Bodies are asked as
+``pcm`` (audio only) unless the target says ``#format=wav``; a target that refuses ``pcm`` with a 400
+is asked for ``wav`` from then on (the AWS sample's POST does). A ``wav`` body's header is read past
+(:class:`WavReader`), so ``first_audio_s`` is the first byte of audio in either format and
+``audio_bytes`` counts audio only; ``complete_s`` is the last byte. boto3 calls block, so each runs
+in a worker thread; httpx runs on the caller's event loop.
 """
 
 from __future__ import annotations
@@ -26,6 +29,21 @@ from .targets import UNKNOWN_VOICE, Target, Unsupported
 
 INVALID_JSON = b'{"text": "an unterminated string'
 OPENAI_MODEL = "kokoro"
+#: How long a bad-input probe waits for the target's answer before hanging up.
+PROBE_TIMEOUT_S = 15.0
+#: How long the normal request after a probe may take before the target counts as still busy.
+NEXT_TIMEOUT_S = 30.0
+
+
+def next_after_probe(answer: str, nxt: Timing, *, same_session_error: str | None = None) -> dict[str, Any]:
+    """One bad-input sample: the target's answer, then the normal request sent after it — always on a
+    new connection or session, so a failure of that request is the target's, not this client's.
+    ``same_session_error``: what the same session said first, where the target closed it."""
+    ok = nxt.error is None and nxt.audio_bytes > 0
+    return {"answer": answer, "next_ok": ok,
+            "next_error": None if ok else (nxt.error or "answered without audio"),
+            "next_on_new_session": True,
+            **({"same_session_error": same_session_error} if same_session_error else {})}
 
 
 def http_base(url: str) -> str:
@@ -36,19 +54,28 @@ def http_base(url: str) -> str:
     return f"{scheme}://{parts.netloc}"
 
 
+HEALTH_TIMEOUT_S = 5.0
+
+
 class HealthProbe:
     """``GET`` the first of ``paths`` the target has (404 means it has not); ``await probe()`` returns
-    ``(path, status, milliseconds)``. Remembers the route it found."""
+    ``(path, status, milliseconds)``. Remembers the route it found. A poll that gets no answer within
+    ``timeout_s`` counts as ``(path, None, timeout_s in ms)`` — the wait a caller of that route had —
+    so a stalled route weighs in the figures instead of dropping out of them."""
 
-    def __init__(self, base: str, paths: tuple[str, ...], *, api_key: str | None = None):
-        self.base, self.paths = base, paths
-        self._http = httpx.AsyncClient(timeout=10.0, headers=_auth(api_key))
+    def __init__(self, base: str, paths: tuple[str, ...], *, api_key: str | None = None,
+                 timeout_s: float = HEALTH_TIMEOUT_S):
+        self.base, self.paths, self.timeout_s = base, paths, timeout_s
+        self._http = httpx.AsyncClient(timeout=timeout_s, headers=_auth(api_key))
         self._found: str | None = None
 
-    async def __call__(self) -> tuple[str, int, float]:
+    async def __call__(self) -> tuple[str, int | None, float]:
         for path in (self._found,) if self._found else self.paths:
             t0 = time.perf_counter()
-            r = await self._http.get(self.base + path)
+            try:
+                r = await self._http.get(self.base + path)
+            except httpx.TimeoutException:
+                return path, None, self.timeout_s * 1000
             ms = (time.perf_counter() - t0) * 1000
             if r.status_code not in (404, 405):
                 self._found = path
@@ -61,6 +88,31 @@ class HealthProbe:
 
 def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+class WavReader:
+    """Splits a streamed WAV body into its header and the audio after it, chunk by chunk:
+    ``feed(chunk)`` returns the audio bytes in ``chunk`` (empty until the ``data`` chunk has begun).
+    Streamed headers carry unknown sizes, so the reader walks the chunks up to ``data`` and takes
+    everything after it as audio."""
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._in_data = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._in_data:
+            return chunk
+        self._head += chunk
+        pos = 12  # "RIFF" size "WAVE"
+        while len(self._head) >= pos + 8:
+            cid, size = self._head[pos:pos + 4], int.from_bytes(self._head[pos + 4:pos + 8], "little")
+            if cid == b"data":
+                self._in_data = True
+                audio, self._head = self._head[pos + 8:], b""
+                return audio
+            pos += 8 + size + (size & 1)
+        return b""
 
 
 class HttpSession:
@@ -78,10 +130,23 @@ class _HttpClient:
     pipelines = False
     health_paths: tuple[str, ...] = ("/ping",)
 
-    def __init__(self, target: Target, *, api_key: str | None = None, timeout_s: float = 120.0):
+    def __init__(self, target: Target, *, api_key: str | None = None, timeout_s: float = 120.0,
+                 health_timeout_s: float = HEALTH_TIMEOUT_S):
         self.target, self.api_key, self.timeout_s = target, api_key, timeout_s
-        self.http = httpx.AsyncClient(timeout=timeout_s, headers=_auth(api_key), limits=httpx.Limits(max_connections=64))
+        self.health_timeout_s = health_timeout_s
+        self.http = self._new_http()
         self._health: HealthProbe | None = None
+        #: the format asked for: the target's own, else pcm until the target refuses it
+        self.audio_format = target.audio_format or "pcm"
+
+    def _new_http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=self.timeout_s, headers=_auth(self.api_key),
+                                 limits=httpx.Limits(max_connections=64))
+
+    async def reconnect(self) -> None:
+        """Drop every pooled connection (a peer may have closed one after an error) and open anew."""
+        await self.http.aclose()
+        self.http = self._new_http()
 
     @property
     def speech_url(self) -> str:
@@ -95,16 +160,29 @@ class _HttpClient:
         yield HttpSession(self.post, self.target.voice)
 
     async def post(self, text: str, t0: float, voice: str | None) -> Timing:
+        timing = await self._post(text, t0, voice)
+        if timing.error and timing.error.startswith("HTTP 400") and self.audio_format == "pcm" \
+                and self.target.audio_format is None:
+            self.audio_format = "wav"  # the target refuses pcm (the AWS sample's POST does): wav from now on
+            retry = await self._post(text, t0, voice)
+            if retry.error is None:
+                return retry
+            self.audio_format = "pcm"
+        return timing
+
+    async def _post(self, text: str, t0: float, voice: str | None) -> Timing:
         timing = Timing("http")
+        wav = WavReader() if self.audio_format == "wav" else None
         try:
             async with self.http.stream("POST", self.speech_url, json=self.body(text, voice)) as r:
                 if r.status_code != 200:
                     timing.error = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
                     return timing
                 async for chunk in r.aiter_raw():
-                    if chunk and timing.first_audio_s is None:
+                    audio = wav.feed(chunk) if wav else chunk
+                    if audio and timing.first_audio_s is None:
                         timing.first_audio_s = time.perf_counter() - t0
-                    timing.audio_bytes += len(chunk)
+                    timing.audio_bytes += len(audio)
         except httpx.HTTPError as exc:
             timing.error = f"{type(exc).__name__}: {exc}"
             return timing
@@ -113,25 +191,39 @@ class _HttpClient:
 
     async def health(self) -> tuple[str, int, float]:
         if self._health is None:
-            self._health = HealthProbe(http_base(self.target.url), self.health_paths, api_key=self.api_key)
+            self._health = HealthProbe(http_base(self.target.url), self.health_paths, api_key=self.api_key,
+                                       timeout_s=self.health_timeout_s)
         return await self._health()
 
     async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
+        """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S`` for
+        it, then hanging up), and whether a normal request on a new connection works after it."""
         voice = UNKNOWN_VOICE if case == "unknown_voice" else self.target.voice
         kwargs: dict[str, Any] = (
             {"content": INVALID_JSON, "headers": {"Content-Type": "application/json"}}
             if case == "invalid_json" else {"json": self.body(text, voice)}
         )
-        async with self.http.stream("POST", self.speech_url, **kwargs) as r:
-            if r.status_code == 200:
-                first = await anext(r.aiter_raw(), b"")
-                answer = f"HTTP 200: audio streamed ({len(first)} bytes read, then the client hung up)" if first \
-                    else "HTTP 200 with an empty body"
-            else:
-                answer = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
-        nxt = await self.post(next_text, time.perf_counter(), self.target.voice)
-        return {"answer": answer, "next_ok": nxt.error is None and nxt.audio_bytes > 0, "next_error": nxt.error,
-                "next_on_new_session": False}
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S), self.http.stream("POST", self.speech_url, **kwargs) as r:
+                if r.status_code == 200:
+                    first = await anext(r.aiter_raw(), b"")
+                    answer = f"HTTP 200: audio streamed ({len(first)} bytes read, then the client hung up)" if first \
+                        else "HTTP 200 with an empty body"
+                else:
+                    answer = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
+        except TimeoutError:
+            answer = f"no answer within {PROBE_TIMEOUT_S:.0f} s (the client hung up)"
+        except httpx.HTTPError as exc:
+            answer = f"connection failed: {type(exc).__name__}: {exc}"
+        await self.reconnect()
+        return next_after_probe(answer, await self._next(next_text))
+
+    async def _next(self, text: str) -> Timing:
+        try:
+            async with asyncio.timeout(NEXT_TIMEOUT_S):
+                return await self.post(text, time.perf_counter(), self.target.voice)
+        except TimeoutError:
+            return Timing("next", error=f"no audio within {NEXT_TIMEOUT_S:.0f} s (still busy with the probe?)")
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -140,14 +232,15 @@ class _HttpClient:
 
 
 class InvocationsClient(_HttpClient):
-    """``http(s)://host:port/invocations``: the streamed POST contract, ``format=pcm``."""
+    """``http(s)://host:port/invocations``: the streamed POST contract, ``format=pcm`` (or ``wav``)."""
 
     @property
     def speech_url(self) -> str:
         return self.target.url
 
     def body(self, text: str, voice: str | None) -> dict[str, Any]:
-        return {"text": text, "format": "pcm", "stream": True, **({"voice": voice} if voice else {})}
+        return {"text": text, "format": self.audio_format, "stream": True, **({"voice": voice} if voice else {}),
+                **self.target.extra}
 
 
 class OpenAIClient(_HttpClient):
@@ -161,8 +254,8 @@ class OpenAIClient(_HttpClient):
         return self.target.url.removeprefix("openai+").rstrip("/") + "/audio/speech"
 
     def body(self, text: str, voice: str | None) -> dict[str, Any]:
-        return {"model": OPENAI_MODEL, "input": text, "voice": voice or "jm_kumo", "response_format": "pcm",
-                "stream": True}
+        return {"model": OPENAI_MODEL, "input": text, "voice": voice or "jm_kumo",
+                "response_format": self.audio_format, "stream": True, **self.target.extra}
 
 
 class SageMakerInvocationsClient(InvocationsClient):
@@ -214,6 +307,4 @@ class SageMakerInvocationsClient(InvocationsClient):
         body = INVALID_JSON if case == "invalid_json" else json.dumps(self.body(text, voice)).encode()
         probe = await asyncio.to_thread(self._invoke, body, time.perf_counter())
         answer = probe.error or f"accepted: {probe.audio_s:.2f} s of audio"
-        nxt = await self.post(next_text, time.perf_counter(), self.target.voice)
-        return {"answer": answer, "next_ok": nxt.error is None and nxt.audio_bytes > 0, "next_error": nxt.error,
-                "next_on_new_session": False}
+        return next_after_probe(answer, await self.post(next_text, time.perf_counter(), self.target.voice))

@@ -1,6 +1,12 @@
 """``compare``'s figures: per-target summaries of the samples (medians beside means — AWS reports
-means), the Markdown with the targets side by side and each figure's ratio to the first target, and
-the PNG (first audio of rows 1-3; first audio and audio-seconds per second by concurrency).
+means), the Markdown with the targets side by side and each figure's ratio to the first target
+(target / first: below 1 is less — for times, faster), and the PNG (first audio of rows 1-3; first
+audio by concurrency), one colour per target.
+
+A request row whose audio is far shorter than the other targets' for the same text
+(:data:`SHORT_AUDIO_RATIO`) is failed, not fast: a server that answers 200 with little or no audio
+must never look like the quickest. Sweep levels pool every round's requests; health polls that
+timed out count at their timeout, and the number of polls is shown beside the figures.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from .targets import BAD_CASES
 
 REQUEST_ROWS = {"one_sentence": "1. one sentence", "paragraph": "2. paragraph whole",
                 "sentences": "3. paragraph by sentence"}
+#: A row's audio below this share of the median of the other targets' for the same texts fails it.
+SHORT_AUDIO_RATIO = 0.5
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:
@@ -49,14 +57,22 @@ def _request_row(xs: list[dict[str, Any]]) -> dict[str, Any]:
             "runs": len(ok), "failed_runs": len(xs) - len(ok)}
 
 
-def _sweep_level(s: dict[str, Any]) -> dict[str, Any]:
-    if "unsupported" in s or "error" in s:
-        return {k: s[k] for k in ("unsupported", "error") if k in s}
-    fa = s["first_audio_ms"]
+def _sweep_level(xs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One concurrency level over every round: first audio pooled, audio-seconds per second the
+    median of the rounds', errors summed, memory the largest seen."""
+    ok = [s for s in xs if "unsupported" not in s and "error" not in s]
+    if not ok:
+        return {k: xs[0][k] for k in ("unsupported", "error") if k in xs[0]} if xs else {"error": "not run"}
+    fa = [v for s in ok for v in s["first_audio_ms"]]
+    rates = [s["audio_s"] / s["wall_s"] for s in ok if s["wall_s"]]
+    rss = [s["rss_mib"] for s in ok if s.get("rss_mib")]
+    loads = [s["load1"] for s in ok if s.get("load1") is not None]
     return {"first_audio_ms_p50": _pct(fa, 50), "first_audio_ms_p95": _pct(fa, 95),
             "first_audio_ms_max": rnd(max(fa)) if fa else None, "first_audio_ms_mean": rnd(statistics.fmean(fa)) if fa else None,
-            "audio_s_per_s": rnd(s["audio_s"] / s["wall_s"], 2) if s["wall_s"] else None,
-            "requests": s["requests"], "errors": s["errors"], "rss_mib": s.get("rss_mib")}
+            "audio_s_per_s": rnd(statistics.median(rates), 2) if rates else None,
+            "requests": sum(s["requests"] for s in ok), "errors": sum(s["errors"] for s in ok) + len(xs) - len(ok),
+            "rounds": len(ok), "rss_mib": max(rss) if rss else None,
+            "load1": [min(loads), max(loads)] if loads else None}
 
 
 def _health(xs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -64,11 +80,23 @@ def _health(xs: list[dict[str, Any]]) -> dict[str, Any]:
     if bad:
         return bad
     polls = [p for s in xs for p in s.get("polls", [])]
-    ms = [p["ms"] for p in polls if "ms" in p]
+    ms = [p["ms"] for p in polls if "ms" in p]  # a timed-out poll has its timeout here
     return {"route": next((p["route"] for p in polls if "route" in p), None), "polls": len(polls),
             "median_ms": _stats(ms)["median"], "mean_ms": _stats(ms)["mean"], "p95_ms": _pct(ms, 95),
             "max_ms": rnd(max(ms)) if ms else None,
+            "timeouts": sum(1 for p in polls if p.get("timed_out")),
             "not_200": sum(1 for p in polls if p.get("status") != 200)}
+
+
+def _fail_short_audio(out: dict[str, dict[str, Any]]) -> None:
+    """Fail each request row whose audio is far shorter than the other targets' median for it."""
+    for row in REQUEST_ROWS:
+        audio = {n: s[row]["audio_s"] for n, s in out.items() if "first_audio_ms" in s[row]}
+        for name, secs in audio.items():
+            others = [v for n, v in audio.items() if n != name]
+            if others and secs < SHORT_AUDIO_RATIO * statistics.median(others):
+                out[name][row] = {"error": f"audio far shorter than the other targets' ({secs:.2f} s against a "
+                                           f"median of {statistics.median(others):.2f} s)", "audio_s": secs}
 
 
 def summarize(samples: list[dict[str, Any]], names: list[str]) -> dict[str, dict[str, Any]]:
@@ -77,14 +105,17 @@ def summarize(samples: list[dict[str, Any]], names: list[str]) -> dict[str, dict
         mine = [s for s in samples if s["target"] == name]
         by_row = {row: [s for s in mine if s["row"] == row] for row in ROWS}
         summary: dict[str, Any] = {row: _request_row(by_row[row]) for row in REQUEST_ROWS}
-        summary["sweep"] = {str(s["concurrency"]): _sweep_level(s) for s in by_row["sweep"]}
+        levels = list(dict.fromkeys(s["concurrency"] for s in by_row["sweep"]))
+        summary["sweep"] = {str(lv): _sweep_level([s for s in by_row["sweep"] if s["concurrency"] == lv])
+                            for lv in levels}
         summary["health"] = _health(by_row["health"])
         summary["bad_input"] = {s["case"]: {k: s[k] for k in ("answer", "next_ok", "next_error", "unsupported", "error",
-                                                            "next_on_new_session") if k in s}
+                                                            "next_on_new_session", "same_session_error") if k in s}
                                 for s in by_row["bad_input"]}
         rss = [lv.get("rss_mib") for lv in summary["sweep"].values() if lv.get("rss_mib")]
         summary["rss_mib_max"] = max(rss) if rss else None
         out[name] = summary
+    _fail_short_audio(out)
     return out
 
 
@@ -96,6 +127,7 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
         for key, what in (("first_audio_ms", "first audio ms"), ("total_ms", "total ms")):
             for stat in ("median", "mean"):
                 flat[f"{label}: {what} ({stat})"] = _why(r) or r[key][stat]
+        flat[f"{label}: audio s"] = r.get("audio_s", _why(r))
     for level, lv in summary["sweep"].items():
         for key, what in (("first_audio_ms_p50", "first audio p50 ms"), ("first_audio_ms_p95", "p95 ms"),
                           ("first_audio_ms_max", "max ms"), ("first_audio_ms_mean", "mean ms"),
@@ -103,10 +135,11 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
             flat[f"4. {level} clients: {what}"] = _why(lv) or lv[key]
     h = summary["health"]
     flat["5. health route"] = _why(h) or h["route"]
-    for key, what in (("median_ms", "median ms"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"), ("max_ms", "max ms"),
+    for key, what in (("polls", "polls (n)"), ("median_ms", "median ms"), ("mean_ms", "mean ms"), ("p95_ms", "p95 ms"),
+                      ("max_ms", "max ms"), ("timeouts", "timed out (counted at the timeout)"),
                       ("not_200", "answers other than 200")):
         flat[f"5. health during the sweep: {what}"] = _why(h) or h[key]
-    flat["server RSS MiB (max over the sweep)"] = summary["rss_mib_max"]
+    flat["server memory MiB (peak where local, VmHWM)"] = summary["rss_mib_max"]
     return flat
 
 
@@ -155,7 +188,9 @@ def body(data: dict[str, Any]) -> str:
     parts = [
         f"The same work on every target, in interleaved rounds ({data['config']['runs']} rounds of rows 1-3; "
         f"sweep levels {data['config']['levels']}, {data['config']['per_client']} requests per client). "
-        f"Times in ms from the request leaving this client; each figure's ratio to **{names[0]}** in brackets.",
+        f"Times in ms from the request leaving this client; in brackets each figure's ratio to **{names[0]}** "
+        f"(this target / {names[0]}: below 1x is less — for times, faster; for audio-s per s, less throughput). "
+        "A row whose audio is far shorter than the others' is failed, not fast.",
         "", targets, "", markdown_table(["figure", *names], rows), "",
         "6. Bad input — what each target answers, and whether its next normal request still works:", "",
         markdown_table(["input", *names], bad_rows),
@@ -174,8 +209,23 @@ def _bad_cell(r: dict[str, Any]) -> str:
         return f"failed: {r['error'][:120]}"
     if not r:
         return "—"
-    nxt = "next request OK" if r["next_ok"] else f"next request FAILED ({r.get('next_error')})"
+    where = "on a new session" if r.get("next_on_new_session") else "on the same session"
+    nxt = f"next request OK {where}" if r["next_ok"] else \
+        f"next request FAILED {where} — the target's failure ({r.get('next_error')})"
+    if r.get("same_session_error"):
+        nxt = f"the target broke the session ({r['same_session_error'][:80]}); {nxt}"
     return f"{r['answer'][:120]}; {nxt}".replace("|", "/").replace("\n", " ")
+
+
+def target_colours(n: int) -> list[Any]:
+    """``n`` distinct colours (tab10, then tab20, then evenly spaced hues): no two targets share one."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
+    return [colormaps["hsv"](i / n) for i in range(n)]
 
 
 def plot(data: dict[str, Any], path: Any) -> None:
@@ -184,14 +234,16 @@ def plot(data: dict[str, Any], path: Any) -> None:
     names = [t["name"] for t in data["config"]["targets"]]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     width = 0.8 / max(len(names), 1)
+    colours = target_colours(len(names))
     for i, n in enumerate(names):
         vals = [(data["summary"][n][row].get("first_audio_ms") or {}).get("median") or 0 for row in REQUEST_ROWS]
-        ax1.bar(np.arange(len(REQUEST_ROWS)) + i * width, vals, width, label=n)
+        ax1.bar(np.arange(len(REQUEST_ROWS)) + i * width, vals, width, label=n, color=colours[i])
         sweep = data["summary"][n]["sweep"]
         levels = [int(k) for k, v in sweep.items() if v.get("first_audio_ms_p50") is not None]
-        ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p50"] for k in levels], marker="o", label=f"{n} p50")
+        ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p50"] for k in levels], marker="o", label=f"{n} p50",
+                 color=colours[i])
         ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p95"] for k in levels], marker="x", linestyle="--",
-                 label=f"{n} p95")
+                 label=f"{n} p95", color=colours[i])
     ax1.set_xticks(np.arange(len(REQUEST_ROWS)) + width * (len(names) - 1) / 2, list(REQUEST_ROWS.values()), fontsize=8)
     ax1.set_ylabel("first audio, ms (median)")
     ax1.legend(fontsize=8)

@@ -1,21 +1,28 @@
 """The six rows ``compare`` measures on every target, on the suite's own texts, in interleaved
-rounds (target A, B, C, then again) so drift on a shared machine hits all alike:
+rounds (target A, B, C, then again, the first target changing each round) so drift on a shared
+machine hits all alike:
 
 1. one sentence — first audio and total; 2. the 267-character paragraph sent whole; 3. the same
 paragraph sentence by sentence (pipelined on one session where the protocol allows it, else one
-request after another); 4. a concurrency sweep (closed-loop clients, each on its own session);
-5. the health route's latency, polled while the sweep runs; 6. bad input and whether the next normal
-request still works. Server RSS after each sweep level where a ``--pid`` names the target's process.
+request after another); 4. a concurrency sweep (closed-loop clients, each on its own session),
+repeated over ``sweep_rounds`` rounds that each run every level on every target; 5. the health
+route's latency, polled while the sweep runs; 6. bad input and whether a normal request still works
+after it. Server memory after each sweep level where a ``--pid`` names the target's process: the
+peak (``VmHWM``) where /proc has it, else the resident size then.
 
-Every sample is one dict (``target``, ``row``, the figures, or ``unsupported``/``error`` with the
-reason); a target that cannot do a row or cannot be reached never stops the run. One sentence per
-target goes first as a warm-up (row ``warmup``, not summarised): it opens the HTTP connections a
-client keeps, and a target that fails it is reported unreachable and not asked again.
+Every sample is one dict (``target``, ``row``, the figures, the one-minute load average when it was
+taken, or ``unsupported``/``error`` with the reason); a target that cannot do a row or cannot be
+reached never stops the run. One sentence per target goes first as a warm-up (row ``warmup``, not
+summarised): it opens the HTTP connections a client keeps. A target whose warm-up gets no audio but
+whose health route answers is still asked the rows that need no audio (health, bad input); one that
+answers neither is reported unreachable and not asked again. A request answered without audio
+(an empty 200) is a failed request, never a fast one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +36,8 @@ from .targets import BAD_CASES, Unsupported, over_limit_text
 ONE_SENTENCE = SENTENCES[1]
 ROWS = ("one_sentence", "paragraph", "sentences", "sweep", "health", "bad_input")
 HEALTH_INTERVAL_S = 0.2
+#: How long the health route of a target without audio is polled per sweep level.
+HEALTH_ALONE_S = 2.0
 
 
 @dataclass
@@ -36,8 +45,9 @@ class Plan:
     runs: int = 5
     levels: tuple[int, ...] = (1, 2, 4, 8)
     per_client: int = 4
-    over_limit_chars: int = 6000
+    over_limit_chars: int = 5200
     pids: dict[str, int] = field(default_factory=dict)
+    sweep_rounds: int = 2
 
 
 def _ms(x: float | None) -> float | None:
@@ -45,7 +55,19 @@ def _ms(x: float | None) -> float | None:
 
 
 def rss_mib(pid: int) -> float | None:
-    """Resident memory of ``pid`` and its children (psutil), else of ``pid`` alone (/proc)."""
+    """Peak resident memory of ``pid`` (``VmHWM``; its children's current resident memory added, as
+    a worker process of a peer holds the model), else — where /proc has no peak — the resident
+    memory of ``pid`` and its children now (psutil)."""
+    peak = _vm_hwm_mib(pid)
+    if peak is not None:
+        children = 0.0
+        try:
+            import psutil
+
+            children = sum(c.memory_info().rss for c in psutil.Process(pid).children(recursive=True)) / (1 << 20)
+        except Exception:  # psutil missing or the process gone: the peak alone
+            pass
+        return round(peak + children, 1)
     try:
         import psutil
 
@@ -56,13 +78,24 @@ def rss_mib(pid: int) -> float | None:
         pass
     except Exception:
         return None
+    return None
+
+
+def _vm_hwm_mib(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     except (OSError, ValueError):
         return None
     return None
+
+
+def load1() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 class Runner:
@@ -72,16 +105,27 @@ class Runner:
         self.clients, self.plan, self.log = clients, plan, log
         self.samples: list[dict[str, Any]] = []
         self.unreachable: dict[str, str] = {}
+        #: targets whose warm-up got no audio although their health route answers
+        self.no_audio: dict[str, str] = {}
 
     def _add(self, name: str, row: str, **figures: Any) -> dict[str, Any]:
-        sample = {"target": name, "row": row, **figures}
+        sample = {"target": name, "row": row, **figures, "load1": load1()}
         self.samples.append(sample)
         return sample
+
+    def _order(self, round_no: int) -> list[tuple[str, Any]]:
+        """The targets, rotated by the round so no target always runs first (or right after another)."""
+        items = list(self.clients.items())
+        k = (round_no - 1) % len(items) if items else 0
+        return items[k:] + items[:k]
 
     async def _guarded(self, name: str, row: str, coro_fn: Callable[[], Any], **tags: Any) -> None:
         """Run one measurement; an unsupported row, a failure or an unreachable target is a sample."""
         if name in self.unreachable:
             self._add(name, row, error=f"unreachable: {self.unreachable[name]}", **tags)
+            return
+        if name in self.no_audio and row not in ("health", "bad_input"):
+            self._add(name, row, error=f"no audio at warm-up: {self.no_audio[name]}", **tags)
             return
         try:
             figures = await coro_fn()
@@ -92,13 +136,23 @@ class Runner:
         except Exception as exc:  # unreachable, refused, timed out, a protocol error: reported, never raised
             why = f"{type(exc).__name__}: {exc}"
             if row == "warmup":
-                self.unreachable[name] = why
+                await self._after_failed_warmup(name, why)
             self._add(name, row, error=why, **tags)
             self.log(f"  {name:<12} {row:<13} FAILED: {why}")
             return
         sample = self._add(name, row, **tags, **figures)
         self.log(f"  {name:<12} {row:<13} " + " ".join(
             f"{k}={v}" for k, v in sample.items() if k not in ("target", "row") and not isinstance(v, list | dict)))
+
+    async def _after_failed_warmup(self, name: str, why: str) -> None:
+        """A target without audio at warm-up: unreachable, unless its health route answers."""
+        try:
+            path, status, _ = await self.clients[name].health()
+        except Exception:  # no health route, or it too fails: the target cannot be measured at all
+            self.unreachable[name] = why
+            return
+        self.no_audio[name] = why
+        self.log(f"  {name:<12} health {path} answers {status}: only the rows that need no audio are measured")
 
     # -- rows 1-3 ---------------------------------------------------------------------------------
     async def _texts(self, client: Any, texts: tuple[str, ...]) -> dict[str, Any]:
@@ -107,6 +161,8 @@ class Runner:
         errors = [t.error for t in timings if t.error]
         if errors and not any(t.audio_bytes for t in timings):
             raise RuntimeError(errors[0])
+        if not any(t.audio_bytes for t in timings):
+            raise RuntimeError("answered without audio (an empty body)")
         return {
             "first_audio_ms": _ms(timings[0].first_audio_s), "total_ms": _ms(timings[-1].complete_s),
             "audio_s": round(sum(t.audio_s for t in timings), 3), "pipelined": client.pipelines and len(texts) > 1,
@@ -120,7 +176,7 @@ class Runner:
             await self._guarded(name, "warmup", lambda c=client: self._texts(c, (ONE_SENTENCE,)))
         for run in range(1, self.plan.runs + 1):
             self.log(f"round {run}/{self.plan.runs}: rows 1-3")
-            for name, client in self.clients.items():
+            for name, client in self._order(run):
                 for row, texts in (("one_sentence", (ONE_SENTENCE,)), ("paragraph", (PARAGRAPH,)),
                                    ("sentences", SENTENCES)):
                     await self._guarded(name, row, lambda c=client, t=texts: self._texts(c, t), run=run)
@@ -141,8 +197,11 @@ class Runner:
             except Unsupported as exc:
                 why = str(exc)
                 break
-            except Exception as exc:
+            except Exception as exc:  # refused, reset: a failed poll, counted
                 polls.append({"error": f"{type(exc).__name__}: {exc}"})
+            else:
+                if status is None:
+                    polls[-1]["timed_out"] = True
             with_timeout = asyncio.create_task(stop.wait())
             await asyncio.wait({with_timeout}, timeout=HEALTH_INTERVAL_S)
             with_timeout.cancel()
@@ -166,21 +225,28 @@ class Runner:
         failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
         if failures and not timings:
             raise failures_error(failures)
+        failed = [t.error or "answered without audio" for t in timings if t.error or not t.audio_bytes]
         pid = self.plan.pids.get(name)
         return {
             "first_audio_ms": [_ms(t.first_audio_s) for t in timings if t.first_audio_s is not None],
             "audio_s": round(sum(t.audio_s for t in timings), 3), "wall_s": round(wall, 3),
-            "requests": len(timings), "errors": len(failures) + sum(1 for t in timings if t.error),
-            "error_messages": failures[:5] + [t.error for t in timings if t.error][:5],
+            "requests": len(timings), "errors": len(failures) + len(failed),
+            "error_messages": failures[:5] + failed[:5],
             **({"rss_mib": rss_mib(pid)} if pid else {}),
         }
 
     async def sweep(self) -> None:
-        for level in self.plan.levels:
-            self.log(f"sweep: {level} client(s) x {self.plan.per_client} requests")
-            for name, client in self.clients.items():
-                await self._guarded(name, "sweep", lambda c=client, n=name, lv=level: self._level(n, c, lv),
-                                    concurrency=level)
+        """Every level on every target, round after round; levels and targets interleaved."""
+        for rnd in range(1, self.plan.sweep_rounds + 1):
+            for level in self.plan.levels:
+                self.log(f"sweep round {rnd}/{self.plan.sweep_rounds}: {level} client(s) x {self.plan.per_client} requests")
+                for name, client in self._order(rnd):
+                    await self._guarded(name, "sweep", lambda c=client, n=name, lv=level: self._level(n, c, lv),
+                                        concurrency=level, run=rnd)
+                    if name in self.no_audio:  # no sweep to poll beside: the health route alone, briefly
+                        stop = asyncio.Event()
+                        asyncio.get_running_loop().call_later(HEALTH_ALONE_S, stop.set)
+                        await self._poll_health(name, client, level, stop)
 
     # -- row 6 ------------------------------------------------------------------------------------
     async def bad_input(self) -> None:

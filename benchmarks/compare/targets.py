@@ -1,5 +1,12 @@
-"""Targets of ``python -m benchmarks compare``: ``NAME=URL[#voice=V]`` parsed into a :class:`Target`,
-(the clients that speak each protocol: :mod:`.bidi`, :mod:`.http`; :func:`benchmarks.compare.open_client`).
+"""Targets of ``python -m benchmarks compare``: ``NAME=URL[#voice=V&format=F&FIELD=VALUE...]`` parsed into
+a :class:`Target` (the clients that speak each protocol: :mod:`.bidi`, :mod:`.http`;
+:func:`benchmarks.compare.open_client`).
+
+The fragment is this tool's, never sent as part of the URL: ``voice`` is the target's voice,
+``format`` the audio format asked of an HTTP target (``pcm`` by default; ``wav`` for a server that
+refuses ``pcm`` — the client also falls back to ``wav`` by itself when ``pcm`` is refused), and every
+other field is added as is to each synthesis request (``#lang=a`` for Kokoro-FastAPI's English
+pipeline, ``#lang=en-us``, ``#speed=1.0``; numbers and ``true``/``false`` are sent as JSON values).
 
 URL forms:
 
@@ -21,6 +28,7 @@ send), ``health()``, ``bad_input(case)`` and ``aclose()``. Anything a protocol c
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -41,13 +49,17 @@ class Unsupported(Exception):
 
 @dataclass
 class Target:
-    """One ``NAME=URL`` of the command line; ``url`` without the ``#voice=`` fragment."""
+    """One ``NAME=URL`` of the command line; ``url`` without its ``#...`` fragment."""
 
     name: str
     url: str
     kind: str
     voice: str | None = None
     options: dict[str, str] = field(default_factory=dict)
+    #: ``pcm`` or ``wav``: the format asked of an HTTP target (``None``: ``pcm``, then ``wav`` if refused)
+    audio_format: str | None = None
+    #: fields added to every synthesis request (``lang``, ``speed``, ...)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def host(self) -> str:
@@ -59,11 +71,13 @@ class Target:
         return self.options.get("region")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "url": self.url, "kind": self.kind, "voice": self.voice}
+        return {"name": self.name, "url": self.url, "kind": self.kind, "voice": self.voice,
+                "format": self.audio_format, "extra": self.extra}
 
 
 def parse_target(spec: str, *, default_voice: str | None = None) -> Target:
-    """``NAME=URL[#voice=V]`` -> :class:`Target` (``ValueError`` with the accepted forms when not)."""
+    """``NAME=URL[#voice=V&format=F&FIELD=VALUE...]`` -> :class:`Target` (``ValueError`` with the
+    accepted forms when not)."""
     name, sep, url = spec.partition("=")
     if not sep or not name or not url:
         raise ValueError(f"--target wants NAME=URL, not {spec!r}")
@@ -76,8 +90,21 @@ def parse_target(spec: str, *, default_voice: str | None = None) -> Target:
     if kind == "invocations" and not urlsplit(url).path.rstrip("/").endswith("/invocations"):
         url = url.rstrip("/") + "/invocations"
     options = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
-    voice = frag.get("voice", [default_voice])[-1]
-    return Target(name=name, url=url, kind=kind, voice=voice, options=options)
+    voice = frag.pop("voice", [default_voice])[-1]
+    audio_format = frag.pop("format", [None])[-1]
+    if audio_format not in (None, "pcm", "wav"):
+        raise ValueError(f"{name}: #format= takes pcm or wav, not {audio_format!r}")
+    extra = {k: _json_value(v[-1]) for k, v in frag.items()}
+    return Target(name=name, url=url, kind=kind, voice=voice, options=options, audio_format=audio_format, extra=extra)
+
+
+def _json_value(text: str) -> Any:
+    """``1.0`` -> 1.0, ``true`` -> True, anything else the string itself."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, int | float | bool) else text
 
 
 def over_limit_text(chars: int) -> str:

@@ -54,7 +54,7 @@ def test_every_row_of_every_reachable_target_is_measured(result):
     proc, out, data = result
     assert proc.returncode == 1  # one target could not be reached
     assert out.with_suffix(".md").exists() and out.with_suffix(".png").stat().st_size > 0
-    assert "sweep: 4 client(s)" in proc.stdout  # progress as it goes
+    assert "4 client(s)" in proc.stdout  # progress as it goes
     for name in ("seq", "conc", "conc-post", "oai"):
         s = data["summary"][name]
         for row in REQUEST_ROWS:

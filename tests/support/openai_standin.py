@@ -38,7 +38,7 @@ def _tone(chars: int, seconds_per_char: float) -> bytes:
     return (np.sin(2 * np.pi * 220 * t) * 8000).astype("<i2").tobytes()
 
 
-def openai_standin(*, segment_s: float = 0.01, seconds_per_char: float = 0.02) -> Starlette:
+def openai_standin(*, segment_s: float = 0.01, seconds_per_char: float = 0.07) -> Starlette:
     async def speech(request: Request) -> Response:
         try:
             body = json.loads(await request.body())
