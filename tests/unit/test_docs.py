@@ -131,3 +131,30 @@ def test_relative_links_lead_to_a_file_and_heading(page: Path):
         elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text()):
             broken.append(target)
     assert not broken, f"{page.name}: {broken}"
+
+
+def _sources() -> list[Path]:
+    """The project's own text files: code, scripts, Dockerfiles, docs."""
+    roots = [REPO / d for d in ("backends", "server", "agent", "deploy", "benchmarks", "tests", "docs")]
+    own = {Path(__file__), REPO / "tests" / "e2e" / "test_docs_snippets.py"}  # their examples name made-up pages
+    files = [REPO / "README.md", REPO / "Makefile", REPO / "pyproject.toml"]
+    for root in roots:
+        files += [p for p in root.rglob("*") if p.is_file() and "node_modules" not in p.parts
+                  and "__pycache__" not in p.parts
+                  and (p.suffix in {".py", ".sh", ".md", ".toml"} or p.name.startswith("Dockerfile"))]
+    return [p for p in files if p not in own]
+
+
+def test_references_to_docs_pages_lead_to_a_page():
+    """Code and docs point readers at docs/NAME.md pages (never at a design file the repository
+    does not hold): each page named exists."""
+    named = re.compile(r"\bdocs/([\w.-]+\.md)\b")
+    missing, design = [], []
+    for path in _sources():
+        text = path.read_text(errors="replace")
+        rel = path.relative_to(REPO).as_posix()
+        missing += [f"{rel}: docs/{m}" for m in named.findall(text) if not (REPO / "docs" / m).exists()]
+        if "DESIGN" + ".md" in text:
+            design.append(rel)
+    assert not missing
+    assert not design, f"DESIGN.md is not in the repository; point to a docs/ page instead: {design}"
