@@ -6,7 +6,8 @@ block runs on its own in a fresh temporary directory (with ``.venv`` there point
 interpreter's venv, so ``. .venv/bin/activate`` works), the venv's ``bin`` first on ``PATH``, and no
 ``KOKORO_*``/``AWS_*`` variables from the shell that runs the tests. A shell block runs under
 ``bash -e -o pipefail`` (every command must succeed, not only the last) and its ``curl`` fails on an
-HTTP error status (``--fail-with-body``), so an example that answers 404 fails here; it must exit 0.
+HTTP error status (``--fail-with-body``), so an example that answers 404 fails here; it must exit 0,
+and leave no empty file behind (an audio file it wrote has audio in it).
 
 A block right after ``<!-- not run: REASON -->`` (it needs AWS, a GPU, a browser, minutes of
 benchmarking, or it starts a server) is only parsed: ``bash -n``, :func:`ast.parse`. Each block is
@@ -88,6 +89,10 @@ def test_snippet_runs(snippet: Snippet, server, snippet_env, tmp_path):
         f"{snippet.id} exited {done.returncode}\n--- code\n{code}--- stdout\n{_tail(done.stdout)}\n"
         f"--- stderr\n{_tail(done.stderr)}\n--- server log\n{_tail(server.log())}"
     )
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name not in ("snippet.py", "snippet.sh")
+               and ".venv" not in p.relative_to(tmp_path).parts]
+    empty = [p.name for p in written if p.stat().st_size == 0]
+    assert not empty, f"{snippet.id} wrote empty files: {empty}"
 
 
 @pytest.mark.parametrize(("lang", "code"), [
