@@ -158,3 +158,19 @@ def test_references_to_docs_pages_lead_to_a_page():
             design.append(rel)
     assert not missing
     assert not design, f"DESIGN.md is not in the repository; point to a docs/ page instead: {design}"
+
+
+def test_the_readme_figures_name_the_run_they_come_from():
+    """Each measured figure in the README names its result file, and the row's date, commit and
+    command are that file's (a rerun that changes the file makes this row say so)."""
+    import json
+
+    rows = [line for line in (REPO / "README.md").read_text().splitlines()
+            if line.startswith("|") and "benchmarks/results/" in line]
+    assert len(rows) >= 3
+    for row in rows:
+        name = re.search(r"benchmarks/results/([\w-]+)\.md", row)[1]
+        run = json.loads((REPO / "benchmarks" / "results" / f"{name}.json").read_text())
+        assert run["started"][:10] in row, (name, run["started"])
+        assert f"`{run['versions']['git_commit']}`" in row, (name, run["versions"]["git_commit"])
+        assert f"`{run['command']}`" in row, (name, run["command"])
