@@ -108,9 +108,11 @@ _LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
 
 def _anchors(markdown: str) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
-    out = set()
+    out, fenced = set(), False
     for line in markdown.splitlines():
-        if line.startswith("#"):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif line.startswith("#") and not fenced:
             title = line.lstrip("#").strip().lower()
             out.add(re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", title)))
     return out
