@@ -30,8 +30,8 @@ from tests.support.snippets import Snippet, collect, for_server, parse
 SNIPPETS = collect(REPO)
 RUN = [s for s in SNIPPETS if s.not_run is None]
 PARSE_ONLY = [s for s in SNIPPETS if s.not_run is not None]
-#: One snippet's wall-clock limit: snippets are short requests, not benchmarks.
-SNIPPET_TIMEOUT_S = 60
+#: One snippet's wall-clock limit: snippets are short requests, not benchmarks (generous for a loaded machine).
+SNIPPET_TIMEOUT_S = 120
 #: Variables a snippet never inherits from the shell that runs the tests (no cloud account is reached).
 _CONFIG_PREFIXES = ("KOKORO_", "SAGEMAKER_", "RUNPOD_", "AWS_")
 #: ``curl`` as the snippets get it: an HTTP error status is a failure (exit 22), with the body shown.
