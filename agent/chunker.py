@@ -1,7 +1,7 @@
 """Streaming sentence chunker: feed text deltas from a language model, get complete sentences back as
 soon as they end, so speech can start while the model is still writing.
 
-Rules (what a listener would expect; the README repeats them):
+Rules (what a listener would expect; docs/runtimes.md repeats them):
 
 * Sentence ends are those of :mod:`backends.sentences`, the rules the server's text planner follows
   too: ``. ! ? …`` (then any closing quotes or brackets) before a word that starts a sentence, never

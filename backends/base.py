@@ -1,4 +1,4 @@
-"""The two layers every runtime sits behind (DESIGN.md §2).
+"""The two layers every runtime sits behind (docs/architecture.md).
 
 * :class:`Synthesizer` — synchronous, one per runtime. ``load()`` does the heavy work once;
   ``synthesize(segment)`` turns one :class:`Segment` into float32 audio at 24 kHz, clipped to

@@ -1,4 +1,4 @@
-"""The concurrent backend: one scheduler over every session, forming micro-batches (DESIGN.md §2).
+"""The concurrent backend: one scheduler over every session, forming micro-batches (docs/runtimes.md).
 
 Shape (vLLM's per-request collectors fed by one background loop; LitServe's batch filling):
 

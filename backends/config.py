@@ -1,5 +1,5 @@
 """The backend's configuration: every ``KOKORO_*`` variable the engine, its runtimes and its text
-pipeline read, declared once (DESIGN.md §5).
+pipeline read, declared once (listed in docs/settings.md).
 
 :class:`BackendConfig` is a pydantic-settings object: ``BackendConfig()`` reads the environment
 (prefix ``KOKORO_``), keyword arguments override it, and once built it is immutable, so one object

@@ -1,5 +1,5 @@
 """The engine both scheduling modes share: lifecycle, planning, playback deadlines, and the single
-per-segment step (DESIGN.md §2).
+per-segment step (docs/runtimes.md).
 
 :class:`Engine` holds what does not depend on scheduling — loading and warming up the runtime,
 health (including a watchdog over stuck runtime calls), validating and planning a request,

@@ -1,6 +1,6 @@
 """Where sentences end: one set of rules for the server's text planner and the agent's streaming chunker.
 
-Rules (the README states them for users):
+Rules (docs/runtimes.md states them for users):
 
 * A sentence ends after ``. ! ? …`` (a run of them, then any closing quotes or brackets) when
   whitespace follows and the next word starts a sentence: after any opening quotes or brackets, a

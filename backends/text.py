@@ -1,7 +1,7 @@
 """Text -> segments: normalise, split into sentences, keep every segment within the model's phoneme
 limit, and cut the first segment early so first audio comes soon.
 
-Rules (the README states them for users):
+Rules (docs/runtimes.md states them for users):
 
 * Sentences end where :mod:`backends.sentences` says (the rules the agent's chunker follows too):
   at ``. ! ? …`` before a word that starts a sentence, at CJK full stops and at newlines; never

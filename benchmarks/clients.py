@@ -1,4 +1,4 @@
-"""Wire clients that time what a user hears: the WebSocket contract (DESIGN.md §4, through the one
+"""Wire clients that time what a user hears: the WebSocket contract (docs/wire-contract.md, through the one
 contract client, ``agent.ws_client``) and ``POST /invocations``. Times are ``time.perf_counter()`` seconds from the moment the request
 (or the first request of a pipelined burst) left the client.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The first run on a GPU machine that has PyTorch but no network and no install of this project: only
-# the repository and a folder of wheels copied beside it (see the README, "The GPU run").
+# the repository and a folder of wheels copied beside it (see docs/benchmarks.md, "The GPU run").
 #
 #   benchmarks/gpu_check.sh [--quick] [--wheels DIR] [--out DIR] [--model-dir DIR] [--python PY] [-- GPU-ARGS...]
 #
@@ -55,7 +55,7 @@ step "dependencies"
 MISSING="$("$PY" -m benchmarks.gpu_requirements --missing)"
 if [ -n "$MISSING" ]; then
   echo "installing from $WHEELS:"; echo "$MISSING"
-  [ -d "$WHEELS" ] || { echo "no wheel folder $WHEELS (see the README, 'The GPU run')" >&2; exit 1; }
+  [ -d "$WHEELS" ] || { echo "no wheel folder $WHEELS (see docs/benchmarks.md, 'The GPU run')" >&2; exit 1; }
   # shellcheck disable=SC2086
   "$PY" -m pip install --no-index --find-links "$WHEELS" $MISSING
 else

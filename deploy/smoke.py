@@ -2,7 +2,7 @@
 
 "InService" (SageMaker) or "RUNNING" (RunPod) only says the container answered /ping; the AWS
 sample's handler crashed on every binary frame while its endpoint said InService. This check
-speaks the wire contract (DESIGN.md §4) the way SageMaker does — each request JSON sent as a
+speaks the wire contract (docs/wire-contract.md) the way SageMaker does — each request JSON sent as a
 **binary** message, without ``type`` — pipelines two requests, and asserts, per request:
 ``synthesis_start`` (text frame) -> one or more binary PCM frames with real samples ->
 ``synthesis_complete`` (text frame), with matching ``request_id``s and in order. It then sends

@@ -1,4 +1,4 @@
-"""The ``kokoro-serve`` command (DESIGN.md §5).
+"""The ``kokoro-serve`` command (its flags and settings: docs/settings.md).
 
 * ``kokoro-serve [serve] [--backend onnx|torch] [--mode sequential|concurrent] [--host H] [--port P]
   [--device auto|cpu|cuda] [--model-dir DIR]`` — run the server (the default command). Flags

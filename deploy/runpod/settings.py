@@ -2,7 +2,7 @@
 serverless handler read, declared once with its default and meaning.
 
 The RunPod-only variables (``KOKORO_RUNPOD_MODE``, ``KOKORO_SERVER_URL``, ``KOKORO_SERVER_API_KEY``,
-``KOKORO_ALLOW_NO_AUTH``) appear in the README's table through :meth:`RunPodSettings.markdown_rows`;
+``KOKORO_ALLOW_NO_AUTH``) appear in the table in docs/settings.md through :meth:`RunPodSettings.markdown_rows`;
 the server's own variables that the entry consults to plan the pod (``KOKORO_API_KEY``,
 ``KOKORO_PORT``, ``KOKORO_MODE``) are declared by the server's settings and listed there, so they are
 left out of these rows. Importing this module loads pydantic; ``start.py`` and ``handler.py`` import
@@ -18,7 +18,7 @@ from pydantic_settings import SettingsConfigDict
 
 from agent.settings import EnvironSettings
 
-#: Marks a field that the server's settings declare (and list in the README) already.
+#: Marks a field that the server's settings declare (and list in docs/settings.md) already.
 SERVER_OWNED = {"server_owned": True}
 
 
@@ -54,7 +54,7 @@ class RunPodSettings(EnvironSettings):
 
     @classmethod
     def markdown_rows(cls) -> list[str]:
-        """The README rows of the RunPod-only variables (the server's own are in its table)."""
+        """The docs/settings.md rows of the RunPod-only variables (the server's own are in its table)."""
         own = [name for name, f in cls.model_fields.items() if not (f.json_schema_extra or {}).get("server_owned")]
         rows = super().markdown_rows()
         return [row for name, row in zip(cls.model_fields, rows, strict=True) if name in own]

@@ -1,5 +1,5 @@
 """The SageMaker container entry's own variables (``deploy/sagemaker/serve``), declared once with
-their defaults and meanings; the README's table lists them through :meth:`ServeSettings.markdown_rows`.
+their defaults and meanings; the table in docs/settings.md lists them through :meth:`ServeSettings.markdown_rows`.
 The server's variables (``KOKORO_MODEL_DIR``, ``KOKORO_BACKEND`` ...) are declared by the server."""
 
 from __future__ import annotations

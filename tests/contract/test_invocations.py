@@ -1,4 +1,4 @@
-"""POST /invocations with the real ONNX runtime (DESIGN.md §4): formats and every error status."""
+"""POST /invocations with the real ONNX runtime (docs/wire-contract.md): formats and every error status."""
 
 from __future__ import annotations
 

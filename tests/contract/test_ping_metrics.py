@@ -1,4 +1,4 @@
-"""GET /ping and GET /metrics with the real ONNX runtime (DESIGN.md §4)."""
+"""GET /ping and GET /metrics with the real ONNX runtime (docs/wire-contract.md, docs/operating.md)."""
 
 from __future__ import annotations
 

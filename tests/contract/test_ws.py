@@ -1,4 +1,4 @@
-"""WS /invocations-bidirectional-stream with the real ONNX runtime (DESIGN.md §4)."""
+"""WS /invocations-bidirectional-stream with the real ONNX runtime (docs/wire-contract.md)."""
 
 from __future__ import annotations
 
