@@ -86,7 +86,8 @@ def run(work: Path, max_wait_s: float) -> tuple[float | None, subprocess.Popen]:
     subprocess.run(["git", "-C", str(clone), "checkout", "--quiet", head], check=True)
     print(f"fresh clone of {head[:12]} in {clone}", flush=True)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     env.update(KOKORO_MODEL_DIR=str(work / "models"), KOKORO_PORT=str(port), KOKORO_HOST="127.0.0.1",
                XDG_CACHE_HOME=str(work / "cache"), PIP_NO_CACHE_DIR="1")
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if "/.venv" not in p)
