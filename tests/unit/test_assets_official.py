@@ -27,11 +27,15 @@ class _Release(http.server.BaseHTTPRequestHandler):
 
     files: ClassVar[dict[str, bytes]] = {}
     cut_after: int | None = None
+    status: int | None = None  # answer every request with this error status
     seen: ClassVar[list[tuple[str, str | None]]] = []
 
     def do_GET(self):
         folder, _, name = self.path.rpartition("/")
         self.seen.append((name, self.headers.get("Range")))
+        if self.status:
+            self.send_error(self.status)
+            return
         body = self.files.get(name) if folder == RELEASE_PATH else None
         if body is None:
             self.send_error(404)
@@ -67,7 +71,7 @@ def upstream(monkeypatch):
              "voices-v1.0.bin": _npz({"af_heart": 0.01, "am_adam": 0.02, "bf_emma": 0.03})}
     pins = tuple(ReleaseFile(n, hashlib.sha256(b).hexdigest(), len(b)) for n, b in files.items())
     monkeypatch.setattr(official, "RELEASE", pins)
-    handler = type("Release", (_Release,), {"files": files, "seen": [], "cut_after": None})
+    handler = type("Release", (_Release,), {"files": files, "seen": [], "cut_after": None, "status": None})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}{RELEASE_PATH}"
@@ -128,6 +132,25 @@ def test_a_missing_release_file_names_the_setting(upstream, tmp_path, capsys, mo
     assert main(["assets", "--official", "--model-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "404" in err and "KOKORO_OFFICIAL_URL" in err
+
+
+def test_server_errors_are_retried_then_given_up_with_a_clear_message(upstream, tmp_path):
+    handler, base = upstream
+    handler.status = 503
+    pauses = []
+    pin = official.RELEASE[0]
+    with pytest.raises(assets.AssetError, match=r"giving up after 4 attempts.*HTTP 503.*run the command again"):
+        download(f"{base}/{pin.name}", tmp_path / pin.name, sha256=pin.sha256, size=pin.size, sleep=pauses.append)
+    assert pauses == [1.0, 2.0, 4.0] and len(handler.seen) == 4
+    assert not (tmp_path / pin.name).exists()
+
+
+def test_a_refusal_is_not_retried(upstream, tmp_path):
+    handler, base = upstream
+    handler.status = 403
+    with pytest.raises(assets.AssetError, match="HTTP 403"):
+        download(f"{base}/x", tmp_path / "x", sleep=lambda _s: pytest.fail("a 403 was retried"))
+    assert len(handler.seen) == 1
 
 
 def test_assets_torch_rebuilds_the_checkpoint_only_when_asked(tmp_path, monkeypatch):
