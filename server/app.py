@@ -72,10 +72,16 @@ async def metrics_endpoint(request: Request) -> Response:
 
 
 async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """The router's 404/405: this server's error shape, or OpenAI's under ``/v1/`` (what an OpenAI
+    client parses: ``message``, ``type``, ``param``, ``code``)."""
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse({"error": {"code": code, "message": exc.detail}}, status_code=exc.status_code,
-                        headers=exc.headers)
+    error: dict[str, Any] = {"code": code, "message": exc.detail}
+    if request.url.path.startswith("/v1/"):
+        where = f"{request.method} {request.url.path}"
+        message = {404: f"Invalid URL ({where})", 405: f"Method not allowed ({where})"}.get(exc.status_code, exc.detail)
+        error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    return JSONResponse({"error": error}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:
