@@ -1,6 +1,7 @@
 """The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
 
-Routes (DESIGN.md §4): ``GET /ping``, ``POST /invocations``, ``WS
+Routes (DESIGN.md §4): ``GET /ping`` (with ``warnings`` while synthesis falls behind real time,
+``server.realtime``), ``POST /invocations``, ``WS
 /invocations-bidirectional-stream``, ``GET /metrics`` and the OpenAI-compatible routes; every
 speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
 backend only through the :class:`~backends.base.Backend` protocol. Middleware: ``x-request-id`` on
@@ -36,6 +37,7 @@ from .auth import BearerAuth
 from .invocations import invocations_endpoint
 from .metrics import Metrics
 from .openai_api import openai_routes
+from .realtime import default_advice
 from .request_id import RequestIdMiddleware
 from .settings import Settings
 from .state import ServerState
@@ -53,6 +55,8 @@ async def ping(request: Request) -> JSONResponse:
         body["error"] = f"{type(state.load_error).__name__}: {state.load_error}"
     if not state.ready:
         return JSONResponse(body, status_code=503)
+    if warnings := state.metrics.realtime.warnings():
+        body["warnings"] = warnings  # still 200: the server works, only late (server.realtime)
     try:
         # A health check that is slow because every core is busy synthesising is not a failure.
         async with asyncio.timeout(PING_HEALTH_TIMEOUT_S):
@@ -103,6 +107,9 @@ def create_app(
     ``Metrics`` to both for one registry.
     """
     metrics = metrics if metrics is not None else Metrics()
+    metrics.realtime.window_s = settings.realtime_window_s
+    metrics.realtime.advice = default_advice(threads=settings.threads, mode=settings.mode, runtime=settings.backend,
+                                             device=settings.device)
     state = ServerState(settings, backend, metrics)
 
     async def load() -> None:
@@ -118,6 +125,7 @@ def create_app(
                 on_fatal(e)
             return
         metrics.ready.set(1)
+        metrics.realtime.arm()  # judged from here: the warm-up is slow by nature
         log.info("ready: %s", state.describe())
 
     @contextlib.asynccontextmanager

@@ -51,6 +51,12 @@ class Settings(BackendConfig):
         "info", description="Log level of the server and uvicorn."
     )
     access_log: bool = Field(False, description="Log one line per HTTP request (uvicorn's access log).")
+    realtime_window_s: float = Field(
+        60.0, ge=0,
+        description="Window over which the server judges whether synthesis keeps up with real time; when it falls "
+        "behind (real-time factor above 1, or listeners' gaps growing) it logs a warning and `/ping` lists it in "
+        "`warnings` (`0`: off).",
+    )
 
     # -- limits -------------------------------------------------------------------------------
     max_message_bytes: int = Field(
