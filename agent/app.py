@@ -1,5 +1,6 @@
 """The AgentCore app: ``POST /invocations`` runs one spoken turn and streams it as Server-Sent Events;
-``GET /`` serves the browser page; ``GET /ping`` is AgentCore's health check.
+``GET /`` serves the browser page; ``GET /ping`` is AgentCore's health check; ``GET /tts-status``
+relays the TTS server's ``/ping`` (its ``warnings`` — synthesis behind real time — show on the page).
 
 Request JSON: ``prompt`` (required), ``mode`` (``bidi`` — speech starts with the first sentence, the
 default — or ``batch`` — the whole reply first, then one synthesis: the baseline), ``voice``,
@@ -32,12 +33,16 @@ its own Strands ``Agent`` (no history between turns) and its own TTS session.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bedrock_agentcore.runtime import BedrockAgentCoreApp
 from starlette.responses import FileResponse, JSONResponse, StreamingResponse
@@ -50,6 +55,7 @@ from .tts_client import TTSClient
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_PROMPT_CHARS = 4000
+TTS_PING_TIMEOUT_S = 2.0
 
 
 class InvalidPayload(ValueError):
@@ -109,6 +115,36 @@ def build_tts(settings: AgentSettings) -> TTSClient:
                                speed=settings.speed, retry=settings.reconnect())
 
 
+def ping_url(tts_url: str) -> str:
+    """The TTS server's ``/ping`` for a ``ws(s)://`` or ``http(s)://`` URL (or a bare ``host:port``)."""
+    parts = urlsplit(tts_url if "://" in tts_url else f"http://{tts_url}")
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    return f"{scheme}://{parts.netloc}/ping"
+
+
+def _read_ping(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=TTS_PING_TIMEOUT_S) as r:
+            body = json.loads(r.read())
+    except urllib.error.HTTPError as e:  # 503 while loading or draining: its body says why
+        try:
+            body = json.loads(e.read())
+        except ValueError:
+            body = {}
+    except (OSError, ValueError) as e:
+        return {"reachable": False, "error": f"{type(e).__name__}: {e}"}
+    return {"reachable": True, "status": body.get("status"), "warnings": body.get("warnings", [])}
+
+
+async def tts_status(settings: AgentSettings) -> dict[str, Any]:
+    """What the TTS server's ``/ping`` says — its status and ``warnings`` (the slow-machine warning:
+    synthesis behind real time, with what to do). A SageMaker endpoint has no ``/ping`` the agent
+    can reach: ``reachable`` is None there and the page judges from the gaps it hears."""
+    if settings.endpoint_name or not settings.tts_url:
+        return {"reachable": None, "warnings": []}
+    return await asyncio.to_thread(_read_ping, ping_url(settings.tts_url))
+
+
 def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCoreApp:
     """The app; ``model`` overrides the provider that ``settings.model`` names (tests, embedding)."""
     model = model or build_model(
@@ -144,9 +180,13 @@ def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCor
             "speed": settings.speed,
         })
 
+    async def tts_health(request: Any) -> JSONResponse:
+        return JSONResponse(await tts_status(settings))
+
     app.router.routes.extend([
         Route("/", index, methods=["GET"]),
         Route("/info", info, methods=["GET"]),
+        Route("/tts-status", tts_health, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ])
     return app
