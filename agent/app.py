@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import urllib.error
 import urllib.request
@@ -53,6 +54,7 @@ from .agent import build_agent, build_model, converse
 from .settings import AgentSettings
 from .tts_client import TTSClient
 
+log = logging.getLogger("kokoro.agent")
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_PROMPT_CHARS = 4000
 TTS_PING_TIMEOUT_S = 2.0
@@ -95,6 +97,17 @@ class TurnRequest:
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def logged(events: AsyncIterator[dict[str, Any]], mode: str) -> AsyncIterator[dict[str, Any]]:
+    """The turn's events, passed on; one log line when the turn ends (the SDK's own line comes
+    when the response starts, not when the turn is done)."""
+    async for event in events:
+        if event.get("type") == "agent_end":
+            log.info("turn done (%s) in %s ms: %s sentence(s), first text %s ms, first audio %s ms", mode,
+                     event.get("total_ms"), event.get("sentences"), event.get("first_text_ms"),
+                     event.get("first_audio_ms"))
+        yield event
 
 
 async def sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -164,8 +177,8 @@ def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCor
             req = TurnRequest.parse(payload)
         except InvalidPayload as exc:
             return JSONResponse({"error": {"code": "invalid_request", "message": str(exc)}}, status_code=400)
-        turn = converse(build_agent(model), tts, req.prompt, mode=req.mode, voice=req.voice, speed=req.speed,
-                        first_clause_words=settings.first_clause_words or None)
+        turn = logged(converse(build_agent(model), tts, req.prompt, mode=req.mode, voice=req.voice, speed=req.speed,
+                               first_clause_words=settings.first_clause_words or None), req.mode)
         return StreamingResponse(sse(turn), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def index(request: Any) -> FileResponse:

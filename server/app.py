@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from backends.base import Backend
+from backends.startup import install_hint
 
 from .auth import BearerAuth
 from .invocations import invocations_endpoint
@@ -120,7 +121,10 @@ def create_app(
             raise
         except BaseException as e:
             state.load_error = e
-            log.exception("the backend failed to start")
+            if (hint := install_hint(e)) is not None:  # a missing optional package: how to install it
+                log.error("the backend failed to start: %s", hint)
+            else:
+                log.exception("the backend failed to start")
             if on_fatal is not None:
                 on_fatal(e)
             return

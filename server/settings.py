@@ -50,6 +50,9 @@ class Settings(BackendConfig):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="Log level of the server and uvicorn."
     )
+    log_format: Literal["plain", "json"] = Field(
+        "plain", description="Log lines as plain text or one JSON object each (`json`: for a log collector)."
+    )
     access_log: bool = Field(False, description="Log one line per HTTP request (uvicorn's access log).")
     realtime_window_s: float = Field(
         60.0, ge=0,
@@ -108,6 +111,11 @@ def _env_names(name: str, field: Any) -> list[str]:
     if isinstance(alias, AliasChoices):
         return [a for a in alias.choices if isinstance(a, str) and a.isupper()]
     return [ENV_PREFIX + name.upper()]
+
+
+def env_names(name: str) -> list[str]:
+    """The variables of the field ``name`` of :class:`Settings`, as the table lists them."""
+    return _env_names(name, Settings.model_fields[name])
 
 
 def _default(name: str, field: Any) -> str:
