@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from backends.logs import configure
 from backends.startup import install_hint, settings_problems
 
-from .app import create_app
 from .settings import AgentSettings
 
 FLAG_NAMES = {"scripted_reply": "--reply"}  # the flags not named after their field
@@ -87,6 +86,13 @@ def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None
     if settings.endpoint_name:
         settings = settings.model_copy(update={"tts_url": None})
     return settings
+
+
+def create_app(settings: AgentSettings) -> Any:
+    """The app (imported here, so that a missing agent package is an install hint, not a traceback)."""
+    from .app import create_app as build
+
+    return build(settings)
 
 
 def _problem(line: str) -> int:

@@ -143,3 +143,11 @@ def test_agent_imports_no_server_and_no_runtime():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_missing_agent_package_gives_the_install_command_not_a_traceback():
+    code = ("import sys; sys.modules['bedrock_agentcore'] = None; from agent.cli import main; "
+            "sys.exit(main(['serve', '--model', 'scripted']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "the agent needs bedrock-agentcore, which is not installed: pip install 'kokoro-serve[agent]'" in done.stderr
