@@ -45,13 +45,33 @@ def formatter(fmt: str) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else logging.Formatter(PLAIN)
 
 
-def configure(level: str = "info", fmt: str = "plain", *, stream: Any = None) -> logging.Handler:
-    """Route every log line of this process through one handler on ``stream`` (stderr)."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+class StderrHandler(logging.StreamHandler):
+    """A stream handler on whatever ``sys.stderr`` is when a record is written (not when the
+    handler was made), so that code replacing stderr — a test's capture — never leaves it
+    writing to a closed stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def configure(level: str = "info", fmt: str = "plain") -> logging.Handler:
+    """Route every log line of this process through one handler on stderr. A handler
+    ``logging.basicConfig`` or an earlier call installed is replaced; others (a test runner's
+    capture) are left alone."""
+    handler = StderrHandler()
     handler.setFormatter(formatter(fmt))
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if type(old) is logging.StreamHandler or isinstance(old, StderrHandler):
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
     for name in ROUTED:

@@ -105,8 +105,8 @@ def test_one_log_format_and_no_sdk_line_when_a_turn_starts(captured):
 
     assert cli.main(["serve", "--log-format", "json"], env={}) == 0
     assert captured["settings"].log_format == "json"
-    root = logging.getLogger()
-    assert len(root.handlers) == 1 and type(root.handlers[0].formatter).__name__ == "JsonFormatter"
+    ours = [h for h in logging.getLogger().handlers if type(h).__name__ == "StderrHandler"]
+    assert len(ours) == 1 and type(ours[0].formatter).__name__ == "JsonFormatter"
     assert captured["run"]["log_config"] is None  # uvicorn's lines through the same handler
     sdk = logging.getLogger("bedrock_agentcore.app")
     assert not sdk.isEnabledFor(logging.INFO) and sdk.isEnabledFor(logging.WARNING)
