@@ -76,13 +76,12 @@ def header_text(raw: bytes) -> str:
 
 
 def header_value(text: str) -> str:
-    """A client-chosen id as a header value that goes back on the wire as the client sent it: the
-    text's UTF-8 bytes (Starlette writes header strings as Latin-1, so the bytes are passed as
-    Latin-1 characters). Only control characters (CR/LF, which cannot come in a header but can in
-    a JSON body) make it percent-encoded."""
-    if any(c < " " or c == "\x7f" for c in text):
-        return quote(text, safe="")
-    return text.encode("utf-8").decode("latin-1")
+    """An id the server chose or read from a JSON body, as a header value: printable ASCII as is,
+    anything else (non-ASCII characters, CR/LF) percent-encoded. (A client's own ``X-Request-Id``
+    goes back in the bytes it came in: :func:`server.request_id.id_header`.)"""
+    if all(" " <= c <= "~" for c in text):
+        return text
+    return quote(text, safe="")
 
 
 class AudioStream(StreamingResponse):

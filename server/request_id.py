@@ -2,7 +2,7 @@
 
 A pure ASGI middleware for the paths under ``/v1/``: the id is the client's own ``X-Request-Id``
 when it sends one (at most 128 characters, sent back byte for byte as it came: a UTF-8 ``café`` is
-answered ``café``, see :func:`server.http.header_value`), else a fresh ``req_<32 hex>``. It is set on the response whatever answers — a handler's success,
+answered ``café``, see :func:`id_header`), else a fresh ``req_<32 hex>``. It is set on the response whatever answers — a handler's success,
 SSE or error, an auth refusal, a 404 — replacing any id a handler set, and handed to the handler
 through the scope (:func:`request_id_of`) so logs and the response carry the same id. The OpenAI
 SDKs read it as ``response.request_id`` / ``_request_id`` and on errors as ``request_id``.
@@ -49,12 +49,13 @@ def client_request_id(scope: Scope) -> str | None:
 
 
 def id_header(scope: Scope, rid: str) -> str:
-    """``rid`` as the ``x-request-id`` value to answer: the client's own id goes back in the bytes
-    it came in (UTF-8 or Latin-1), any other id as UTF-8 (:func:`server.http.header_value`)."""
+    """``rid`` as the ``x-request-id`` value to answer. The client's own id goes back in the bytes
+    it came in (UTF-8 or Latin-1; Starlette writes header strings as Latin-1, so the bytes are
+    passed as Latin-1 characters); any other id as :func:`server.http.header_value` makes it."""
     raw = _client_header(scope)
-    if raw is not None and not _is_utf8(raw) and client_request_id(scope) == rid:
-        return rid  # sent as Latin-1: Starlette writes header strings as Latin-1, so as it came
-    return header_value(rid)
+    if raw is None or client_request_id(scope) != rid:
+        return header_value(rid)
+    return rid.encode("utf-8").decode("latin-1") if _is_utf8(raw) else rid
 
 
 def _is_utf8(raw: bytes) -> bool:

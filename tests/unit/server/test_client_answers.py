@@ -47,10 +47,11 @@ def test_a_non_ascii_request_id_comes_back_as_sent(live_server, raw):
     assert (models.status_code, posted.status_code, refused.status_code) == (200, 200, 400)
 
 
-def test_an_id_from_a_json_body_with_a_line_break_is_made_header_safe(make_client):
+@pytest.mark.parametrize(("rid", "header"), [("a\nb", "a%0Ab"), ("caf\u00e9", "caf%C3%A9"), ("plain id", "plain id")])
+def test_an_id_from_a_json_body_is_made_header_safe(make_client, rid, header):
     with make_client() as client:
-        r = client.post("/invocations", json={"text": "Hi.", "format": "pcm", "request_id": "a\nb"})
-    assert r.status_code == 200 and r.headers["x-request-id"] == "a%0Ab"
+        r = client.post("/invocations", json={"text": "Hi.", "format": "pcm", "request_id": rid})
+    assert r.status_code == 200 and r.headers["x-request-id"] == header
 
 
 def test_unknown_route_405_and_401_under_v1_are_in_openais_shape(make_client):
