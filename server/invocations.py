@@ -8,8 +8,9 @@ first bytes leave as soon as the first segment is synthesised; each later segmen
 is ready (``Transfer-Encoding: chunked``). A failure after the first bytes cuts the connection
 without the final chunk (a truncated body, never a short "success"); a client that leaves before
 the first audio stops the work. Every answer, errors included, carries ``X-Request-Id``: the
-body's ``request_id``, else the request's ``X-Request-Id`` header, else a fresh id. ``"stream": false`` buffers the whole answer and sends it with a
-Content-Length (and a WAV header with the real sizes).
+body's ``request_id``, else the request's ``X-Request-Id`` header, else a fresh id.
+``"stream": false`` buffers the whole answer and sends it with a Content-Length (and a WAV header
+with the real sizes).
 """
 
 from __future__ import annotations
