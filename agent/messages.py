@@ -1,4 +1,4 @@
-"""The bidirectional contract's messages (DESIGN.md §4) as the clients see them, and their errors.
+"""The bidirectional contract's messages (docs/wire-contract.md) as the clients see them, and their errors.
 
 * Client -> server: :func:`synthesis_request`, :func:`cancel_message`, :data:`CLOSE`, put on the wire by
   :func:`encode` (compact UTF-8 JSON).

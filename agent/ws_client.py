@@ -1,4 +1,4 @@
-"""The WebSocket client of ``/invocations-bidirectional-stream`` (DESIGN.md §4): the one client of the
+"""The WebSocket client of ``/invocations-bidirectional-stream`` (docs/wire-contract.md): the one client of the
 contract that the agent, the deploy smoke test, the RunPod handler and the benchmarks share.
 
 :class:`ContractSession` is one open session::

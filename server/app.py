@@ -1,7 +1,7 @@
 """The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
 
-Routes (DESIGN.md §4): ``GET /ping`` (with ``warnings`` while synthesis falls behind real time,
-``server.realtime``), ``POST /invocations``, ``WS
+Routes (docs/wire-contract.md, docs/openai-api.md): ``GET /ping`` (with ``warnings`` while
+synthesis falls behind real time, ``server.realtime``), ``POST /invocations``, ``WS
 /invocations-bidirectional-stream``, ``GET /metrics`` and the OpenAI-compatible routes; every
 speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
 backend only through the :class:`~backends.base.Backend` protocol. Middleware: ``x-request-id`` on

@@ -1,4 +1,4 @@
-"""The ``kokoro-serve`` command (DESIGN.md §5).
+"""The ``kokoro-serve`` command (docs/settings.md).
 
 * ``kokoro-serve [serve] [--backend onnx|torch] [--mode sequential|concurrent] [--host H] [--port P]
   [--device auto|cpu|cuda] [--threads N] [--api-key KEY] [--voice VOICE] [--model-dir DIR]

@@ -1,4 +1,4 @@
-"""POST /invocations — one text in, a streamed audio body out (DESIGN.md §4).
+"""POST /invocations — one text in, a streamed audio body out (docs/wire-contract.md).
 
 The handler maps the SageMaker wire format onto the synthesis pipeline (``server.pipeline``,
 ``server.http``): admission, the body (at most ``max_message_bytes``), JSON and fields, then

@@ -1,4 +1,4 @@
-"""Prometheus metrics, one registry per app (DESIGN.md §4).
+"""Prometheus metrics, one registry per app (docs/operating.md).
 
 :class:`Metrics` is also the backend's *observer*: the backend calls ``segment_done``,
 ``batch_done``, ``interrupted`` (worker threads), ``queue_depth`` and ``underrun`` (event loop). prometheus-client objects are

@@ -1,4 +1,4 @@
-"""Every setting of the server, in one object (DESIGN.md §5).
+"""Every setting of the server, in one object (docs/settings.md).
 
 :class:`Settings` reads ``KOKORO_*`` environment variables once, at start-up; the app factory and the CLI take the object as an
 argument — nothing reads the environment later, so tests build their own ``Settings(...)``. It extends the

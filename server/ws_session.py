@@ -1,4 +1,4 @@
-"""The WebSocket session state machine of ``/invocations-bidirectional-stream`` (DESIGN.md §4);
+"""The WebSocket session state machine of ``/invocations-bidirectional-stream`` (docs/wire-contract.md);
 the route itself (admission at the upgrade) is ``server.ws``.
 
 One :class:`Session` per socket, three tasks:
