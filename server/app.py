@@ -109,6 +109,7 @@ def create_app(
     """
     metrics = metrics if metrics is not None else Metrics()
     metrics.realtime.window_s = settings.realtime_window_s
+    metrics.realtime.serial = settings.mode == "sequential"  # calls never overlap: the real-time factor tells
     metrics.realtime.advice = default_advice(threads=settings.threads, mode=settings.mode, runtime=settings.backend,
                                              device=settings.device)
     state = ServerState(settings, backend, metrics)

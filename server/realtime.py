@@ -6,7 +6,9 @@ when, over that window, either
 
 * the real-time factor is above 1 — synthesis time over audio time, summed over the window's
   segments (at least ``MIN_AUDIO_S`` of audio, so one odd segment does not count): every listener
-  who plays in real time hears gaps; or
+  who plays in real time hears gaps. This counts only where runtime calls never overlap (the
+  sequential mode, ``serial=True``): the concurrent mode runs calls side by side, where each may
+  be slower than real time while together they keep up, so there the gaps decide; or
 * the playback underruns grew by ``MIN_UNDERRUN_S`` or more — the gaps listeners heard, however
   fast one segment is (too many listeners at once for this machine).
 
@@ -41,8 +43,10 @@ CODE = "slower_than_real_time"
 class RealtimeWatch:
     """The window of recent segments and underruns (module docstring). ``window_s`` 0 turns it off."""
 
-    def __init__(self, window_s: float = 60.0, *, advice: str = "", clock: Callable[[], float] = time.monotonic):
+    def __init__(self, window_s: float = 60.0, *, advice: str = "", serial: bool = True,
+                 clock: Callable[[], float] = time.monotonic):
         self.window_s = window_s
+        self.serial = serial
         self.advice = advice or default_advice()
         self._clock = clock
         self._lock = threading.Lock()
@@ -104,7 +108,7 @@ class RealtimeWatch:
         if self.window_s <= 0:
             return []
         rtf, gaps, audio = self.figures()
-        behind = rtf is not None and rtf > 1.0
+        behind = self.serial and rtf is not None and rtf > 1.0
         if not behind and gaps < MIN_UNDERRUN_S:
             return []
         what = (f"real-time factor {rtf:.2f}" if rtf is not None else "real-time factor unknown") + (

@@ -69,6 +69,17 @@ def test_growing_underruns_warn_even_when_each_segment_is_fast(clock):
     assert warning["underrun_seconds"] == 0.8 and warning["realtime_factor"] == 0.2
 
 
+def test_side_by_side_calls_each_slower_than_real_time_are_judged_by_the_gaps(clock):
+    watch = watching(30, clock, serial=False)  # the concurrent mode: two calls at a time
+    for _ in range(10):
+        watch.segment_done(1.5, 1.0)  # each call slower than real time, both together faster
+        clock.now += 0.75
+    assert watch.warnings() == []
+    watch.underrun(0.6)
+    [warning] = watch.warnings()
+    assert warning["realtime_factor"] == 1.5 and warning["underrun_seconds"] == 0.6
+
+
 def test_the_warning_clears_once_the_window_has_moved_past(clock):
     watch = watching(30, clock)
     watch.segment_done(3.0, 1.0)
