@@ -20,12 +20,15 @@ install: $(STAMP)
 # unpinned torch, which downloads a multi-GB CUDA build. PYSEC-2026-2286 is fixed from 2.10.
 # kokoro goes in without its dependencies: it would pull misaki[en] and so phonemizer-fork, which
 # silently replaces the `phonemizer` module that kokoro-onnx needs (tests/unit/test_install.py).
+# pyopenjtalk-plus (Japanese readings) goes in without its dependencies too: it declares the Sudachi
+# dictionary (sudachidict_core), which the readings never use.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[$(EXTRAS)]'
 	$(PIP) install -q --no-deps kokoro==0.9.4
+	$(PIP) install -q --no-deps pyopenjtalk-plus==0.4.1.post10
 	$(PY) -c "import phonemizer, importlib.metadata as m; m.version('phonemizer')" \
 		|| { echo "phonemizer missing or replaced"; exit 1; }
 	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }

@@ -146,8 +146,8 @@ def voices(settings: Settings) -> int:
 
     files = ModelFiles.discover(Path(settings.model_dir or default_model_dir()))
     store = VoiceStore.from_path(files.voices, settings.default_voice, settings.voice_alias_map)
-    for name in store.names():
-        print(f"{name}{'  (default)' if name == store.default else ''}")
+    for name, lang in store.languages().items():
+        print(f"{name}  {lang or '-'}{'  (default)' if name == store.default else ''}")
     for alias, target in store.aliases.items():
         print(f"{alias} -> {target}")
     return 0
