@@ -53,7 +53,7 @@ def create_synthesizer(config: BackendConfig, files: ModelFiles, voices: VoiceSt
 def create_g2p(config: BackendConfig) -> G2P:
     """The G2P of every language (front ends built on first use), with ``KOKORO_LEXICON`` loaded."""
     lexicon = Lexicon.from_file(config.lexicon) if config.lexicon else None
-    return G2P(english=config.english_g2p, lexicon=lexicon)
+    return G2P(english=config.english_g2p, lexicon=lexicon, torch_free=config.backend != "torch")
 
 
 def create_pipeline(config: BackendConfig, files: ModelFiles) -> TextPipeline:

@@ -26,7 +26,6 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
-from .base import InvalidRequest
 from .lang import (
     ENGLISH,
     LANGUAGE_SCRIPTS,
@@ -34,6 +33,7 @@ from .lang import (
     SCRIPT_LANGUAGE,
     VOICE_LANG_PREFIX,
     canonical_lang,
+    check_readable,
     check_script,
 )
 from .lexicon import Lexicon, split_inline, strip_links
@@ -83,17 +83,19 @@ class G2P:
     """``phonemize(text, lang)`` for every Kokoro language (see the module docstring).
 
     ``english``: ``"misaki"`` (default) or ``"espeak"``. ``lexicon``: words the deployment reads its
-    own way. Thread-safe; front ends are built once, on first use.
+    own way. ``torch_free``: keep torch out of spaCy's import (a process whose runtime is not torch;
+    see :mod:`backends.g2p_misaki`). Thread-safe; front ends are built once, on first use.
     """
 
-    def __init__(self, english: EnglishG2P = "misaki", lexicon: Lexicon | None = None):
+    def __init__(self, english: EnglishG2P = "misaki", lexicon: Lexicon | None = None, *, torch_free: bool = False):
         if english not in ("misaki", "espeak"):
             raise ValueError(f"english G2P must be 'misaki' or 'espeak', not {english!r}")
         self.english = english
+        self.torch_free = torch_free
         self.lexicon = lexicon or Lexicon()
         self.espeak = EspeakG2P()
         self._front_ends: dict[str, Callable[[str], str]] = {}
-        self._build_lock = threading.Lock()
+        self._build_lock = threading.RLock()  # Mandarin builds the English front end inside its own build
 
     # -- front ends -----------------------------------------------------------------------------
     def front_end(self, lang: str) -> Callable[[str], str]:
@@ -113,7 +115,7 @@ class G2P:
             if self.english == "misaki":
                 from .g2p_misaki import MisakiEnglish
 
-                misaki = MisakiEnglish(british=lang == "en-gb")
+                misaki = MisakiEnglish(british=lang == "en-gb", torch_free=self.torch_free)
                 return lambda text: misaki(normalize_english(text))
             return lambda text: self.espeak.phonemize(strip_links(normalize_english(text)), lang)
         if lang == "ja":
@@ -143,6 +145,7 @@ class G2P:
         if not text.strip():
             return ""
         check_script(strip_links(text), lang)
+        check_readable(strip_links(text), lang)
         text = self.lexicon.apply(text, lang)
         front = self.front_end(lang)
         out = ""
@@ -154,9 +157,3 @@ class G2P:
             out = f"{out}{glue}{piece.strip()}"
         return " ".join(out.split())
 
-
-def unreadable(words: list[str], lang: str) -> InvalidRequest:
-    """The typed error for words no front end of ``lang`` could read."""
-    shown = ", ".join(repr(w) for w in words[:5])
-    return InvalidRequest(f"lang {lang!r} cannot read {shown}; write it out or give its phonemes as "
-                          f"[word](/phonemes/)", code="unreadable_text")

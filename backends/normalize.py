@@ -138,6 +138,8 @@ def _time(m: re.Match[str]) -> str:
         spoken += " o'clock" if hour <= 12 else " hundred"
     if meridiem:
         spoken += " ay em" if meridiem.startswith("a") else " pee em"
+        if m.group(3).endswith(".") and re.match(r"\s*$|\s+[A-Z]", m.string[m.end():m.end() + 2]):
+            spoken += "."  # "p.m." also ended the sentence
     return spoken
 
 
@@ -200,8 +202,8 @@ RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str] | str]] = [
     (re.compile(r"\b(?:https?://|www\.)[^\s<>\"]+[^\s<>\".,;:!?)]"), _url),
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), _date_iso),
     (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b"), _date_us),
-    (re.compile(r"\b(\d{1,2}):(\d{2})(?:\s?([AaPp]\.?[Mm]\.?)(?=\W|$))?"), _time),
-    (re.compile(r"\b(\d{1,2})()\s?([AaPp]\.?[Mm]\.?)(?=\W|$)"), _time),
+    (re.compile(r"\b(\d{1,2}):(\d{2})(?:\s?([AaPp](?:\.[Mm]\.|[Mm]))(?=\W|$))?"), _time),
+    (re.compile(r"\b(\d{1,2})()\s?([AaPp](?:\.[Mm]\.|[Mm]))(?=\W|$)"), _time),
     (re.compile(r"(?<![\w.])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[.-]\d{4}\b"), _phone),
     (re.compile(r"(?<![\w.])\d{3}-\d{4}\b"), _phone),
     (re.compile(rf"([$£€¥₹])\s?({_NUM})(?:\s({_SCALES})\b)?"), _money),
