@@ -48,16 +48,19 @@ def vocab(model_files):
 
 @pytest.fixture(scope="session")
 def g2p():
+    """espeak-ng alone (the G2P of Spanish, French, Hindi, Italian, Portuguese)."""
     from backends.g2p import EspeakG2P
 
     return EspeakG2P()
 
 
 @pytest.fixture(scope="session")
-def pipeline(g2p, vocab):
+def pipeline(vocab):
+    """The server's text pipeline: every language's G2P (misaki for English), as the server builds it."""
+    from backends.g2p import G2P
     from backends.text import TextPipeline
 
-    return TextPipeline(g2p.phonemize, vocab)
+    return TextPipeline(G2P().phonemize, vocab)
 
 
 @pytest.fixture(scope="session")
