@@ -215,7 +215,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["wav", "mp3", "pcm", "opus", "aac", "flac"],
                    help="default: from the file's extension, else wav")
     p.add_argument("--sample-rate", type=int, help="8000, 16000, 22050, 24000 (default), 44100 or 48000")
-    p.add_argument("--lang", help="language code, e.g. en-us (default: the voice's)")
+    p.add_argument("--lang", help="language code, e.g. en-us (default: the voice's language when the text is in "
+                   "its script, else the text's script; docs/languages.md)")
     p.add_argument("--backend", choices=["onnx", "torch"])
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     return parser

@@ -60,3 +60,13 @@ def test_the_voice_store_lists_each_voice_language():
     store = VoiceStore({"jf_alpha": pack, "af_heart": pack, "custom": pack}, "af_heart", {"nova": "jf_alpha"})
     assert store.languages() == {"af_heart": "en-us", "custom": None, "jf_alpha": "ja"}
     assert store.language("nova") == "ja"  # an alias speaks its target's language
+
+
+@pytest.mark.parametrize(("text", "lang", "first"), [
+    ("新しい駅ができたので、私たちは毎朝その駅から電車に乗って会社へ行きます。", "ja", "新しい駅ができたので、"),
+    ("今天天气很好，我们一起去公园散步吧。", "cmn", "今天天气很好，"),
+])
+def test_japanese_and_mandarin_first_segments_are_cut_at_their_clause_marks(pipeline, text, lang, first):
+    segments = pipeline.plan(text, voice="jf_alpha", lang=lang)
+    assert segments[0].text == first and len(segments) == 2
+    assert "".join(s.text for s in segments).replace(" ", "") == text
