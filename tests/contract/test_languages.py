@@ -101,3 +101,10 @@ def test_a_mandarin_sentence_lasts_as_long_as_misakis_phonemes_say(contract_clie
 def test_the_voice_listing_says_each_voice_language(contract_client):
     listing = contract_client.get("/v1/audio/voices").json()
     assert listing["languages"] == {v: "ja" for v in listing["voices"]}  # the five offline voices
+
+
+def test_every_route_reads_japanese_text_as_japanese_without_a_lang(contract_client):
+    """One rule for every route: the OpenAI route, like /invocations and the WebSocket, needs no lang."""
+    r = contract_client.post("/v1/audio/speech", json={"model": "kokoro", "input": "はい、そうです。", "voice": "jf_alpha",
+                                                       "response_format": "pcm"})
+    assert r.status_code == 200 and 0.3 < _spoken_s(_pcm(r.content)) < 3.0
