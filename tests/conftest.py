@@ -55,12 +55,19 @@ def g2p():
 
 
 @pytest.fixture(scope="session")
-def pipeline(vocab):
-    """The server's text pipeline: every language's G2P (misaki for English), as the server builds it."""
+def server_g2p():
+    """The server's G2P: every language's front end (misaki for English), each built on first use."""
     from backends.g2p import G2P
+
+    return G2P()
+
+
+@pytest.fixture(scope="session")
+def pipeline(vocab, server_g2p):
+    """The server's text pipeline."""
     from backends.text import TextPipeline
 
-    return TextPipeline(G2P().phonemize, vocab)
+    return TextPipeline(server_g2p.phonemize, vocab)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,8 @@ from backends.lexicon import Lexicon
 
 
 @pytest.fixture(scope="module")
-def g2p():
-    return G2P()
+def g2p(server_g2p):
+    return server_g2p
 
 
 MANDARIN = ["你好，世界。", "今天天气很好，我们去公园散步吧！", "他在北京大学学习了三年。", "这本书多少钱？"]
