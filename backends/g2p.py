@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from .lang import (
+    CJK_LANGS,
     ENGLISH,
     LANGUAGE_SCRIPTS,
     LANGUAGES,
@@ -95,7 +96,7 @@ class G2P:
         self.lexicon = lexicon or Lexicon()
         self.espeak = EspeakG2P()
         self._front_ends: dict[str, Callable[[str], str]] = {}
-        self._build_lock = threading.RLock()  # Mandarin builds the English front end inside its own build
+        self._build_lock = threading.Lock()
 
     # -- front ends -----------------------------------------------------------------------------
     def front_end(self, lang: str) -> Callable[[str], str]:
@@ -125,12 +126,14 @@ class G2P:
         if lang == "cmn":
             from .g2p_misaki import MisakiMandarin
 
-            return MisakiMandarin(english=self.front_end("en-us"))
+            # Latin words inside Chinese text: the English front end, built when the first one comes
+            return MisakiMandarin(english=lambda text: self.front_end("en-us")(text))
         return lambda text: self.espeak.phonemize(strip_links(text), lang)
 
     def preload(self, lang: str) -> None:
         """Build ``lang``'s front end now (at start, for the default language)."""
-        self.front_end(canonical_lang(lang))("a" if lang not in ("ja", "cmn") else "一")
+        lang = canonical_lang(lang)
+        self.front_end(lang)("一" if lang in CJK_LANGS else "a")
 
     @property
     def loaded(self) -> list[str]:
