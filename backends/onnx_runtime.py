@@ -26,6 +26,7 @@ same single run that makes the audio — the audio is the plain model's, bit for
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from .assets import ModelFiles
 from .base import MAX_PHONEMES, SAMPLE_RATE, BackendFault, Interrupt, Interrupted, Segment, clip_audio
 from .onnx_timed import DURATIONS_OUTPUT
 from .voices import VoiceStore
+
+log = logging.getLogger(__name__)
 
 
 def load_vocab(config_path: Path) -> dict[str, int]:
@@ -82,6 +85,9 @@ class OnnxSynthesizer:
         self._audio_output = next((n for n in outputs if n != DURATIONS_OUTPUT), outputs[0])
         if self.reports_durations and DURATIONS_OUTPUT not in outputs:
             raise BackendFault(f"{self.files.onnx.name} has no {DURATIONS_OUTPUT!r} output; rerun `kokoro-serve assets`")
+        if not self.reports_durations:
+            log.warning("%s has no timed twin in %s: no word timings on onnx; `kokoro-serve assets` writes it",
+                        self.files.onnx.name, self.files.root)
 
     def _open(self, threads: int):
         import onnxruntime as ort

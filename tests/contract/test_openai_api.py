@@ -307,7 +307,7 @@ def test_openai_speed_range_gives_audio(client, reference_pcm, asked, same_as):
 
 
 def test_word_timings_unsupported_without_durations(onnx_server):
-    # LoadedRuntime passes on only `synthesize`: a runtime that reports no durations. (ONNX with its
+    # LoadedRuntime (without timed=True) passes on only `synthesize`: no durations. (ONNX with its
     # timed model answers: tests/integration/test_onnx_durations.py.)
     body = {"model": "kokoro", "input": TEXT, "voice": "jm_kumo"}
     with httpx.Client(base_url=onnx_server.url, timeout=60) as http:

@@ -57,13 +57,12 @@ class TimedRuntime(LoadedRuntime):
     """The session's loaded ONNX runtime with its timed calls, every one recorded."""
 
     def __init__(self, inner: OnnxSynthesizer):
-        super().__init__(inner)
-        self.reports_durations = inner.reports_durations
+        super().__init__(inner, timed=True)
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def synthesize_timed(self, segment: Segment, **options: Any):
         self.calls.append(("synthesize_timed", options))
-        return self.inner.synthesize_timed(segment, **options)
+        return super().synthesize_timed(segment, **options)
 
     def synthesize_solo_timed(self, segment: Segment, interrupt: Interrupt | None = None):
         self.calls.append(("synthesize_solo_timed", {"interrupt": interrupt}))
