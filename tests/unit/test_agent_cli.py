@@ -102,7 +102,7 @@ def test_every_agent_variable_is_declared_with_a_description():
 def test_agent_imports_no_server_and_no_runtime():
     """The agent may use the pure-Python sentence rules of backends, nothing else of it."""
     code = (
-        "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, agent.chunker, "
+        "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, backends.chunker, "
         "agent.messages, agent.ws_client, agent.settings; "
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('server', 'onnxruntime', 'torch', 'numpy') "
         "or (m.startswith('backends.') and m != 'backends.sentences')]; "

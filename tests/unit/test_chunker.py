@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.chunker import SentenceChunker, chunk_stream
+from backends.chunker import SentenceChunker, chunk_stream
 from backends.sentences import split_sentences
 
 
@@ -224,6 +224,6 @@ def test_importing_the_chunker_loads_no_numerical_or_model_runtime():
     import subprocess
     import sys
 
-    code = ("import sys, agent.chunker; heavy = {'numpy', 'onnxruntime', 'torch'} & set(sys.modules); "
+    code = ("import sys, backends.chunker; heavy = {'numpy', 'onnxruntime', 'torch'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)

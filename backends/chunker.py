@@ -1,5 +1,7 @@
 """Streaming sentence chunker: feed text deltas from a language model, get complete sentences back as
-soon as they end, so speech can start while the model is still writing.
+soon as they end, so speech can start while the model is still writing. The agent cuts its model's
+reply with it, and the server's streaming-input sessions (``server.text_stream``) cut the text that
+voice-agent plugins send in pieces.
 
 Rules (what a listener would expect; the README repeats them):
 
@@ -18,7 +20,7 @@ A decision is only taken once the text that settles it has arrived (one characte
 lookahead), so the chunks do not depend on how the text was split into deltas. Joined with spaces the
 chunks equal the input up to whitespace; no chunk is empty.
 
-Pure Python, no I/O; one instance per stream, not thread-safe (use it from one task).
+Pure Python (standard library only: the agent imports it), no I/O; one instance per stream, not thread-safe (use it from one task).
 """
 
 from __future__ import annotations
