@@ -30,6 +30,7 @@ from strands import Agent
 from strands.models.model import Model
 
 from backends.chunker import SentenceChunker
+
 from .messages import (
     SAMPLE_RATE,
     AudioChunk,

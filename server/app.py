@@ -1,7 +1,7 @@
 """The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
 
 Routes (DESIGN.md §4): ``GET /ping``, ``POST /invocations``, ``WS
-/invocations-bidirectional-stream``, ``GET /metrics`` and the OpenAI-compatible routes; every
+/invocations-bidirectional-stream``, ``GET /metrics``, the OpenAI-compatible routes and Deepgram's ``WS /v1/speak``; every
 speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
 backend only through the :class:`~backends.base.Backend` protocol. Middleware: ``x-request-id`` on
 every ``/v1/`` answer (``server.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
@@ -33,6 +33,8 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from backends.base import Backend
 
 from .auth import BearerAuth
+from .deepgram import PATH as DEEPGRAM_PATH
+from .deepgram import deepgram_routes
 from .invocations import invocations_endpoint
 from .metrics import Metrics
 from .openai_api import openai_routes
@@ -133,7 +135,9 @@ def create_app(
         WebSocketRoute("/invocations-bidirectional-stream", websocket_endpoint),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *openai_routes(backend, settings),
+        *deepgram_routes(),
     ]
+    own_key_paths = (DEEPGRAM_PATH,)  # WebSocket protocols that check their clients' own key
     middleware: list[Middleware] = [Middleware(RequestIdMiddleware)]  # outermost: every /v1/ answer has one
     if settings.cors_origin_list:
         middleware.append(Middleware(
@@ -141,7 +145,9 @@ def create_app(
             allow_headers=["Authorization", "Content-Type"], expose_headers=["X-Request-Id"],
         ))
     if settings.api_key is not None:
-        middleware.append(Middleware(BearerAuth, api_key=settings.api_key.get_secret_value()))
+        middleware.append(Middleware(
+            BearerAuth, api_key=settings.api_key.get_secret_value(), own_key_paths=own_key_paths
+        ))
 
     app = Starlette(
         routes=routes,
