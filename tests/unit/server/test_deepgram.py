@@ -167,3 +167,31 @@ def test_the_key_is_checked_in_deepgrams_own_header_where_one_is_set(make_client
             assert refused.value.status_code == 401
     with make_client() as c, c.websocket_connect(URL, headers={"Authorization": "Token anything"}) as ws:
         assert receive(ws)["type"] == "Metadata"  # no key configured: any key is accepted
+
+
+async def test_sagemaker_opens_v1_speak_at_the_model_invocation_path_and_query(live_server):
+    """As Pipecat's DeepgramSageMakerTTSService invokes it: path ``v1/speak``, the query as a string."""
+    from tests.agent_support import sagemaker_standin as sm
+
+    base = live_server().replace("http://", "ws://")
+    standin = sm.SageMakerStandIn(base, max_part_bytes=1000)
+    stream = await standin.invoke_endpoint_with_bidirectional_stream(sm.InvokeEndpointWithBidirectionalStreamInput(
+        endpoint_name="kokoro", model_invocation_path="v1/speak",
+        model_query_string="model=af_test&encoding=linear16&sample_rate=16000",
+    ))
+    for message in ({"type": "Speak", "text": "Hello from SageMaker."}, {"type": "Flush"}):
+        part = sm.RequestPayloadPart(bytes_=json.dumps(message).encode())  # no data type: binary frames
+        await stream.input_stream.send(sm.RequestStreamEventPayloadPart(value=part))
+    _, output = await stream.await_output()
+    parts = []
+    while True:
+        event = await output.receive()
+        parts.append(event.value)
+        if event.value.data_type == "UTF8" and b"Flushed" in event.value.bytes_:
+            break
+    await stream.close()
+    assert standin.targets == [f"{base}/v1/speak?model=af_test&encoding=linear16&sample_rate=16000"]
+    assert json.loads(parts[0].bytes_)["type"] == "Metadata"
+    assert sum(len(p.bytes_) for p in parts if p.data_type == "BINARY") > 0
+    assert json.loads(parts[-1].bytes_) == {"type": "Flushed", "sequence_id": 0}
+    assert sm.container_target(base) == f"{base}/invocations-bidirectional-stream"  # no path: the bidi route
