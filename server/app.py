@@ -1,7 +1,9 @@
 """The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
 
 Routes (DESIGN.md §4): ``GET /ping``, ``POST /invocations``, ``WS
-/invocations-bidirectional-stream``, ``GET /metrics``, the OpenAI-compatible routes and Deepgram's ``WS /v1/speak``; every
+/invocations-bidirectional-stream``, ``GET /metrics``, the OpenAI-compatible routes and the
+voice-agent protocols (Deepgram's ``WS /v1/speak``, Cartesia's ``WS /tts/websocket``, ElevenLabs'
+``WS /v1/text-to-speech/{voice}/stream-input`` and ``multi-stream-input``); every
 speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
 backend only through the :class:`~backends.base.Backend` protocol. Middleware: ``x-request-id`` on
 every ``/v1/`` answer (``server.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
@@ -33,8 +35,12 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from backends.base import Backend
 
 from .auth import BearerAuth
+from .cartesia import PATH as CARTESIA_PATH
+from .cartesia import cartesia_routes
 from .deepgram import PATH as DEEPGRAM_PATH
 from .deepgram import deepgram_routes
+from .elevenlabs import PATH_PREFIX as ELEVENLABS_PATHS
+from .elevenlabs import elevenlabs_routes
 from .invocations import invocations_endpoint
 from .metrics import Metrics
 from .openai_api import openai_routes
@@ -136,8 +142,11 @@ def create_app(
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *openai_routes(backend, settings),
         *deepgram_routes(),
+        *cartesia_routes(),
+        *elevenlabs_routes(),
     ]
-    own_key_paths = (DEEPGRAM_PATH,)  # WebSocket protocols that check their clients' own key
+    # WebSocket protocols that check their clients' own key
+    own_key_paths = (DEEPGRAM_PATH, CARTESIA_PATH, ELEVENLABS_PATHS)
     middleware: list[Middleware] = [Middleware(RequestIdMiddleware)]  # outermost: every /v1/ answer has one
     if settings.cors_origin_list:
         middleware.append(Middleware(
