@@ -165,7 +165,8 @@ class TextStream:
                 "flush, or send less text ahead of the audio"
             )
         self._buffered += len(text)
-        self._take(self._chunker.push(text))
+        # A message that ends a sentence ends it: no waiting for the next message to settle it.
+        self._take(self._chunker.push(text) + self._chunker.settle())
 
     def flush(self, mark: Any = None) -> None:
         if self._ended or self._closed:
