@@ -1,4 +1,5 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, agentproto, all; and
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, agentproto,
+onnx_durations, all; and
 ``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``).
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
@@ -29,6 +30,7 @@ TITLES = {
     "overhead": "Serving overhead vs the raw runtime",
     "e2e": "End to end: first audio through the agent, bidi vs batch vs bidi without the early first clause",
     "agentproto": "Voice-agent protocols: first audio from a token stream (server vs client cutting), Clear to silence",
+    "onnx_durations": "Word timings on ONNX: the timed model vs today's export (speed, sameness, intelligibility)",
 }
 NAMES = tuple(TITLES)
 

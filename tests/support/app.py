@@ -58,14 +58,18 @@ def fake_synth(**knobs: Any) -> FakeSynthesizer:
 
 class LoadedRuntime:
     """A real runtime the test session has already loaded: ``load()`` does not load it again,
-    it only waits on ``gate`` when one is given (a model "still loading")."""
+    it only waits on ``gate`` when one is given (a model "still loading"). It passes on only
+    ``synthesize`` (a runtime without word timings) unless ``timed`` and the runtime reports
+    durations: then ``synthesize_timed`` too."""
 
-    def __init__(self, inner: Any, gate: threading.Event | None = None):
+    def __init__(self, inner: Any, gate: threading.Event | None = None, *, timed: bool = False):
         self.inner = inner
         self.name, self.sample_rate, self.thread_safe = inner.name, inner.sample_rate, inner.thread_safe
         self.model_name = inner.model_name
         self.interruptible = getattr(inner, "interruptible", False)
         self.gate = gate
+        self.reports_durations = timed and bool(
+            getattr(inner, "reports_durations", callable(getattr(inner, "synthesize_timed", None))))
 
     def load(self) -> None:
         if self.gate is not None:
@@ -73,6 +77,9 @@ class LoadedRuntime:
 
     def synthesize(self, segment: Any, **options: Any) -> np.ndarray:
         return self.inner.synthesize(segment, **options)
+
+    def synthesize_timed(self, segment: Any, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self.inner.synthesize_timed(segment, **options)
 
 
 def build_backend(
