@@ -1,7 +1,7 @@
 """Stock Pipecat ``CartesiaTTSService`` and ``ElevenLabsTTSService``, unchanged and configured by
 URL, key and voice (and a longer wait for first audio, below), inside a Pipecat pipeline fed an LLM token stream, against the real server
-(real ONNX speech, over TCP): the audio is speech of the right length, the word times are
-monotonic and inside the audio, and an interruption mid-reply stops the audio and the server's
+(real ONNX speech, over TCP): the audio is speech of the right length, the word times (from the
+model's durations) are monotonic and inside the audio, and an interruption mid-reply stops the audio and the server's
 synthesis of that reply, then the next reply plays."""
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ STOP_TIMEOUT_S = 30.0
 
 @pytest.fixture(scope="module")
 def server(onnx_synth, pipeline, voices) -> Iterator[ThreadServer]:
-    app = build_app(LoadedRuntime(onnx_synth), settings=Settings(api_key=KEY), pipeline=pipeline, voices=voices)
+    # timed: the ONNX model with the duration output, so word times come from the model's durations
+    app = build_app(LoadedRuntime(onnx_synth, timed=True), settings=Settings(api_key=KEY), pipeline=pipeline,
+                    voices=voices)
     with ThreadServer(app) as srv:
+        assert app.state.kokoro.backend.info.capabilities.word_timings, "the ONNX model has no duration output"
         yield srv
 
 
