@@ -190,7 +190,7 @@ class ElevenLabsSession(StreamSocket):
             raise InvalidRequest("unknown message: expected text, flush, close_context or close_socket")
         stream = self.streams.get(cid)
         if stream is None:
-            if cid in self._closed or (text == "" and not flush):  # a keep-alive, or a closed context
+            if cid in self._closed or not text:  # a keep-alive, or a flush or close of nothing open
                 if text and cid in self._closed:
                     raise InvalidRequest(f"context {cid[:64]!r} was closed; open a new context_id")
                 return

@@ -158,6 +158,9 @@ def test_bad_messages_get_an_error_and_the_session_goes_on(make_client):
         send(ws, context_id="a", dance=True)
         send(ws, text=" ", context_id="a", voice_settings={"speed": 7})
         errors = [receive(ws) for _ in range(3)]
+        for k in range(6):  # flushing or closing a context never opened opens nothing
+            send(ws, context_id=f"ghost{k}", flush=True)
+            send(ws, context_id=f"ghost{k}", close_context=True)
         send(ws, text="Still here.", context_id="b", flush=True)
         send(ws, context_id="b", close_context=True)
         frames = until_final(ws, "b")
