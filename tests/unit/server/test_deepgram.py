@@ -86,6 +86,25 @@ def test_clear_stops_the_turn_acknowledges_after_its_last_frame_and_the_next_tur
     assert all(f["type"] != "Flushed" or f["sequence_id"] == 1 for f in after)
 
 
+def test_clear_interrupts_the_running_call_so_the_next_turn_does_not_wait_for_it():
+    """A barge-in during a long runtime call: the call is stopped (the fake runtime can be, as ONNX
+    can), so the next turn is spoken at once instead of after it. Without that, this test would wait
+    the call's ten minutes."""
+    synth = fake_synth()
+    with client(synth) as c, c.websocket_connect(URL) as ws:
+        receive(ws)
+        synth.segment_s, _ = 600.0, synth.started.clear()
+        speak(ws, "A sentence the listener cuts off. ")
+        assert synth.started.wait(10)  # its call is running, and would run for ten minutes
+        ws.send_text(json.dumps({"type": "Clear"}))
+        assert until(ws, "Cleared")[-1]["type"] == "Cleared"
+        synth.segment_s = 0.0
+        speak(ws, "Next turn.")
+        ws.send_text(json.dumps({"type": "Flush"}))
+        after = until(ws, "Flushed")
+    assert after[0]["type"] == "audio" and after[-1]["type"] == "Flushed"
+
+
 def test_close_speaks_what_is_buffered_then_closes_normally(make_client):
     with make_client() as c, c.websocket_connect(URL) as ws:
         receive(ws)
