@@ -5,9 +5,9 @@ in frames: the alignment matrix that stretches the text encoding to the frame ra
 it (``round(sum(sigmoid(duration_proj(x))) / speed)``, clipped to at least one frame, cast to
 int64). :func:`find_duration_tensor` finds that int64 tensor by the shape of the graph around it —
 a ``Round`` whose input divides by the ``speed`` input, then ``Clip``/``Cast`` up to the cast to
-int64 — rather than by a node name, so the same search serves any export of the same model
-(verified on the int8 export; the official float32 and float16 exports are the same graph before
-quantisation). :func:`add_duration_output` adds one ``Identity`` node that copies it to a new graph
+int64 — rather than by a node name, so the same search can serve other exports of the model
+(verified on the int8 export only: it is a dynamic quantisation of the official float32 export,
+which is expected to hold the same nodes; where a graph does not, it is refused, never guessed). :func:`add_duration_output` adds one ``Identity`` node that copies it to a new graph
 output ``durations`` (shape ``(1, tokens)``: ``<bos>``, each phoneme, ``<eos>``) and changes
 nothing else, so the audio is bit-for-bit the same; the result is deterministic (same input, same
 bytes), written beside the original as ``<name>.timed.onnx``.

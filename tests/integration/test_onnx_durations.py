@@ -16,7 +16,7 @@ import pytest
 import soundfile
 
 from backends import assets
-from backends.base import Interrupt, Segment
+from backends.base import BackendFault, Interrupt, Segment
 from backends.onnx_runtime import OnnxSynthesizer
 from server.settings import Settings
 from tests.support.app import LoadedRuntime, build_app, build_backend
@@ -49,7 +49,7 @@ def test_the_timed_model_is_the_default_and_sounds_the_same(onnx_synth, plain_sy
         audios.append(audio)
     assert frames[1] < 0.8 * frames[0]  # faster speech, shorter durations
     assert np.array_equal(onnx_synth.synthesize(slow), audios[0])  # audio alone: the same run
-    with pytest.raises(Exception, match="reports no durations"):
+    with pytest.raises(BackendFault, match="reports no durations"):
         plain_synth.synthesize_timed(slow)
 
 
