@@ -42,6 +42,12 @@ class SageMakerHTTPStandIn:
         self.input_ended = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
 
+    def __deepcopy__(self, memo) -> SageMakerHTTPStandIn:
+        return self  # some SDK versions copy their config: the network stays this one object
+
+    def __copy__(self) -> SageMakerHTTPStandIn:
+        return self
+
     async def send(self, request, *, request_config=None) -> HTTPResponse:
         self.requests.append(request)
         target = container_target(self.container_url, _header(request, INVOCATION_PATH), _header(request, QUERY_STRING))
