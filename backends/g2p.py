@@ -11,6 +11,7 @@ import threading
 import unicodedata
 
 from .base import InvalidRequest
+from .g2p_marks import phonemize_keeping_marks
 
 #: Kokoro's languages and the espeak-ng voice each uses.
 LANGUAGES = {
@@ -102,6 +103,5 @@ class EspeakG2P:
         if not text.strip():
             return ""
         check_script(text, lang)
-        with self._lock:
-            out = self._backend(lang).phonemize([text], strip=True)
-        return " ".join(out[0].split()) if out else ""
+        with self._lock:  # marks cut where they stand, so no word after a number's "," is lost
+            return phonemize_keeping_marks(self._backend(lang), text)
