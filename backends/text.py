@@ -167,8 +167,12 @@ class TextPipeline:
         first_segment_max_words: int = 12,
         segment_phonemes: int = 300,
         max_phonemes: int = MAX_PHONEMES,
+        phrase_end_mark: str = "",
     ):
         self._phonemize = phonemize
+        #: Put after the phonemes of a segment cut between words inside a clause (``phrase``), so
+        #: the model reads it as going on rather than ending (docs/speech-quality.md measures it).
+        self.phrase_end_mark = "".join(c for c in phrase_end_mark if c in vocab)
         self._vocab = vocab
         self.first_segment_words = first_segment_words
         self.first_segment_max_words = first_segment_max_words
@@ -262,8 +266,11 @@ class TextPipeline:
             pieces.extend(SegmentPlan(p.text, p.phonemes, end) for p, end in zip(fitted, ends, strict=True) if p.phonemes)
         if not any(any(c.isalpha() for c in p.phonemes) for p in pieces):
             raise EmptyText("text has nothing to pronounce")
+        mark = self.phrase_end_mark
         return [
-            Segment(text=p.text, phonemes=p.phonemes, voice=voice, speed=speed, index=i, lang=lang, ends=p.ends)
+            Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and len(p.phonemes) < self.max_phonemes
+                    else p.phonemes,
+                    voice=voice, speed=speed, index=i, lang=lang, ends=p.ends)
             for i, p in enumerate(self._grow(pieces))
         ]
 

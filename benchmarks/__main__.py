@@ -1,4 +1,4 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, all; and
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, quality, e2e, all; and
 ``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``).
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
@@ -27,6 +27,7 @@ TITLES = {
     "throughput": "Throughput: audio-hours per hour by concurrency",
     "payload": "Payload size by wire format",
     "overhead": "Serving overhead vs the raw runtime",
+    "quality": "Speech quality: streamed audio against one reading of the whole text",
     "e2e": "End to end: first audio through the agent, bidi vs batch vs bidi without the early first clause",
 }
 NAMES = tuple(TITLES)
