@@ -147,6 +147,12 @@ class BackendConfig(BaseSettings):
         "at that boundary (sentence end, clause mark, a cut inside a clause), with a short fade; off: each "
         "segment's audio as the model made it (up to a second of silence at every join).",
     )
+    phrase_end_mark: str = Field(
+        "",
+        max_length=2,
+        description="Phoneme mark put after a segment cut between words inside a clause, so the model reads it "
+        "as going on rather than ending (`,`; empty: none). docs/speech-quality.md measures each choice.",
+    )
     segment_phonemes: int = Field(
         300, ge=16, le=510, description="Target phonemes per later segment (the model's limit is 510)."
     )

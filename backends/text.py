@@ -25,7 +25,12 @@ Rules (the README states them for users):
   whole sentences, each segment at most twice the size of the one before, up to
   ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
 * Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
-  whitespace).
+  whitespace), and their phonemes, joined, are the whole text's (up to pauses and stress).
+* Each segment says where it ends (:attr:`~backends.base.Segment.ends`): ``sentence`` (the last
+  piece of a sentence), ``clause`` (at ``, ; : —``) or ``phrase`` (a cut between words inside a
+  clause); the engine puts the reading's pause for that kind after it (:mod:`backends.joins`). A
+  ``phrase`` segment's phonemes end with ``phrase_end_mark`` when one is set, so the model reads
+  the fragment as going on.
 
 Pure Python plus the G2P callable; call from a worker thread (phonemisation is CPU work).
 """

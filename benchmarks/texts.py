@@ -74,8 +74,7 @@ QUALITY_TEXTS = (
     "The train to the coast leaves from the main station every morning at seven. Tickets cost $4.75 each.",
     "Our support team answers every message within a day; urgent problems are handled by phone.",
     "If the weather holds, we will walk to the lighthouse after lunch and come back along the beach.",
-    *THROUGHPUT_TEXTS[:4],
-    "Please remember to bring a warm coat because the evening on the lake gets very cold. We leave at six.",
+    THROUGHPUT_TEXTS[1],
     "The report shows that revenue rose by 3.5 percent in the second quarter, mostly from new customers.",
 )
 
