@@ -218,12 +218,16 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
     return asyncio.run(_run(quick, model_dir, log))
 
 
+def _or_dash(value: Any) -> str:
+    return "—" if value is None else str(value)
+
+
 def body(data: dict[str, Any]) -> str:
     rows = []
     for name, s in data["summary"].items():
         rows.append([name, s["first_audio_s"], s["excess_pct_mean"], s["excess_pct_worst"], s["gap_error_mean_s"],
                      s["gap_error_worst_s"], f"{s['cut_st_mean']} / {s['cut_st_worst']} ({s['early_cuts']})",
-                     s["click_db_worst"], f"{s['words_heard']} ({s['reference_words_heard']})"])
+                     s["click_db_worst"], f"{_or_dash(s['words_heard'])} ({_or_dash(s['reference_words_heard'])})"])
     table = markdown_table(
         ["setting", "first audio s", "duration +% mean", "+% worst", "gap error mean s", "worst s",
          "early-cut pitch st mean / worst (cuts)", "click dB worst", "words heard (reading)"], rows)
