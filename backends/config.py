@@ -156,6 +156,18 @@ class BackendConfig(BaseSettings):
     short_first_segment_words: int = Field(
         5, ge=1, description="Most words in a short first segment (`KOKORO_SHORT_FIRST_SEGMENT`)."
     )
+    join_pauses: bool = Field(
+        True,
+        description="Trim each segment's model padding and put back the pause a reading of the whole text makes "
+        "at that boundary (sentence end, clause mark, a cut inside a clause), with a short fade; off: each "
+        "segment's audio as the model made it (up to a second of silence at every join).",
+    )
+    phrase_end_mark: str = Field(
+        "",
+        max_length=2,
+        description="Phoneme mark put after a segment cut between words inside a clause, so the model reads it "
+        "as going on rather than ending (`,`; empty: none). docs/speech-quality.md measures each choice.",
+    )
     segment_phonemes: int = Field(
         300, ge=16, le=510, description="Target phonemes per later segment (the model's limit is 510)."
     )

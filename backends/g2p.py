@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from .base import Unsupported
+from .g2p_marks import phonemize_keeping_marks
 from .lang import (
     CJK_LANGS,
     ENGLISH,
@@ -85,9 +86,8 @@ class EspeakG2P:
         if not text.strip():
             return ""
         check_script(text, lang)
-        with self._lock:
-            out = self._backend(lang).phonemize([text], strip=True)
-        return " ".join(out[0].split()) if out else ""
+        with self._lock:  # marks cut where they stand, so no word after a number's "," is lost
+            return phonemize_keeping_marks(self._backend(lang), text)
 
 
 class G2P:
