@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,21 +223,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    """The settings ``environ`` gives, the flags given on top."""
     overrides = {
         key: value
         for key in ("model_dir", "log_level", "backend", "mode", "host", "port", "device")
         if (value := getattr(args, key, None)) is not None
     }
-    return Settings(**overrides)
+    return Settings.from_env(environ, **overrides)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """``kokoro-serve``; ``environ``: the environment its settings are read from (``os.environ`` when None)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
         argv.insert(0, "serve")
     args = _parser().parse_args(argv)
-    settings = _settings(args)
+    settings = _settings(args, os.environ if environ is None else environ)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -23,12 +23,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from deploy.cli import env_pairs
 from deploy.sagemaker import agent_runtime, endpoint, stack, teardown
 from deploy.sagemaker.endpoint import DeployError, EndpointSpec
 from deploy.sagemaker.rollout import AwsClients, DeployResult, Scaling, SmokeTest, default_smoke, deploy
+from deploy.settings import DeploySettings
 
 __all__ = ["AwsClients", "DeployResult", "Scaling", "SmokeTest", "default_smoke", "deploy", "main"]
 
@@ -78,9 +80,10 @@ def _endpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait-timeout", type=float, default=3600, help="seconds to wait for InService")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(settings: DeploySettings | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m deploy.sagemaker.deploy", description=__doc__.split("\n\n")[0])
-    p.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    p.add_argument("--region", default=(settings or DeploySettings()).aws_region,
+                   help="default: AWS_REGION, else boto3's own (AWS_DEFAULT_REGION, the profile)")
     sub = p.add_subparsers(dest="command", required=True)
 
     u = sub.add_parser("up", help="from an empty account: role, repository, image, endpoint, autoscaling, smoke")
@@ -189,9 +192,11 @@ def _run(args: argparse.Namespace, clients: Any, smoke: SmokeTest) -> None:
         _print_teardown(report, args.name)
 
 
-def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest | None = None) -> int:
-    """CLI entry. ``clients``/``smoke`` are injectable (tests, or another transport)."""
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest | None = None,
+         environ: Mapping[str, str] | None = None) -> int:
+    """CLI entry. ``clients``/``smoke`` are injectable (tests, or another transport); ``environ`` is the
+    environment the deploy settings are read from (``os.environ`` when None)."""
+    args = _parser(DeploySettings.from_env(os.environ if environ is None else environ)).parse_args(argv)
     try:
         _run(args, clients or AwsClients(args.region), smoke or default_smoke)
     except DeployError as exc:
