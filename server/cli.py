@@ -51,7 +51,7 @@ def _uvicorn_server_class() -> type:
             self.kokoro_state = state
             self.exit_code = 0
             self._loop: asyncio.AbstractEventLoop | None = None
-            self._drain_task: asyncio.Task | None = None
+            self._drain_task: asyncio.Task[None] | None = None
 
         async def serve(self, sockets: Any = None) -> None:
             self._loop = asyncio.get_running_loop()
@@ -127,7 +127,7 @@ def serve(settings: Settings) -> int:
     server.run()
     if not server.started and server.exit_code == 0:
         return 1  # could not bind, lifespan failed, ...
-    return server.exit_code
+    return int(server.exit_code)
 
 
 # --------------------------------------------------------------------------------------------
