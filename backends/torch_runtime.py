@@ -162,7 +162,8 @@ class TorchSynthesizer:
             raise PermissionError(
                 f"{self.model_dir} is read-only; run `kokoro-serve assets` to add {REBUILT_PTH}"
             )
-        log.info("rebuilding %s from %s (once)", REBUILT_PTH, onnx.name)
+        log.warning("torch runtime: no PyTorch checkpoint in %s; rebuilding %s from %s once (about a minute; "
+                    "`kokoro-serve assets --torch` builds it ahead)", self.model_dir, REBUILT_PTH, onnx.name)
         report = rebuild_checkpoint(onnx, self.model_dir / "config.json", self.model_dir / REBUILT_PTH)
         log.info("rebuilt: %s/%s keys in %.1fs", report["mapped"], report["total"], report["seconds"])
         return self.model_dir / REBUILT_PTH

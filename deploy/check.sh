@@ -37,6 +37,7 @@ echo "synth OK: $(ls "$tmp/gpu" | grep -c template.json) stacks"
 
 echo "== deploy CLIs parse and plan"
 for sub in up down deploy agent destroy; do "$PY" -m deploy.sagemaker.deploy "$sub" --help >/dev/null; done
+"$PY" -m deploy.sagemaker.deploy up --dry-run --name check --with-agent --region us-east-1 >/dev/null
 "$PY" -m deploy.sagemaker.package_model --help >/dev/null
 env -u RUNPOD_API_KEY "$PY" -m deploy.runpod.deploy endpoint --image example/kokoro-serve:runpod --dry-run >/dev/null
 env -u RUNPOD_API_KEY "$PY" -m deploy.runpod.deploy pod --image example/kokoro-serve:runpod --dry-run >/dev/null

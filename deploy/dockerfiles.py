@@ -9,7 +9,9 @@ the rules every image here must keep:
   ``TRANSFORMERS_OFFLINE=1`` set; no hub download anywhere; no download in the start command);
 * the SageMaker images carry ``com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true``,
   expose 8080 and start with ``serve`` (``docker run IMAGE serve``);
-* every ``COPY`` source exists in the repository; base images are pinned to a tag.
+* every ``COPY`` source exists in the repository; base images are pinned to a tag;
+* the images that serve the model build its assets at build time through ``deploy/image_assets.sh``
+  with ``ARG MODEL_SOURCE=official`` by default (``offline`` keeps the registry set only).
 
 ``python -m deploy.dockerfiles`` checks all of them and exits non-zero on a problem.
 """
@@ -197,21 +199,41 @@ def _sagemaker_problems(df: Dockerfile, name: str) -> list[str]:
     return problems
 
 
-def check(path: Path, *, torch: bool, sagemaker: bool, platform: str | None = None) -> list[str]:
+ASSETS_SCRIPT = "deploy/image_assets.sh"
+
+
+def _model_problems(df: Dockerfile, name: str, torch: bool) -> list[str]:
+    problems = []
+    if df.args.get("MODEL_SOURCE") != "official":
+        problems.append(f"{name}: ARG MODEL_SOURCE must default to official (the upstream model and its voices)")
+    runs = [ins for ins in df.all("RUN") if ASSETS_SCRIPT in ins.value]
+    if not runs:
+        problems.append(f"{name}: the model assets are not built at build time ({ASSETS_SCRIPT})")
+    for ins in runs:
+        if '"$MODEL_SOURCE"' not in ins.value:
+            problems.append(f"{name}:{ins.line}: {ASSETS_SCRIPT} is not given \"$MODEL_SOURCE\"")
+        if torch and "--torch" not in ins.value:
+            problems.append(f"{name}:{ins.line}: a torch image must build the PyTorch checkpoint (--torch)")
+    return problems
+
+
+def check(path: Path, *, torch: bool, sagemaker: bool, platform: str | None = None, model: bool = False) -> list[str]:
     """Problems with the Dockerfile at ``path`` (empty list: none)."""
     df = Dockerfile.parse(path)
     name = Path(path).name
     problems = _torch_problems(df, name, torch) + _download_problems(df, name) + _source_problems(df, name, platform)
     if sagemaker:
         problems += _sagemaker_problems(df, name)
+    if model:
+        problems += _model_problems(df, name, torch)
     return problems
 
 
 IMAGES = {
-    "deploy/sagemaker/Dockerfile": {"torch": True, "sagemaker": True},
-    "deploy/sagemaker/Dockerfile.cpu": {"torch": False, "sagemaker": True},
+    "deploy/sagemaker/Dockerfile": {"torch": True, "sagemaker": True, "model": True},
+    "deploy/sagemaker/Dockerfile.cpu": {"torch": False, "sagemaker": True, "model": True},
     "deploy/sagemaker/Dockerfile.agent": {"torch": False, "sagemaker": False, "platform": "linux/arm64"},
-    "deploy/runpod/Dockerfile": {"torch": True, "sagemaker": False},
+    "deploy/runpod/Dockerfile": {"torch": True, "sagemaker": False, "model": True},
 }
 
 

@@ -6,16 +6,16 @@ environment, each building it once with ``DeploySettings.from_env(os.environ)`` 
 the table in docs/settings.md lists them.
 
 What is left to the SDKs, which read it themselves: the AWS credentials and profile
-(``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE`` ...) and ``AWS_DEFAULT_REGION`` — boto3 resolves them when a
-session is made without them, as every AWS tool does, so the project passes none of them on; and
-``RUNPOD_API_BASE_URL``, which only the ``runpod`` SDK reads. ``AWS_REGION`` is declared here
-because boto3 does not read it for a client's region, yet it is what most AWS tools and these docs
-set.
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` ...) — boto3
+resolves them when a session is made, as every AWS tool does, and the project never handles a
+credential itself; and ``RUNPOD_API_BASE_URL``, which only the ``runpod`` SDK reads. The region is
+declared here although boto3 reads ``AWS_DEFAULT_REGION`` too: boto3 does not read ``AWS_REGION``
+(what most AWS tools and these docs set), and the dry run (``--dry-run``) makes no boto3 session.
 """
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
 from backends.envsettings import EnvSettings
@@ -27,9 +27,8 @@ class DeploySettings(EnvSettings):
     model_config = SettingsConfigDict(env_prefix="")
 
     aws_region: str | None = Field(
-        None,
-        description="Deploy tools: the AWS region (`--region` wins; unset: boto3's own `AWS_DEFAULT_REGION` or "
-        "profile).",
+        None, validation_alias=AliasChoices("AWS_REGION", "AWS_DEFAULT_REGION"),
+        description="Deploy tools: the AWS region (`--region` wins; unset: the AWS profile's).",
     )
     cdk_default_account: str | None = Field(
         None, description="CDK app: the target account, set by the `cdk` CLI (unset: an environment-agnostic stack)."

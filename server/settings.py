@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
 from backends.config import BackendConfig
+from backends.official import OFFICIAL_BASE_URL
 
 
 class Settings(BackendConfig):
@@ -67,6 +68,13 @@ class Settings(BackendConfig):
     )
     drain_timeout_s: float = Field(
         30.0, ge=0, description="On SIGTERM, how long in-flight work may take before sockets are closed anyway."
+    )
+
+    # -- assets -------------------------------------------------------------------------------
+    official_url: str = Field(
+        OFFICIAL_BASE_URL,
+        description="Base URL `kokoro-serve assets --official` fetches `kokoro-v1.0.onnx` and `voices-v1.0.bin` "
+        "from (checked against pinned SHA-256): the kokoro-onnx release `model-files-v1.0`, or a mirror of it.",
     )
 
     # -- security -----------------------------------------------------------------------------

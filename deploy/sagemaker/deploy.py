@@ -12,6 +12,11 @@ With a role and an image of your own:
     python -m deploy.sagemaker.deploy agent --name kokoro-tts --image <arm64-agent-uri> --role <arn>
     python -m deploy.sagemaker.deploy destroy --name kokoro-tts [--delete-model-data] [--delete-ecr-repo]
 
+Every command takes ``--dry-run``: the real code runs against a stand-in account and prints the AWS
+calls it would make (service, operation, key parameters) without credentials or network (see
+:mod:`deploy.sagemaker.dry_run`). The global options ``--region``, ``--name`` (alias ``--stack``) and
+``--dry-run`` go before or after the subcommand.
+
 Both paths end with a real bidirectional smoke test through the SageMaker HTTP/2 stream (InService
 only means /ping answered); a failed one exits non-zero and keeps the previous configuration. The
 agent is created only while its endpoint is InService. Nothing heavy is imported at module import:
@@ -21,6 +26,7 @@ boto3 comes in when a client is first needed.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -59,9 +65,22 @@ def _scaling(args: argparse.Namespace) -> Scaling | None:
     return None if args.no_autoscaling else Scaling(args.min_instances, args.max_instances, args.target_sessions)
 
 
+def _global_options(parser: argparse.ArgumentParser, where: str, region: str | None) -> None:
+    """The options every command takes, before or after the subcommand (``where`` = "main" or "sub").
+    A subcommand's copy has no default of its own, so it never overwrites a value given before it.
+    ``region``: the default region (``AWS_REGION`` / ``AWS_DEFAULT_REGION``; None leaves it to boto3's profile)."""
+    sub = where == "sub"
+    parser.add_argument("--region", default=argparse.SUPPRESS if sub else region,
+                        help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else the profile's)")
+    parser.add_argument("--name", "--stack", dest="name", default=argparse.SUPPRESS if sub else None,
+                        help="endpoint (and, for up/down, stack) name, <= 52 characters")
+    parser.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS if sub else False,
+                        help="print the AWS calls the command would make (service, operation, key parameters) "
+                             "against a stand-in account; call nothing")
+
+
 def _endpoint_args(p: argparse.ArgumentParser) -> None:
     """The endpoint settings ``deploy`` and ``up`` share."""
-    p.add_argument("--name", required=True, help="endpoint (and, for up/down, stack) name, <= 52 characters")
     p.add_argument("--model-data", help="s3:// URI of an existing model.tar.gz")
     p.add_argument("--model-dir", help="package this model directory as model.tar.gz ...")
     p.add_argument("--model-s3-uri", help="... and upload it here (skipped when unchanged)")
@@ -82,9 +101,13 @@ def _endpoint_args(p: argparse.ArgumentParser) -> None:
 
 def _parser(settings: DeploySettings | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m deploy.sagemaker.deploy", description=__doc__.split("\n\n")[0])
-    p.add_argument("--region", default=(settings or DeploySettings()).aws_region,
-                   help="default: AWS_REGION, else boto3's own (AWS_DEFAULT_REGION, the profile)")
-    sub = p.add_subparsers(dest="command", required=True)
+    region = (settings or DeploySettings()).aws_region
+    _global_options(p, "main", region)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, "sub", region)
+    # every subcommand's parser takes the global options too
+    sub = p.add_subparsers(dest="command", required=True,
+                           parser_class=functools.partial(argparse.ArgumentParser, parents=[common]))
 
     u = sub.add_parser("up", help="from an empty account: role, repository, image, endpoint, autoscaling, smoke")
     _endpoint_args(u)
@@ -96,7 +119,6 @@ def _parser(settings: DeploySettings | None = None) -> argparse.ArgumentParser:
     u.add_argument("--agent-env", action="append", default=[], metavar="KEY=VALUE")
 
     dn = sub.add_parser("down", help="remove everything `up` created (the S3 model data and ECR repo with --all)")
-    dn.add_argument("--name", required=True)
     dn.add_argument("--all", action="store_true", help="also the ECR repository and the S3 model data")
 
     d = sub.add_parser("deploy", help="create or update the endpoint with your role and image, autoscale, smoke-test")
@@ -105,22 +127,18 @@ def _parser(settings: DeploySettings | None = None) -> argparse.ArgumentParser:
     d.add_argument("--role", required=True, help="SageMaker execution role ARN")
 
     s = sub.add_parser("scale", help="set autoscaling on an existing endpoint")
-    s.add_argument("--name", required=True)
     s.add_argument("--min-instances", type=int, default=1)
     s.add_argument("--max-instances", type=int, default=4)
     s.add_argument("--target-sessions", type=float, default=8.0)
 
-    sm = sub.add_parser("smoke", help="run the bidirectional smoke test against an endpoint")
-    sm.add_argument("--name", required=True)
+    sub.add_parser("smoke", help="run the bidirectional smoke test against an endpoint")
 
     a = sub.add_parser("agent", help="create or update the AgentCore runtime bound to an InService endpoint")
-    a.add_argument("--name", required=True, help="endpoint name the agent speaks through")
     a.add_argument("--image", required=True, help="ARM64 agent image URI (deploy/sagemaker/Dockerfile.agent)")
     a.add_argument("--role", required=True, help="runtime role ARN (may invoke only this endpoint)")
     a.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
 
     x = sub.add_parser("destroy", help="agent runtime -> endpoint -> endpoint configs -> models")
-    x.add_argument("--name", required=True)
     x.add_argument("--delete-model-data", action="store_true", help="also delete the S3 model.tar.gz")
     x.add_argument("--delete-ecr-repo", action="store_true", help="also delete the ECR repository (all images)")
     x.add_argument("--model-data", action="append", default=[], help="an S3 model archive to consider too")
@@ -196,12 +214,22 @@ def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest
          environ: Mapping[str, str] | None = None) -> int:
     """CLI entry. ``clients``/``smoke`` are injectable (tests, or another transport); ``environ`` is the
     environment the deploy settings are read from (``os.environ`` when None)."""
-    args = _parser(DeploySettings.from_env(os.environ if environ is None else environ)).parse_args(argv)
+    parser = _parser(DeploySettings.from_env(os.environ if environ is None else environ))
+    args = parser.parse_args(argv)
+    if not args.name:
+        parser.error(f"{args.command}: --name (or --stack) is required")
+    if args.dry_run:
+        from deploy.sagemaker.dry_run import DryRunClients
+
+        clients = DryRunClients(args.region)
+        smoke = clients.smoke
     try:
         _run(args, clients or AwsClients(args.region), smoke or default_smoke)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if args.dry_run:
+        print(clients.summary())
     return 0
 
 

@@ -37,8 +37,54 @@ def test_sagemaker_images_carry_the_bidi_label_expose_8080_and_serve():
 
 def test_assets_are_built_into_the_image_not_fetched_at_start():
     df = Dockerfile.parse(REPO / "deploy/sagemaker/Dockerfile")
-    assert any("kokoro-serve assets" in ins.value for ins in df.all("RUN"))
+    assert any(dockerfiles.ASSETS_SCRIPT in ins.value for ins in df.all("RUN"))
     assert df.env["HF_HUB_OFFLINE"] == "1" and df.env["TRANSFORMERS_OFFLINE"] == "1"
+
+
+@pytest.mark.parametrize("rel", [rel for rel, rules in sorted(dockerfiles.IMAGES.items()) if rules.get("model")])
+def test_model_images_fetch_the_official_assets_by_default(rel):
+    df = Dockerfile.parse(REPO / rel)
+    assert df.args["MODEL_SOURCE"] == "official"
+
+
+@pytest.fixture
+def image_assets(tmp_path):
+    """deploy/image_assets.sh with a stand-in `kokoro-serve` that records its arguments."""
+    stub = tmp_path / "bin" / "kokoro-serve"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\necho "ARGS: $*"\n')
+    stub.chmod(0o755)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", str(REPO / dockerfiles.ASSETS_SCRIPT), *args], capture_output=True, text=True,
+                              env={"PATH": f"{stub.parent}:/usr/bin:/bin"})
+    return run
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("official", "assets --official --torch"),
+    ("offline", "assets --torch"),
+    ("s3://bucket/kokoro/", "assets --source s3://bucket/kokoro/ --torch"),
+    ("https://mirror.example/kokoro", "assets --source https://mirror.example/kokoro --torch"),
+])
+def test_the_image_assets_script_maps_model_source_to_the_assets_command(image_assets, source, expected):
+    out = image_assets(source, "--torch")
+    assert out.returncode == 0, out.stderr
+    assert f"ARGS: {expected}" in out.stdout.splitlines()
+
+
+def test_the_image_assets_script_refuses_an_unknown_model_source(image_assets):
+    out = image_assets("offical")
+    assert out.returncode == 2 and "MODEL_SOURCE must be official, offline" in out.stderr
+    assert "ARGS" not in out.stdout
+
+
+def test_the_checker_flags_an_image_that_does_not_default_to_the_official_assets(tmp_path):
+    f = tmp_path / "Dockerfile"
+    f.write_text("FROM python:3.12-slim\nARG MODEL_SOURCE=\nENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1\n"
+                 "RUN kokoro-serve assets\n")
+    problems = "\n".join(check(f, torch=True, sagemaker=False, model=True))
+    assert "MODEL_SOURCE must default to official" in problems and dockerfiles.ASSETS_SCRIPT in problems
 
 
 # The checker itself must catch what it is there to catch.

@@ -56,11 +56,12 @@ def test_the_deploy_tools_read_their_variables_through_their_settings():
     from deploy.sagemaker import deploy as sm_deploy
 
     s = DeploySettings.from_env({"AWS_REGION": "eu-west-3", "CDK_DEFAULT_ACCOUNT": "123456789012",
-                                 "RUNPOD_API_KEY": "rp-key", "AWS_DEFAULT_REGION": "boto3's own"})
+                                 "RUNPOD_API_KEY": "rp-key", "AWS_DEFAULT_REGION": "us-west-1"})
     assert (s.aws_region, s.cdk_default_account, s.cdk_default_region, s.runpod_api_key) == (
         "eu-west-3", "123456789012", None, "rp-key")
     assert sm_deploy._parser(s).parse_args(["smoke", "--name", "n"]).region == "eu-west-3"
-    assert sm_deploy._parser(DeploySettings()).parse_args(["smoke", "--name", "n"]).region is None  # boto3 decides
+    assert DeploySettings.from_env({"AWS_DEFAULT_REGION": "us-west-1"}).aws_region == "us-west-1"
+    assert sm_deploy._parser(DeploySettings()).parse_args(["smoke", "--name", "n"]).region is None  # the profile's
     assert rp_start.mode_of({"RUNPOD_WEBHOOK_GET_JOB": "https://jobs"}) == "serverless"
     assert rp_start.mode_of({"RUNPOD_WEBHOOK_GET_JOB": ""}) == "pod"
     assert ServeSettings.from_env({"KOKORO_SM_MODEL_DIR": "/m"}).sm_model_dir.as_posix() == "/m"
