@@ -92,12 +92,14 @@ $(STAMP312): Makefile
 
 test: install $(STAMP312)
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 	.venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312
 	bash deploy/check.sh --static
 
 lint: install
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) -m benchmarks all --quick

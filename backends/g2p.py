@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import unicodedata
+from typing import Any
 
 from .base import InvalidRequest
 
@@ -82,7 +83,7 @@ class EspeakG2P:
         self._lock = threading.Lock()
         self._backends: dict[str, object] = {}
 
-    def _backend(self, lang: str):
+    def _backend(self, lang: str) -> Any:
         from phonemizer.backend import EspeakBackend
 
         backend = self._backends.get(lang)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,8 @@ from .voices import VoiceStore
 
 
 def load_vocab(config_path: Path) -> dict[str, int]:
-    return json.loads(Path(config_path).read_text(encoding="utf-8"))["vocab"]
+    vocab: dict[str, int] = json.loads(Path(config_path).read_text(encoding="utf-8"))["vocab"]
+    return vocab
 
 
 class OnnxSynthesizer:
@@ -58,8 +60,8 @@ class OnnxSynthesizer:
         self.solo_threads: int | None = None
         self.providers = providers or ["CPUExecutionProvider"]
         self.model_name = files.onnx.name
-        self._session = None
-        self._solo_session = None
+        self._session: Any = None  # onnxruntime.InferenceSession, once loaded
+        self._solo_session: Any = None
 
     def load(self) -> None:
         self._session = self._open(self.threads or (os.cpu_count() or 1))
@@ -69,7 +71,7 @@ class OnnxSynthesizer:
         self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
         self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
 
-    def _open(self, threads: int):
+    def _open(self, threads: int) -> Any:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -97,7 +99,7 @@ class OnnxSynthesizer:
         """:meth:`synthesize` with every core (``solo_threads``): for a call that runs alone."""
         return self.synthesize(segment, self._solo_session, interrupt=interrupt)
 
-    def synthesize(self, segment: Segment, session=None, *, interrupt: Interrupt | None = None) -> np.ndarray:
+    def synthesize(self, segment: Segment, session: Any = None, *, interrupt: Interrupt | None = None) -> np.ndarray:
         session = session or self._session
         if session is None:
             raise BackendFault("ONNX runtime used before load()")

@@ -96,7 +96,7 @@ class SequentialBackend(Engine):
                 except Exception as e:  # e.g. the worker was shut down by aclose()
                     raise self._as_error(e, request) from e
                 finally:
-                    self._queue.remove(lambda item, future=future: item[1] is future)
+                    self._queue.remove(partial(_holds, future))
                     self._set_waiting(self._waiting - 1)
                 if result.error is not None:
                     raise self._as_error(result.error, request) from result.error
@@ -124,7 +124,7 @@ class SequentialBackend(Engine):
             return
         work.add_done_callback(partial(self._done, entry, call))
 
-    def _done(self, entry: Entry, call: RunningCall | None, work: asyncio.Future) -> None:
+    def _done(self, entry: Entry, call: RunningCall | None, work: asyncio.Future[Any]) -> None:
         self._running = False
         self._call_ended(call)
         future = entry.item[1]
@@ -139,3 +139,8 @@ class SequentialBackend(Engine):
         else:
             future.set_result(work.result()[0])
         self._run_next()
+
+
+def _holds(future: asyncio.Future[SegmentResult], item: Any) -> bool:
+    """Whether a queue entry's item, ``(segment, future, playout)``, is the one of ``future``."""
+    return item[1] is future

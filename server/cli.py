@@ -85,8 +85,9 @@ def _uvicorn_server_class() -> type:
 
 def build_backend(settings: Settings, observer: BackendObserver | None = None) -> Backend:
     """The backend the settings describe, building the default asset directory when it is empty."""
-    from backends.assets import AssetError, build_assets, default_model_dir
+    from backends.assets import build_assets, default_model_dir
     from backends.factory import create_backend
+    from backends.official import AssetError
 
     config = settings.backend_config()
     try:
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
         print(f"kokoro-serve: {e.code}: {e.message}", file=sys.stderr)
         return 2
     except Exception as e:
-        from backends.assets import AssetError
+        from backends.official import AssetError
 
         if isinstance(e, AssetError):
             print(f"kokoro-serve: {e}", file=sys.stderr)
