@@ -27,10 +27,12 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploy.cli import env_pairs
-from deploy.settings import DeploySettings
+
+if TYPE_CHECKING:
+    from deploy.settings import DeploySettings
 
 PORT = 8080
 
@@ -144,6 +146,8 @@ def _sdk(settings: DeploySettings) -> Any:
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """CLI entry; ``environ``: the environment to read (``os.environ`` when None)."""
+    from deploy.settings import DeploySettings  # pydantic: imported when the command runs
+
     env: Mapping[str, str] = os.environ if environ is None else environ
     settings = DeploySettings.from_env(env)
     args = _parser().parse_args(argv)

@@ -30,13 +30,15 @@ import functools
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploy.cli import env_pairs
 from deploy.sagemaker import agent_runtime, endpoint, stack, teardown
 from deploy.sagemaker.endpoint import DeployError, EndpointSpec
 from deploy.sagemaker.rollout import AwsClients, DeployResult, Scaling, SmokeTest, default_smoke, deploy
-from deploy.settings import DeploySettings
+
+if TYPE_CHECKING:
+    from deploy.settings import DeploySettings
 
 __all__ = ["AwsClients", "DeployResult", "Scaling", "SmokeTest", "default_smoke", "deploy", "main"]
 
@@ -101,7 +103,7 @@ def _endpoint_args(p: argparse.ArgumentParser) -> None:
 
 def _parser(settings: DeploySettings | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m deploy.sagemaker.deploy", description=__doc__.split("\n\n")[0])
-    region = (settings or DeploySettings()).aws_region
+    region = settings.aws_region if settings is not None else None
     _global_options(p, "main", region)
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, "sub", region)
@@ -214,6 +216,8 @@ def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest
          environ: Mapping[str, str] | None = None) -> int:
     """CLI entry. ``clients``/``smoke`` are injectable (tests, or another transport); ``environ`` is the
     environment the deploy settings are read from (``os.environ`` when None)."""
+    from deploy.settings import DeploySettings  # pydantic: imported when the command runs
+
     parser = _parser(DeploySettings.from_env(os.environ if environ is None else environ))
     args = parser.parse_args(argv)
     if not args.name:
