@@ -17,8 +17,9 @@ The step, for a list of segments (one runtime call's worth):
   segment: ``synthesize_batch_timed`` when the runtime reports durations, else ``synthesize_batch``;
   if that call fails, returns the wrong count or an empty item, each segment is retried alone,
   so one bad segment fails only its own request;
-* alone: ``synthesize_timed`` when the runtime reports durations (torch), else ``synthesize``
-  (``synthesize_solo``, every core, when the mode says the call runs alone and the runtime has it);
+* alone: ``synthesize_timed`` when the runtime reports durations (torch; ONNX with a timed model,
+  ``reports_durations``), else ``synthesize`` (``synthesize_solo_timed`` / ``synthesize_solo``,
+  every core, when the mode says the call runs alone and the runtime has it);
 * every output clipped to [-1, 1] (:func:`~backends.base.clip_audio`); empty audio is a
   :class:`~backends.base.BackendFault` (a segment with phonemes always has sound);
 * the observer hears of every runtime call (``batch_done``, size 1 for a single call) and of every
@@ -73,6 +74,7 @@ from .base import (
 )
 from .config import BackendConfig
 from .deadlines import Deadlines
+from .lang import resolve_lang, voice_language
 from .text import TextPipeline
 from .voices import VoiceStore
 
@@ -136,7 +138,9 @@ class Engine(Deadlines):
         self.voices = voices
         self.model_name = model_name or getattr(synthesizer, "model_name", "")
         self._observer: BackendObserver = observer if observer is not None else _NoObserver()
-        self._timed = callable(getattr(synthesizer, "synthesize_timed", None))
+        # A runtime whose model may lack durations (ONNX without a timed twin) says so.
+        self._timed = callable(getattr(synthesizer, "synthesize_timed", None)) and bool(
+            getattr(synthesizer, "reports_durations", True))
         timed_batch = getattr(synthesizer, "synthesize_batch_timed", None) if self._timed else None
         self._batch_timed = callable(timed_batch)
         self._batch_call: Any = timed_batch if self._batch_timed else getattr(synthesizer, "synthesize_batch", None)
@@ -191,7 +195,9 @@ class Engine(Deadlines):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._prep_executor, self.synthesizer.load)
+        # The default language's G2P front end (misaki's tagger: a few seconds) loads beside the model.
+        await asyncio.gather(loop.run_in_executor(self._prep_executor, self.synthesizer.load),
+                             asyncio.to_thread(self.pipeline.preload, self.config.default_lang))
         warm = await self.prepare(SynthesisRequest(text=WARMUP_TEXT, request_id="warmup"))
         async for _ in self.stream(warm):
             pass
@@ -229,7 +235,7 @@ class Engine(Deadlines):
         voice = self.voices.resolve(request.voice)  # raises UnknownVoice / InvalidRequest
         fast = self.config.fast_first_segment if request.fast_first is None else request.fast_first
         request.voice = voice
-        request.lang = request.lang or self.config.default_lang
+        request.lang = resolve_lang(request.text, request.lang, voice_language(voice), self.config.default_lang)
         request.segments = self.pipeline.plan(
             request.text, voice=voice, speed=request.speed, lang=request.lang, fast_first=fast,
             short_first_words=self.config.short_first_segment_words if short else None,
@@ -323,10 +329,12 @@ class Engine(Deadlines):
         t0 = time.perf_counter()
         try:
             durations = None
-            solo_call = getattr(self.synthesizer, "synthesize_solo", None) if solo else None
+            solo_name = "synthesize_solo_timed" if self._timed else "synthesize_solo"
+            solo_call = getattr(self.synthesizer, solo_name, None) if solo else None
             extra = {"interrupt": interrupt} if interrupt is not None else {}
-            if self._timed:  # the torch runtime reports per-token frame durations at no extra cost
-                audio, durations = self._call(self.synthesizer.synthesize_timed, segment)
+            if self._timed:  # per-token frame durations come from the same run, at no extra cost
+                timed = solo_call if callable(solo_call) else self.synthesizer.synthesize_timed
+                audio, durations = self._call(timed, segment, **extra)
             else:
                 audio = self._call(solo_call if callable(solo_call) else self.synthesizer.synthesize, segment, **extra)
             audio = clip_audio(audio)

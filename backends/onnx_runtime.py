@@ -15,11 +15,18 @@ A call can be stopped while it runs (``interruptible``): an :class:`~backends.ba
 another thread sets the call's ``RunOptions.terminate``, and ONNX Runtime stops at its next node
 (within ~50 ms here); the call raises :class:`~backends.base.Interrupted` and the session serves
 the next call as before.
+
+Word timings: with a timed twin of the model (``*.timed.onnx``, written by ``kokoro-serve assets``;
+see :mod:`backends.onnx_timed`), ``synthesize_timed`` returns the audio and the per-token frame
+durations the graph predicted (``<bos>``, each phoneme, ``<eos>``; 600 samples a frame), from the
+same single run that makes the audio — the audio is the plain model's, bit for bit.
+``reports_durations`` says whether the model has them; without, the engine calls ``synthesize``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -28,7 +35,10 @@ import numpy as np
 
 from .assets import ModelFiles
 from .base import MAX_PHONEMES, SAMPLE_RATE, BackendFault, Interrupt, Interrupted, Segment, clip_audio
+from .onnx_timed import DURATIONS_OUTPUT
 from .voices import VoiceStore
+
+log = logging.getLogger(__name__)
 
 
 def load_vocab(config_path: Path) -> dict[str, int]:
@@ -59,9 +69,13 @@ class OnnxSynthesizer:
         #: Intra-op threads of a second session for calls that run alone (None: no second session).
         self.solo_threads: int | None = None
         self.providers = providers or ["CPUExecutionProvider"]
-        self.model_name = files.onnx.name
+        self.model_name = files.model_name
+        #: The model reports per-token durations (a timed twin): ``synthesize_timed`` works.
+        self.reports_durations = files.onnx_durations
+        self._audio_output = "audio"
         self._session: Any = None  # onnxruntime.InferenceSession, once loaded
         self._solo_session: Any = None
+        self._onnx: Path = files.onnx
 
     def load(self) -> None:
         self._session = self._open(self.threads or (os.cpu_count() or 1))
@@ -70,6 +84,13 @@ class OnnxSynthesizer:
         inputs = {i.name: i for i in self._session.get_inputs()}
         self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
         self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
+        outputs = [o.name for o in self._session.get_outputs()]
+        self._audio_output = next((n for n in outputs if n != DURATIONS_OUTPUT), outputs[0])
+        if self.reports_durations and DURATIONS_OUTPUT not in outputs:
+            raise BackendFault(f"{self._onnx.name} has no {DURATIONS_OUTPUT!r} output; rerun `kokoro-serve assets`")
+        if not self.reports_durations:
+            log.warning("%s has no timed twin in %s: no word timings on onnx; `kokoro-serve assets` writes it",
+                        self._onnx.name, self.files.root)
 
     def _open(self, threads: int) -> Any:
         import onnxruntime as ort
@@ -82,7 +103,7 @@ class OnnxSynthesizer:
         # them on, RSS climbed ~50 MB over the first hundred texts; off, it stays flat, at no cost
         # in speed (measured; see benchmarks/results/soak.md).
         opts.enable_mem_pattern = False
-        return ort.InferenceSession(str(self.files.onnx), sess_options=opts, providers=self.providers)
+        return ort.InferenceSession(str(self._onnx), sess_options=opts, providers=self.providers)
 
     @property
     def device(self) -> str:
@@ -99,13 +120,36 @@ class OnnxSynthesizer:
         """:meth:`synthesize` with every core (``solo_threads``): for a call that runs alone."""
         return self.synthesize(segment, self._solo_session, interrupt=interrupt)
 
+    def synthesize_solo_timed(
+        self, segment: Segment, interrupt: Interrupt | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`synthesize_timed` with every core (``solo_threads``): for a call that runs alone."""
+        return self.synthesize_timed(segment, self._solo_session, interrupt=interrupt)
+
     def synthesize(self, segment: Segment, session: Any = None, *, interrupt: Interrupt | None = None) -> np.ndarray:
+        """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary)."""
+        return self._run(segment, session, interrupt, timed=False)[0]
+
+    def synthesize_timed(
+        self, segment: Segment, session: Any = None, *, interrupt: Interrupt | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(audio, int64 frame durations per token: bos, each phoneme, eos). Needs a timed model
+        (``reports_durations``); the same single run as :meth:`synthesize`."""
+        if not self.reports_durations:
+            raise BackendFault(f"{self._onnx.name} reports no durations; run `kokoro-serve assets`")
+        audio, durations = self._run(segment, session, interrupt, timed=True)
+        assert durations is not None
+        return audio, durations
+
+    def _run(
+        self, segment: Segment, session: Any, interrupt: Interrupt | None, *, timed: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         session = session or self._session
         if session is None:
             raise BackendFault("ONNX runtime used before load()")
         tokens = self.tokens(segment.phonemes)[:MAX_PHONEMES]
         if not tokens:
-            return np.zeros(0, dtype=np.float32)
+            return np.zeros(0, dtype=np.float32), (np.zeros(0, dtype=np.int64) if timed else None)
         style = self.voices.style(segment.voice, len(tokens)).reshape(1, -1).astype(np.float32)
         speed = np.array([segment.speed], dtype=self._speed_dtype)
         inputs = {self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64), "style": style, "speed": speed}
@@ -115,10 +159,12 @@ class OnnxSynthesizer:
 
             options = ort.RunOptions()
             interrupt.on_set(lambda: setattr(options, "terminate", True))
+        names = [self._audio_output, DURATIONS_OUTPUT] if timed else [self._audio_output]
         try:
-            out = session.run(None, inputs, options)
+            out = session.run(names, inputs, options)
         except Exception as e:
             if interrupt is not None and interrupt.is_set:
                 raise Interrupted("the call was interrupted") from e
             raise
-        return clip_audio(out[0])
+        durations = np.asarray(out[1], dtype=np.int64).reshape(-1) if timed else None
+        return clip_audio(out[0]), durations

@@ -11,8 +11,8 @@ Routes (see :func:`openai_routes`):
   whose ``usage`` counts, in OpenAI's shape, ``input_tokens``: the characters of ``input``;
   ``output_tokens``: the seconds of audio, rounded up; ``total_tokens``: their sum.
 * ``POST /v1/audio/speech/timed`` — same body; JSON with the whole audio (base64) and per-word
-  ``start``/``end`` seconds. Needs a runtime that reports durations (torch); others answer 501
-  ``unsupported``.
+  ``start``/``end`` seconds. Needs a runtime that reports durations (torch; onnx with the timed
+  model ``kokoro-serve assets`` writes); others answer 501 ``unsupported``.
 * ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /v1/audio/voices``.
 
 Choices: ``model`` accepts ``kokoro``, OpenAI's TTS model names and the served model file's name
@@ -77,7 +77,6 @@ class OpenAIRoutes:
         return ids
 
     async def _params(self, request: Request, job: Synthesis) -> SpeechParams:
-        job.request_id = request_id_of(request)  # the x-request-id answered, in the logs from here on
         body = decode_json(await read_body(request, self.settings.max_message_bytes))  # 400 invalid_json
         catalog = self.backend.voices
         return parse_speech(body, model_ids=self._model_ids(), voices={*catalog.names(), *catalog.aliases})
@@ -102,8 +101,9 @@ class OpenAIRoutes:
         info = self.backend.info
         if not info.capabilities.word_timings:
             raise Unsupported(
-                f"word timings need a backend that reports phoneme durations (the torch runtime); "
-                f"this server runs the {info.runtime!r} runtime in {info.mode} mode, which does not"
+                f"word timings need a backend that reports phoneme durations (the torch runtime, or onnx "
+                f"with the timed model `kokoro-serve assets` writes); this server runs the {info.runtime!r} "
+                f"runtime ({info.model}) in {info.mode} mode, which does not"
             )
         encoder = job.use_encoder(p.format, p.sample_rate)
         first = await self._open(p, request, job)
@@ -158,10 +158,11 @@ class OpenAIRoutes:
 
     async def voices(self, request: Request) -> Response:
         catalog = self.backend.voices
-        return JSONResponse({"voices": catalog.names(), "aliases": catalog.aliases, "default": catalog.default})
+        return JSONResponse({"voices": catalog.names(), "aliases": catalog.aliases, "default": catalog.default,
+                             "languages": catalog.languages()})
 
 
-def error_response(error: KokoroError, job: Synthesis) -> Response:
+def error_response(error: KokoroError, job: Synthesis, request: Request) -> Response:
     return APIError.of(error).response()
 
 
@@ -193,8 +194,9 @@ def openai_routes(backend: Backend, settings: Settings) -> list[BaseRoute]:
     speech routes run through the synthesis pipeline (route label ``openai``)."""
     h = OpenAIRoutes(backend, settings)
     return [
-        Route("/v1/audio/speech", SpeechEndpoint(ROUTE, h.speech, error_response), methods=["POST"]),
-        Route("/v1/audio/speech/timed", SpeechEndpoint(ROUTE, h.speech_timed, error_response), methods=["POST"]),
+        Route("/v1/audio/speech", SpeechEndpoint(ROUTE, h.speech, error_response, request_id_of), methods=["POST"]),
+        Route("/v1/audio/speech/timed", SpeechEndpoint(ROUTE, h.speech_timed, error_response, request_id_of),
+              methods=["POST"]),
         Route("/v1/audio/voices", h.voices, methods=["GET"]),
         Route("/v1/models", h.models, methods=["GET"]),
         Route("/v1/models/{model:path}", h.model, methods=["GET"]),

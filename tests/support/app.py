@@ -1,5 +1,5 @@
 """The one in-process app builder: the real app (:func:`server.app.create_app`) over the real
-sequential or concurrent backend and text pipeline (espeak-ng, offline), around a given
+sequential or concurrent backend and text pipeline (every language's G2P, offline), around a given
 synthesizer — :class:`~backends.fake.FakeSynthesizer` (built by :func:`fake_synth`) or a real,
 already-loaded runtime wrapped in :class:`LoadedRuntime`.
 
@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
 from backends.fake import FakeSynthesizer
-from backends.g2p import EspeakG2P
+from backends.g2p import G2P
 from backends.onnx_runtime import load_vocab
 from backends.sequential import SequentialBackend
 from backends.text import TextPipeline
@@ -41,7 +41,7 @@ def fake_pipeline(segment_phonemes: int = 60) -> TextPipeline:
     import kokoro_onnx
 
     vocab = load_vocab(Path(kokoro_onnx.__file__).parent / "config.json")
-    return TextPipeline(EspeakG2P().phonemize, vocab, segment_phonemes=segment_phonemes)
+    return TextPipeline(G2P().phonemize, vocab, segment_phonemes=segment_phonemes)
 
 
 @cache
@@ -58,14 +58,18 @@ def fake_synth(**knobs: Any) -> FakeSynthesizer:
 
 class LoadedRuntime:
     """A real runtime the test session has already loaded: ``load()`` does not load it again,
-    it only waits on ``gate`` when one is given (a model "still loading")."""
+    it only waits on ``gate`` when one is given (a model "still loading"). It passes on only
+    ``synthesize`` (a runtime without word timings) unless ``timed`` and the runtime reports
+    durations: then ``synthesize_timed`` too."""
 
-    def __init__(self, inner: Any, gate: threading.Event | None = None):
+    def __init__(self, inner: Any, gate: threading.Event | None = None, *, timed: bool = False):
         self.inner = inner
         self.name, self.sample_rate, self.thread_safe = inner.name, inner.sample_rate, inner.thread_safe
         self.model_name = inner.model_name
         self.interruptible = getattr(inner, "interruptible", False)
         self.gate = gate
+        self.reports_durations = timed and bool(
+            getattr(inner, "reports_durations", callable(getattr(inner, "synthesize_timed", None))))
 
     def load(self) -> None:
         if self.gate is not None:
@@ -73,6 +77,9 @@ class LoadedRuntime:
 
     def synthesize(self, segment: Any, **options: Any) -> np.ndarray:
         return self.inner.synthesize(segment, **options)
+
+    def synthesize_timed(self, segment: Any, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self.inner.synthesize_timed(segment, **options)
 
 
 def build_backend(
