@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .base import BackendObserver, Interrupt, Segment, SynthesisRequest
@@ -146,6 +147,11 @@ class Deadlines:
     def _call_ended(self, call: RunningCall | None) -> None:
         if call is not None:
             self._preemption.ended(call)
+
+    def _abandon(self, match: Callable[[Any], bool]) -> None:
+        """A request was closed with its segment running: stop that call where the runtime can."""
+        if self.interrupts:
+            self._preemption.abandon(match)
 
     def _offer(self, queue: SegmentQueue, item: Any, segment: Segment, playout: Playout, *, session: str,
                request_seq: int, busy: bool) -> None:

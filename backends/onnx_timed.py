@@ -104,8 +104,12 @@ def add_duration_output(src: Path, out: Any) -> str:
     """Write ``src`` with the extra ``durations`` output to the binary file object ``out``; returns
     the name of the tensor that was exposed. Raises :class:`GraphSurgeryError`."""
     import onnx
+    from google.protobuf.message import DecodeError
 
-    model = onnx.load(str(src))
+    try:
+        model = onnx.load(str(src))
+    except DecodeError as exc:
+        raise GraphSurgeryError(f"{Path(src).name} is not an ONNX model this onnx package can read: {exc}") from exc
     graph = model.graph
     if any(o.name == DURATIONS_OUTPUT for o in graph.output):
         raise GraphSurgeryError(f"{Path(src).name} already has a {DURATIONS_OUTPUT!r} output")

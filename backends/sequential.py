@@ -19,7 +19,8 @@ live on the event loop, which only awaits futures.
 Admission: at most ``max_queue`` segments wait for or sit in the worker at once; beyond it
 ``stream()`` raises :class:`~backends.base.Overloaded`.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
-that has not started leaves the queue outright, one already running finishes and is discarded. The
+that has not started leaves the queue outright; one already running is interrupted where the runtime
+can be (``interruptible``, with deadlines on), else it finishes, and its result is discarded. The
 request timeout fails the stream with :class:`~backends.base.SynthesisTimeout`. ``aclose()`` fails
 every queued segment with :class:`~backends.base.NotReady`.
 """
@@ -98,6 +99,8 @@ class SequentialBackend(Engine):
                 finally:
                     self._queue.remove(partial(_holds, future))
                     self._set_waiting(self._waiting - 1)
+                    if future.cancel() or future.cancelled():  # closed mid-call (cancel, barge-in): stop it
+                        self._abandon(partial(_holds, future))
                 if result.error is not None:
                     raise self._as_error(result.error, request) from result.error
                 self._segment_ready(playout, result.audio, request)

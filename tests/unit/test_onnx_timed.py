@@ -132,3 +132,12 @@ def test_without_the_onnx_package_the_plain_model_is_served(tmp_path, monkeypatc
     assert not files.onnx_durations
     assert TWIN not in json.loads((tmp_path / assets.MANIFEST).read_text())["files"]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_a_file_that_is_no_onnx_graph_gets_no_twin_and_a_clear_reason(tmp_path):
+    from backends.onnx_timed import GraphSurgeryError, add_duration_output
+
+    src = tmp_path / "kokoro-v1.0.onnx"
+    src.write_bytes(b"\x0f\xff not a protobuf at all")
+    with open(tmp_path / "out.onnx", "wb") as out, pytest.raises(GraphSurgeryError, match="not an ONNX model"):
+        add_duration_output(src, out)
