@@ -103,14 +103,16 @@ $(STAMP312P): Makefile
 	touch $(STAMP312P)
 
 test: install $(STAMP312) $(STAMP312P)
-	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests
+	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 	.venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312 --ignore=tests/agent_py312/pipecat
 	.venv312-pipecat/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312/pipecat
 	bash deploy/check.sh --static
 
 lint: install
-	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests
+	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) -m benchmarks all --quick

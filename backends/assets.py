@@ -36,7 +36,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -75,7 +77,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 @contextlib.contextmanager
-def atomic_write(dest: Path, mode: str = "wb") -> Iterator:
+def atomic_write(dest: Path, mode: str = "wb") -> Iterator[Any]:
     """Write to a temporary file beside ``dest`` and rename it into place only on success."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
@@ -132,7 +134,7 @@ class ModelFiles:
         return cls(root, onnx, voices, config, pth)  # type: ignore[arg-type]
 
 
-def _package_file(package: str, *parts: str):
+def _package_file(package: str, *parts: str) -> Traversable:
     return resources.files(package).joinpath(*parts)
 
 
@@ -163,17 +165,18 @@ def _write_offline_voices(dest: Path, extra: dict[str, np.ndarray] | None = None
         packs = load_voice_packs(Path(src))
     packs.update(extra or {})
     with atomic_write(dest) as f:
-        np.savez(f, **packs)
+        np.savez(f, **packs)  # type: ignore[arg-type]  # numpy's stub types the keyword arrays as its bool flag
 
 
-def _manifest(model_dir: Path) -> dict:
+def _manifest(model_dir: Path) -> dict[str, Any]:
     try:
-        return json.loads((model_dir / MANIFEST).read_text())
+        manifest: dict[str, Any] = json.loads((model_dir / MANIFEST).read_text())
+        return manifest
     except (FileNotFoundError, ValueError):
         return {}
 
 
-def _verified(model_dir: Path, name: str, manifest: dict) -> bool:
+def _verified(model_dir: Path, name: str, manifest: dict[str, Any]) -> bool:
     path = model_dir / name
     want = manifest.get("files", {}).get(name)
     return path.is_file() and want is not None and sha256_file(path) == want
@@ -266,7 +269,7 @@ def build_assets(
 
 
 def _write_timed_onnx(
-    model_dir: Path, manifest: dict, files: dict[str, str], derived: dict[str, str], *, force: bool,
+    model_dir: Path, manifest: dict[str, Any], files: dict[str, str], derived: dict[str, str], *, force: bool,
     progress: Progress,
 ) -> None:
     """Beside each ONNX model in ``model_dir``, its timed twin (:mod:`backends.onnx_timed`), made
@@ -323,14 +326,15 @@ class _Source:
     def _url(self, name: str) -> str:
         return self.source.rstrip("/") + "/" + urllib.parse.quote(name)
 
-    def open(self, name: str):
+    def open(self, name: str) -> BinaryIO | None:
         """A binary stream of ``name``, or None when the source does not have it."""
         if self.kind == "dir":
             path = Path(self.source) / name
             return open(path, "rb") if path.is_file() else None
         if self.kind == "http":
             try:
-                return urllib.request.urlopen(self._url(name), timeout=60)
+                response: BinaryIO = urllib.request.urlopen(self._url(name), timeout=60)
+                return response
             except urllib.error.HTTPError as e:
                 if e.code == 404:
                     return None
@@ -339,7 +343,8 @@ class _Source:
                 raise AssetError(f"{self._url(name)}: {e.reason}") from e
         key = f"{self._prefix}/{name}" if self._prefix else name
         try:
-            return self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+            body: BinaryIO = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+            return body
         except self._s3.exceptions.NoSuchKey:
             return None
 

@@ -253,6 +253,10 @@ class VoiceCatalog(Protocol):
 
     def names(self) -> list[str]: ...
 
+    def languages(self) -> dict[str, str | None]:
+        """``{voice: language}`` for every loaded voice (None: not known from its name)."""
+        ...
+
     @property
     def aliases(self) -> dict[str, str]:
         """Extra names (``KOKORO_VOICE_ALIASES``): ``{alias: voice or blend}``."""

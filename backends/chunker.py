@@ -119,7 +119,8 @@ class SentenceChunker:
         i = body_start = skip(buf, 0, " \t\r\n\f\v")
         words = 0
         in_word = False
-        last_clause = last_space = None
+        last_clause: int | None = None
+        last_space: int | None = None
         while i < limit:
             ch = buf[i]
             if ch.isspace():

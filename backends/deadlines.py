@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import BackendObserver, Interrupt, Segment, SynthesisRequest
 from .config import BackendConfig
@@ -59,6 +59,10 @@ class Deadlines:
     config: BackendConfig
     synthesizer: Any
     _observer: BackendObserver
+    if TYPE_CHECKING:  # what the engine that mixes this in provides
+
+        @property
+        def batched(self) -> bool: ...
     #: The order segments run in with ``deadlines`` off (the mode's own; see backends.schedule).
     plain_order: Order = "fifo"
 

@@ -147,7 +147,7 @@ class Engine(Deadlines):
             getattr(synthesizer, "reports_durations", True))
         timed_batch = getattr(synthesizer, "synthesize_batch_timed", None) if self._timed else None
         self._batch_timed = callable(timed_batch)
-        self._batch_call = timed_batch if self._batch_timed else getattr(synthesizer, "synthesize_batch", None)
+        self._batch_call: Any = timed_batch if self._batch_timed else getattr(synthesizer, "synthesize_batch", None)
         self._ready = False
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from .base import Unsupported
 from .g2p_marks import phonemize_keeping_marks
@@ -69,7 +69,7 @@ class EspeakG2P:
         self._lock = threading.Lock()
         self._backends: dict[str, object] = {}
 
-    def _backend(self, lang: str):
+    def _backend(self, lang: str) -> Any:
         from phonemizer.backend import EspeakBackend
 
         backend = self._backends.get(lang)

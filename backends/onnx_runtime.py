@@ -29,6 +29,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,8 @@ log = logging.getLogger(__name__)
 
 
 def load_vocab(config_path: Path) -> dict[str, int]:
-    return json.loads(Path(config_path).read_text(encoding="utf-8"))["vocab"]
+    vocab: dict[str, int] = json.loads(Path(config_path).read_text(encoding="utf-8"))["vocab"]
+    return vocab
 
 
 class OnnxSynthesizer:
@@ -71,8 +73,9 @@ class OnnxSynthesizer:
         #: The model reports per-token durations (a timed twin): ``synthesize_timed`` works.
         self.reports_durations = files.onnx_durations
         self._audio_output = "audio"
-        self._session = None
-        self._solo_session = None
+        self._session: Any = None  # onnxruntime.InferenceSession, once loaded
+        self._solo_session: Any = None
+        self._onnx: Path = files.onnx
 
     def load(self) -> None:
         self._session = self._open(self.threads or (os.cpu_count() or 1))
@@ -84,12 +87,12 @@ class OnnxSynthesizer:
         outputs = [o.name for o in self._session.get_outputs()]
         self._audio_output = next((n for n in outputs if n != DURATIONS_OUTPUT), outputs[0])
         if self.reports_durations and DURATIONS_OUTPUT not in outputs:
-            raise BackendFault(f"{self.files.onnx.name} has no {DURATIONS_OUTPUT!r} output; rerun `kokoro-serve assets`")
+            raise BackendFault(f"{self._onnx.name} has no {DURATIONS_OUTPUT!r} output; rerun `kokoro-serve assets`")
         if not self.reports_durations:
             log.warning("%s has no timed twin in %s: no word timings on onnx; `kokoro-serve assets` writes it",
-                        self.files.onnx.name, self.files.root)
+                        self._onnx.name, self.files.root)
 
-    def _open(self, threads: int):
+    def _open(self, threads: int) -> Any:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -100,7 +103,7 @@ class OnnxSynthesizer:
         # them on, RSS climbed ~50 MB over the first hundred texts; off, it stays flat, at no cost
         # in speed (measured; see benchmarks/results/soak.md).
         opts.enable_mem_pattern = False
-        return ort.InferenceSession(str(self.files.onnx), sess_options=opts, providers=self.providers)
+        return ort.InferenceSession(str(self._onnx), sess_options=opts, providers=self.providers)
 
     @property
     def device(self) -> str:
@@ -123,23 +126,23 @@ class OnnxSynthesizer:
         """:meth:`synthesize_timed` with every core (``solo_threads``): for a call that runs alone."""
         return self.synthesize_timed(segment, self._solo_session, interrupt=interrupt)
 
-    def synthesize(self, segment: Segment, session=None, *, interrupt: Interrupt | None = None) -> np.ndarray:
+    def synthesize(self, segment: Segment, session: Any = None, *, interrupt: Interrupt | None = None) -> np.ndarray:
         """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary)."""
         return self._run(segment, session, interrupt, timed=False)[0]
 
     def synthesize_timed(
-        self, segment: Segment, session=None, *, interrupt: Interrupt | None = None
+        self, segment: Segment, session: Any = None, *, interrupt: Interrupt | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """(audio, int64 frame durations per token: bos, each phoneme, eos). Needs a timed model
         (``reports_durations``); the same single run as :meth:`synthesize`."""
         if not self.reports_durations:
-            raise BackendFault(f"{self.files.onnx.name} reports no durations; run `kokoro-serve assets`")
+            raise BackendFault(f"{self._onnx.name} reports no durations; run `kokoro-serve assets`")
         audio, durations = self._run(segment, session, interrupt, timed=True)
         assert durations is not None
         return audio, durations
 
     def _run(
-        self, segment: Segment, session, interrupt: Interrupt | None, *, timed: bool
+        self, segment: Segment, session: Any, interrupt: Interrupt | None, *, timed: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
         session = session or self._session
         if session is None:

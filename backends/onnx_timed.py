@@ -19,6 +19,7 @@ two for the 92 MB int8 export.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 DURATIONS_OUTPUT = "durations"
 TIMED_SUFFIX = ".timed.onnx"
@@ -38,12 +39,12 @@ def source_name(name: str) -> str:
     return name[: -len(TIMED_SUFFIX)] + ".onnx" if name.endswith(TIMED_SUFFIX) else name
 
 
-def find_duration_tensor(graph) -> str:
+def find_duration_tensor(graph: Any) -> str:
     """The name of the int64 per-token duration tensor in ``graph`` (an ``onnx.GraphProto``)."""
     import onnx
 
     producer = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, list] = {}
+    consumers: dict[str, list[Any]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
@@ -58,7 +59,7 @@ def find_duration_tensor(graph) -> str:
             return True
         return node.op_type in ("Cast", "Div", "Mul") and divides_by_speed(node.input[0], depth - 1)
 
-    found = []
+    found: list[str] = []
     for node in graph.node:
         if node.op_type != "Round" or not divides_by_speed(node.input[0]):
             continue
@@ -80,7 +81,7 @@ def find_duration_tensor(graph) -> str:
     return found[0]
 
 
-def _reaches(name: str, target: str, producer: dict, depth: int = 3) -> bool:
+def _reaches(name: str, target: str, producer: dict[str, Any], depth: int = 3) -> bool:
     """Whether tensor ``name`` is ``target`` or is computed from it by a short chain of casts."""
     if name == target:
         return True
@@ -90,7 +91,7 @@ def _reaches(name: str, target: str, producer: dict, depth: int = 3) -> bool:
     )
 
 
-def _attr(node, name: str):
+def _attr(node: Any, name: str) -> Any:
     import onnx
 
     for a in node.attribute:
@@ -99,7 +100,7 @@ def _attr(node, name: str):
     return None
 
 
-def add_duration_output(src: Path, out) -> str:
+def add_duration_output(src: Path, out: Any) -> str:
     """Write ``src`` with the extra ``durations`` output to the binary file object ``out``; returns
     the name of the tensor that was exposed. Raises :class:`GraphSurgeryError`."""
     import onnx

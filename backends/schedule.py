@@ -142,12 +142,12 @@ class SegmentQueue:
         self._entries.append(entry)
         return entry
 
-    def _key(self) -> Callable[[Entry], tuple]:
+    def _key(self) -> Callable[[Entry], tuple[Any, ...]]:
         """The sort key of the queue's order, for the entries queued now."""
         if self.order == "fifo":
             return lambda e: (e.seq,)
 
-        def turn(e: Entry) -> tuple:
+        def turn(e: Entry) -> tuple[Any, ...]:
             return (self._turn.get(e.session, 0), e.request_seq, e.seq)
 
         if self.order == "round_robin":
@@ -161,7 +161,7 @@ class SegmentQueue:
 
         together = min((due(e) for e in self._entries), default=0.0) + self.window_s
 
-        def deadline(e: Entry) -> tuple:
+        def deadline(e: Entry) -> tuple[Any, ...]:
             if streams_due is not None and e.playing:  # the streams, in the order their requests arrived
                 return (1, 0.0, streams_due, e.request_seq, e.seq)
             if self.window_s > 0 and e.due <= together:
@@ -179,7 +179,7 @@ class SegmentQueue:
         """Up to ``n`` entries in order, a session's second entry only after every session's
         first (a batch spreads over sessions); the first always goes, each later one only when
         ``fits(taken, entry)``. Entries passed over keep their place."""
-        ranked: list[tuple[int, tuple, Entry]] = []
+        ranked: list[tuple[int, tuple[Any, ...], Entry]] = []
         per_session: dict[str, int] = {}
         key = self._key()
         for entry in sorted(self._entries, key=key):

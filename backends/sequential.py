@@ -97,10 +97,10 @@ class SequentialBackend(Engine):
                 except Exception as e:  # e.g. the worker was shut down by aclose()
                     raise self._as_error(e, request) from e
                 finally:
-                    self._queue.remove(lambda item, future=future: item[1] is future)
+                    self._queue.remove(partial(_holds, future))
                     self._set_waiting(self._waiting - 1)
                     if future.cancel() or future.cancelled():  # closed mid-call (cancel, barge-in): stop it
-                        self._abandon(lambda item, future=future: item[1] is future)
+                        self._abandon(partial(_holds, future))
                 if result.error is not None:
                     raise self._as_error(result.error, request) from result.error
                 self._segment_ready(playout, result.audio, request)
@@ -127,7 +127,7 @@ class SequentialBackend(Engine):
             return
         work.add_done_callback(partial(self._done, entry, call))
 
-    def _done(self, entry: Entry, call: RunningCall | None, work: asyncio.Future) -> None:
+    def _done(self, entry: Entry, call: RunningCall | None, work: asyncio.Future[Any]) -> None:
         self._running = False
         self._call_ended(call)
         future = entry.item[1]
@@ -142,3 +142,8 @@ class SequentialBackend(Engine):
         else:
             future.set_result(work.result()[0])
         self._run_next()
+
+
+def _holds(future: asyncio.Future[SegmentResult], item: Any) -> bool:
+    """Whether a queue entry's item, ``(segment, future, playout)``, is the one of ``future``."""
+    return item[1] is future

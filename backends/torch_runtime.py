@@ -174,7 +174,8 @@ class TorchSynthesizer:
 
     def _style(self, voice: str, n_tokens: int) -> np.ndarray:
         pack = np.asarray(self.voices.get(voice), dtype=np.float32).reshape(-1, 256)
-        return pack[max(1, min(n_tokens, len(pack))) - 1]
+        row: np.ndarray = pack[max(1, min(n_tokens, len(pack))) - 1]
+        return row
 
     def synthesize(self, segment: Segment) -> np.ndarray:
         """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary)."""
@@ -227,7 +228,7 @@ class TorchSynthesizer:
             for row in range(len(tokens))
         ]
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
 
         if self.dtype == "float32":

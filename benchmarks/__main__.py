@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 render(name, args.out)
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model_dir = args.model_dir or BackendConfig().model_dir
+    model_dir = args.model_dir or BackendConfig.from_env(os.environ).model_dir
     names = NAMES if args.name == "all" else (args.name,)
     failed = []
     t0 = time.perf_counter()

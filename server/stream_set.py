@@ -25,7 +25,7 @@ log = logging.getLogger("kokoro.text_stream")
 @dataclass(eq=False)
 class _Context:
     stream: TextStream
-    pump: asyncio.Task | None = None
+    pump: asyncio.Task[None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -66,7 +66,7 @@ class StreamSocket:
         self._peer_closed = False
         self._stalled = False
         self._last_activity = time.monotonic()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[Any]] = []
 
     # -- hooks --------------------------------------------------------------------------------
     @classmethod

@@ -136,7 +136,7 @@ class TextStream:
         self._closed = False
         self._clock = 0.0  # seconds of audio yielded in this turn
         self._encoder = _encoder(options)
-        self._worker: asyncio.Task | None = None
+        self._worker: asyncio.Task[None] | None = None
 
     # -- properties -----------------------------------------------------------------------------
     @property
