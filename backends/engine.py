@@ -356,7 +356,9 @@ class Engine(Deadlines):
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
         return SegmentResult(audio, durations, elapsed)
 
-    def _joined(self, segment: Segment, audio: np.ndarray, durations: np.ndarray | None):
+    def _joined(
+        self, segment: Segment, audio: np.ndarray, durations: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """The one place a segment's ends are shaped (:mod:`backends.joins`): padding trimmed, the
         reading's pause after it, its durations shifted with the audio."""
         if not self.config.join_pauses:

@@ -18,7 +18,7 @@ Call with the lock the G2P holds around espeak-ng (it keeps process-global state
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 #: The marks phonemizer keeps (its default set); ``,`` and ``.`` only where no digit is on both sides.
 MARKS = ';:,.!?¡¿—…"«»“”(){}[]'
@@ -30,7 +30,7 @@ MARK_RUN = re.compile(
 
 
 class PhonemizerBackend(Protocol):
-    def phonemize(self, text: list[str], separator=None, strip: bool = False, njobs: int = 1) -> list[str]: ...
+    def phonemize(self, text: list[str], separator: Any = None, strip: bool = False, njobs: int = 1) -> list[str]: ...
 
 
 def split_marks(text: str) -> list[tuple[str, str]]:

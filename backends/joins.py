@@ -62,7 +62,8 @@ def window_db(audio: np.ndarray) -> np.ndarray:
     padded = np.zeros(-(-n // WINDOW) * WINDOW, dtype=np.float64)
     padded[:n] = audio
     rms = np.sqrt(np.mean(padded.reshape(-1, WINDOW) ** 2, axis=1))
-    return 20 * np.log10(np.maximum(rms, 1e-10))
+    db: np.ndarray = 20 * np.log10(np.maximum(rms, 1e-10))
+    return db
 
 
 def sound_extent(audio: np.ndarray) -> tuple[int, int] | None:
