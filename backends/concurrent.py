@@ -68,7 +68,6 @@ import contextlib
 import itertools
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -268,7 +267,7 @@ class BatchedBackend(Engine):
                 continue
             # alone: nothing else running, nothing else urgent: a runtime that can gives this call every core
             solo = len(entries) == 1 and self._free == self.workers and not any(
-                self._start_by(e) <= time.perf_counter() for e in self._queue)
+                self._start_by(e) <= self.clock() for e in self._queue)
             self._launch(loop, entries, solo=solo)
 
     def _launch(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], *, solo: bool) -> None:
@@ -305,7 +304,7 @@ class BatchedBackend(Engine):
         if not self._slack_aware or self._free == self.workers:
             return 0.0
         start_by = min((self._start_by(e) for e in self._queue), default=None)
-        return 0.0 if start_by is None else max(0.0, start_by - time.perf_counter())
+        return 0.0 if start_by is None else max(0.0, start_by - self.clock())
 
     async def _nap(self, seconds: float) -> None:
         """Sleep until ``seconds`` pass or the queue or the workers change."""

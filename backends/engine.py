@@ -119,7 +119,10 @@ class Engine(Deadlines):
 
     ``config`` is the backend's part of the settings (defaults without the environment when
     omitted); ``observer`` receives the backend's measurements (the server's metrics);
-    ``model_name`` is the file the runtime loads (default: the synthesizer's ``model_name``).
+    ``model_name`` is the file the runtime loads (default: the synthesizer's ``model_name``);
+    ``clock`` is "now" for every scheduling decision, request arrival (``SynthesisRequest.created``)
+    and timeout, and the measured cost of a call (``time.perf_counter``; tests inject a virtual
+    clock they advance, so which segment runs next never depends on how busy the machine is).
     """
 
     mode = "engine"
@@ -133,8 +136,10 @@ class Engine(Deadlines):
         *,
         observer: BackendObserver | None = None,
         model_name: str = "",
+        clock: Callable[[], float] = time.perf_counter,
     ):
         self.config = config if config is not None else BackendConfig.defaults()
+        self.clock = clock
         self.synthesizer = synthesizer
         self.pipeline = pipeline
         self.voices = voices
@@ -254,11 +259,10 @@ class Engine(Deadlines):
         timeout = self.config.request_timeout_s
         return None if not timeout else request.created + timeout
 
-    @staticmethod
-    async def _until(deadline: float | None, awaitable: Any) -> Any:
+    async def _until(self, deadline: float | None, awaitable: Any) -> Any:
         if deadline is None:
             return await awaitable
-        remaining = deadline - time.perf_counter()
+        remaining = deadline - self.clock()
         try:
             async with asyncio.timeout(max(remaining, 0.001)):
                 return await awaitable
@@ -304,7 +308,7 @@ class Engine(Deadlines):
 
     def _run_batch(self, segments: Sequence[Segment]) -> list[SegmentResult] | None:
         """One batch call; None when it failed in any way (the caller retries one by one)."""
-        t0 = time.perf_counter()
+        t0 = self.clock()
         timed = self.runtime_capabilities.timed
         try:
             outs: Sequence[Any]
@@ -320,14 +324,14 @@ class Engine(Deadlines):
         except Exception as e:
             log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
             return None
-        elapsed = time.perf_counter() - t0
+        elapsed = self.clock() - t0
         self._observer.batch_done(len(segments))
         for audio, _ in pairs:  # each segment's share of the runtime's time
             self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
         return [SegmentResult(audio, durations, elapsed) for audio, durations in pairs]
 
     def _run_one(self, segment: Segment, solo: bool = False, interrupt: Interrupt | None = None) -> SegmentResult:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         caps = self.runtime_capabilities
         options = {"solo": solo and caps.solo_calls, "interrupt": interrupt if caps.interruptible else None}
         try:
@@ -341,9 +345,9 @@ class Engine(Deadlines):
                 raise BackendFault(f"the runtime produced no audio for segment {segment.index}")
         except Exception as e:
             if isinstance(e, Interrupted):
-                self._observer.interrupted(time.perf_counter() - t0)
-            return SegmentResult(seconds=time.perf_counter() - t0, error=e)
-        elapsed = time.perf_counter() - t0
+                self._observer.interrupted(self.clock() - t0)
+            return SegmentResult(seconds=self.clock() - t0, error=e)
+        elapsed = self.clock() - t0
         self._measured(elapsed, segment)
         self._observer.batch_done(1)
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
