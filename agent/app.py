@@ -1,5 +1,6 @@
 """The AgentCore app: ``POST /invocations`` runs one spoken turn and streams it as Server-Sent Events;
-``GET /`` serves the browser page; ``GET /ping`` is AgentCore's health check.
+``GET /`` serves the browser page; ``GET /ping`` is AgentCore's health check; ``GET /tts-status``
+relays the TTS server's ``/ping`` (its ``warnings`` — synthesis behind real time — show on the page).
 
 Request JSON: ``prompt`` (required), ``mode`` (``bidi`` — speech starts with the first sentence, the
 default — or ``batch`` — the whole reply first, then one synthesis: the baseline), ``voice``,
@@ -32,12 +33,17 @@ its own Strands ``Agent`` (no history between turns) and its own TTS session.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import math
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bedrock_agentcore.runtime import BedrockAgentCoreApp
 from starlette.responses import FileResponse, JSONResponse, StreamingResponse
@@ -48,8 +54,10 @@ from .agent import build_agent, build_model, converse
 from .settings import AgentSettings
 from .tts_client import TTSClient
 
+log = logging.getLogger("kokoro.agent")
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_PROMPT_CHARS = 4000
+TTS_PING_TIMEOUT_S = 2.0
 
 
 class InvalidPayload(ValueError):
@@ -91,6 +99,17 @@ class TurnRequest:
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+async def logged(events: AsyncIterator[dict[str, Any]], mode: str) -> AsyncIterator[dict[str, Any]]:
+    """The turn's events, passed on; one log line when the turn ends (the SDK's own line comes
+    when the response starts, not when the turn is done)."""
+    async for event in events:
+        if event.get("type") == "agent_end":
+            log.info("turn done (%s) in %s ms: %s sentence(s), first text %s ms, first audio %s ms", mode,
+                     event.get("total_ms"), event.get("sentences"), event.get("first_text_ms"),
+                     event.get("first_audio_ms"))
+        yield event
+
+
 async def sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     """``data: {json}`` blocks, as BedrockAgentCoreApp formats an entrypoint's generator."""
     async for event in events:
@@ -107,6 +126,36 @@ def build_tts(settings: AgentSettings) -> TTSClient:
         raise ValueError("either a TTS URL or a SageMaker endpoint name is required")
     return TTSClient.websocket(settings.tts_url, api_key=settings.tts_api_key, voice=settings.voice,
                                speed=settings.speed, retry=settings.reconnect())
+
+
+def ping_url(tts_url: str) -> str:
+    """The TTS server's ``/ping`` for a ``ws(s)://`` or ``http(s)://`` URL (or a bare ``host:port``)."""
+    parts = urlsplit(tts_url if "://" in tts_url else f"http://{tts_url}")
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    return f"{scheme}://{parts.netloc}/ping"
+
+
+def _read_ping(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=TTS_PING_TIMEOUT_S) as r:
+            body = json.loads(r.read())
+    except urllib.error.HTTPError as e:  # 503 while loading or draining: its body says why
+        try:
+            body = json.loads(e.read())
+        except ValueError:
+            body = {}
+    except (OSError, ValueError) as e:
+        return {"reachable": False, "error": f"{type(e).__name__}: {e}"}
+    return {"reachable": True, "status": body.get("status"), "warnings": body.get("warnings", [])}
+
+
+async def tts_status(settings: AgentSettings) -> dict[str, Any]:
+    """What the TTS server's ``/ping`` says — its status and ``warnings`` (the slow-machine warning:
+    synthesis behind real time, with what to do). A SageMaker endpoint has no ``/ping`` the agent
+    can reach: ``reachable`` is None there and the page judges from the gaps it hears."""
+    if settings.endpoint_name or not settings.tts_url:
+        return {"reachable": None, "warnings": []}
+    return await asyncio.to_thread(_read_ping, ping_url(settings.tts_url))
 
 
 def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCoreApp:
@@ -128,8 +177,8 @@ def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCor
             req = TurnRequest.parse(payload)
         except InvalidPayload as exc:
             return JSONResponse({"error": {"code": "invalid_request", "message": str(exc)}}, status_code=400)
-        turn = converse(build_agent(model), tts, req.prompt, mode=req.mode, voice=req.voice, speed=req.speed,
-                        first_clause_words=settings.first_clause_words or None)
+        turn = logged(converse(build_agent(model), tts, req.prompt, mode=req.mode, voice=req.voice, speed=req.speed,
+                               first_clause_words=settings.first_clause_words or None), req.mode)
         return StreamingResponse(sse(turn), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def index(request: Any) -> FileResponse:
@@ -144,9 +193,13 @@ def create_app(settings: AgentSettings, *, model: Any = None) -> BedrockAgentCor
             "speed": settings.speed,
         })
 
+    async def tts_health(request: Any) -> JSONResponse:
+        return JSONResponse(await tts_status(settings))
+
     app.router.routes.extend([
         Route("/", index, methods=["GET"]),
         Route("/info", info, methods=["GET"]),
+        Route("/tts-status", tts_health, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ])
     return app

@@ -106,6 +106,10 @@ class AgentSettings(EnvironSettings):
     host: str = Field("127.0.0.1", description="Agent app: interface to listen on (`0.0.0.0` in AgentCore).")
     port: int = Field(8090, ge=0, le=65535, description="Agent app: TCP port (8080 in AgentCore).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Agent app: log level.")
+    log_format: Literal["plain", "json"] = Field(
+        "plain", validation_alias=AliasChoices("KOKORO_AGENT_LOG_FORMAT", "KOKORO_LOG_FORMAT"),
+        description="Agent app: log lines as plain text or one JSON object each; falls back to `KOKORO_LOG_FORMAT`.",
+    )
     model: Literal["bedrock", "scripted"] = Field(
         "bedrock", description="Language model: `bedrock` (Strands' BedrockModel) or `scripted` (offline canned reply)."
     )

@@ -1,4 +1,5 @@
-"""TTS client: one interface, two transports, speaking the server's bidirectional contract (docs/wire-contract.md).
+"""TTS client: one interface, two transports, speaking the server's bidirectional contract
+(docs/wire-contract.md).
 
 * :class:`~agent.messages.Transport` — one duplex connection: ``send(message)`` puts one JSON object
   on the wire as a *binary* payload (what SageMaker delivers to the container unless told otherwise);

@@ -7,6 +7,7 @@ language and reused. Call from a worker thread (``Backend.prepare`` does), never
 
 from __future__ import annotations
 
+import logging
 import threading
 import unicodedata
 
@@ -70,6 +71,12 @@ def check_script(text: str, lang: str) -> None:
             )
 
 
+#: phonemizer's own logger warns "words count mismatch" on nearly every call (its word count
+#: differs once punctuation is kept): noise. Its errors still come through.
+_PHONEMIZER_LOG = logging.getLogger("kokoro.g2p.phonemizer")
+_PHONEMIZER_LOG.setLevel(logging.ERROR)
+
+
 class EspeakG2P:
     """Thread-safe espeak-ng phonemizer with stress marks and punctuation kept."""
 
@@ -89,7 +96,7 @@ class EspeakG2P:
         if backend is None:
             backend = EspeakBackend(
                 LANGUAGES[lang], preserve_punctuation=True, with_stress=True,
-                language_switch="remove-flags",
+                language_switch="remove-flags", logger=_PHONEMIZER_LOG,
             )
             self._backends[lang] = backend
         return backend

@@ -1,5 +1,6 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, all; and
-``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``).
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e or all — and
+``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``);
+``--help`` lists every suite.
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
 ``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
@@ -30,6 +31,24 @@ TITLES = {
     "e2e": "End to end: first audio through the agent, bidi vs batch vs bidi without the early first clause",
 }
 NAMES = tuple(TITLES)
+
+
+#: Run as modules of their own, each with its own --help.
+MODULES = {
+    "benchmarks.load": "many WebSocket sessions at once against a live server: none lost or misordered, /ping latency",
+    "benchmarks.soak": "1,000 mixed requests against a live server, watching its memory",
+    "benchmarks.gpu": "the PyTorch runtime on one device (the GPU run): batched vs single, throughput, first audio",
+}
+
+
+def suites_help() -> str:
+    """The epilog of ``--help``: every suite, ``all``, ``compare`` and the modules run on their own."""
+    rows = [f"  {name:<11} {title}" for name, title in TITLES.items()]
+    rows.append(f"  {'all':<11} every suite above in turn (carries on past a failure; exit status 1 at the end)")
+    rows.append(f"  {'compare':<11} running servers side by side, by URL: python -m benchmarks compare "
+                "--target NAME=URL ... (see its --help)")
+    rows += ["", "run on their own:"] + [f"  python -m {module:<18} {what}" for module, what in MODULES.items()]
+    return "suites:\n" + "\n".join(rows) + "\n\n--quick writes to benchmarks/results/quick/ (ignored by git)."
 
 
 def _log(msg: str) -> None:
@@ -75,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         from .compare import main as compare_main
 
         return compare_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    parser.add_argument("name", choices=[*NAMES, "all"])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one of the project's benchmarks (or all of them); each writes "
+        "benchmarks/results/<name>.json, .md and, where a picture helps, .png.",
+        epilog=suites_help(),
+    )
+    parser.add_argument("name", choices=[*NAMES, "all", "compare"], help="the benchmark to run (see below)")
     parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
     parser.add_argument("--model-dir", type=Path, default=None, help="model directory (default: KOKORO_MODEL_DIR or the user cache)")
     parser.add_argument(
@@ -92,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="e2e: a Bedrock AgentCore runtime, through invoke_agent_runtime (nothing is started)")
     parser.add_argument("--region", default=None, help="e2e: the AgentCore runtime's region (default: from the ARN)")
     args = parser.parse_args(argv)
+    if args.name == "compare":
+        parser.error("compare takes its own options first: python -m benchmarks compare --help")
     deployed = {k: v for k, v in (("agent_url", args.agent_url), ("agent_runtime_arn", args.agent_runtime_arn),
                                   ("region", args.region)) if v}
     if deployed and args.name != "e2e":

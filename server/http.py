@@ -37,7 +37,8 @@ log = logging.getLogger("kokoro.http")
 _NO_TIMEOUT = 1e9
 
 Handler = Callable[[Request, Synthesis], Awaitable[Response]]
-ErrorResponse = Callable[[KokoroError, Synthesis], Response]
+ErrorResponse = Callable[[KokoroError, Synthesis, Request], Response]
+RequestId = Callable[[Request], str]
 
 
 class BodyTooLarge(TextTooLong):
@@ -66,9 +67,18 @@ async def wait_disconnect(request: Request) -> None:
         pass
 
 
+def header_text(raw: bytes) -> str:
+    """A header value as the client meant it: UTF-8 when it decodes as UTF-8, else Latin-1."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def header_value(text: str) -> str:
-    """A client-chosen id as a header value: printable ASCII as is, anything else (non-Latin-1
-    characters, CR/LF) percent-encoded."""
+    """An id the server chose or read from a JSON body, as a header value: printable ASCII as is,
+    anything else (non-ASCII characters, CR/LF) percent-encoded. (A client's own ``X-Request-Id``
+    goes back in the bytes it came in: :func:`server.request_id.id_header`.)"""
     if all(" " <= c <= "~" for c in text):
         return text
     return quote(text, safe="")
@@ -108,12 +118,20 @@ class AudioStream(StreamingResponse):
 
 
 class SpeechEndpoint:
-    """An ASGI endpoint running ``handler`` inside one :class:`Synthesis` for ``route``."""
+    """An ASGI endpoint running ``handler`` inside one :class:`Synthesis` for ``route``.
 
-    def __init__(self, route: str, handler: Handler, error_response: ErrorResponse):
+    ``request_id`` names the request before anything is read, so that every answer — a refusal at
+    admission or an unreadable body too — carries it. An error is counted with the status of the
+    response the route actually sends (the OpenAI routes answer some errors 400 that
+    ``/invocations`` answers 404 or 413).
+    """
+
+    def __init__(self, route: str, handler: Handler, error_response: ErrorResponse,
+                 request_id: RequestId | None = None):
         self.route = route
         self.handler = handler
         self.error_response = error_response
+        self.request_id = request_id
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -126,6 +144,8 @@ class SpeechEndpoint:
                 pass  # counted as cancelled when the synthesis closes
 
     async def _respond(self, request: Request, job: Synthesis) -> Response:
+        if self.request_id is not None:
+            job.request_id = self.request_id(request)
         try:
             job.admit()
             return await self.handler(request, job)
@@ -133,10 +153,12 @@ class SpeechEndpoint:
             job.record(Cancelled.status, Cancelled.code)
             return Response(status_code=Cancelled.status)
         except KokoroError as e:
-            job.fail(e)
-            return self.error_response(e, job)
+            return self._refuse(e, job, request)
         except Exception:
             log.exception("%s: request %s failed", self.route, job.request_id)
-            error = KokoroError("internal server error")
-            job.fail(error)
-            return self.error_response(error, job)
+            return self._refuse(KokoroError("internal server error"), job, request)
+
+    def _refuse(self, error: KokoroError, job: Synthesis, request: Request) -> Response:
+        response = self.error_response(error, job, request)
+        job.record(response.status_code, error.code)
+        return response

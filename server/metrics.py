@@ -19,14 +19,19 @@ Series (all prefixed ``kokoro_``):
   real time).
 * ``active_sessions`` — open WebSocket sessions; ``inflight_requests{route}`` — requests being
   answered; ``queue_depth`` — segments waiting for the runtime (not those being synthesised, in
-  both modes); ``batch_size`` — segments per
-  runtime call (concurrent mode); ``ready`` — 1 when /ping answers 200.
+  both modes); ``batch_size`` — segments per runtime call (concurrent mode); ``ready`` — 1 when
+  /ping answers 200.
 * ``playback_underrun_seconds_total`` — how late segments were past their playback deadline,
   summed: the silence a client playing each request in real time hears between segments (the
   backend's scheduler keeps it at zero when it can; see ``backends/schedule.py``).
 * ``interrupted_calls_total`` / ``interrupted_seconds_total`` — runtime calls of later segments
   interrupted so that a listener who heard nothing yet got first audio sooner, and the runtime time
   they had run (work done again; see ``backends/deadlines.py``).
+* ``process_*`` — the server process's CPU seconds, memory, open files and start time
+  (prometheus-client's process collector, on this registry; Linux).
+
+The observer calls also feed :attr:`Metrics.realtime`, the slow-machine watch
+(``server.realtime``) behind ``/ping``'s ``warnings``.
 """
 
 from __future__ import annotations
@@ -37,8 +42,11 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
 )
+
+from .realtime import RealtimeWatch
 
 _LATENCY_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 _RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
@@ -52,9 +60,11 @@ class Metrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, realtime: RealtimeWatch | None = None):
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.realtime = realtime if realtime is not None else RealtimeWatch()
         r = self.registry
+        ProcessCollector(registry=r)
         self.requests = Counter(
             "kokoro_requests", "Finished requests by route and (HTTP-equivalent) status.",
             ["route", "status"], registry=r,
@@ -102,6 +112,7 @@ class Metrics:
         self.audio_seconds.inc(audio_seconds)
         if audio_seconds > 0:
             self.rtf.observe(synth_seconds / audio_seconds)
+        self.realtime.segment_done(synth_seconds, audio_seconds)
 
     def batch_done(self, size: int) -> None:
         self.batch_size.observe(size)
@@ -111,6 +122,7 @@ class Metrics:
 
     def underrun(self, seconds: float) -> None:
         self.underrun_seconds.inc(seconds)
+        self.realtime.underrun(seconds)
 
     def interrupted(self, seconds: float) -> None:
         self.interrupted_calls.inc()

@@ -77,7 +77,6 @@ class OpenAIRoutes:
         return ids
 
     async def _params(self, request: Request, job: Synthesis) -> SpeechParams:
-        job.request_id = request_id_of(request)  # the x-request-id answered, in the logs from here on
         body = decode_json(await read_body(request, self.settings.max_message_bytes))  # 400 invalid_json
         catalog = self.backend.voices
         return parse_speech(body, model_ids=self._model_ids(), voices={*catalog.names(), *catalog.aliases})
@@ -161,7 +160,7 @@ class OpenAIRoutes:
         return JSONResponse({"voices": catalog.names(), "aliases": catalog.aliases, "default": catalog.default})
 
 
-def error_response(error: KokoroError, job: Synthesis) -> Response:
+def error_response(error: KokoroError, job: Synthesis, request: Request) -> Response:
     return APIError.of(error).response()
 
 
@@ -193,8 +192,9 @@ def openai_routes(backend: Backend, settings: Settings) -> list[BaseRoute]:
     speech routes run through the synthesis pipeline (route label ``openai``)."""
     h = OpenAIRoutes(backend, settings)
     return [
-        Route("/v1/audio/speech", SpeechEndpoint(ROUTE, h.speech, error_response), methods=["POST"]),
-        Route("/v1/audio/speech/timed", SpeechEndpoint(ROUTE, h.speech_timed, error_response), methods=["POST"]),
+        Route("/v1/audio/speech", SpeechEndpoint(ROUTE, h.speech, error_response, request_id_of), methods=["POST"]),
+        Route("/v1/audio/speech/timed", SpeechEndpoint(ROUTE, h.speech_timed, error_response, request_id_of),
+              methods=["POST"]),
         Route("/v1/audio/voices", h.voices, methods=["GET"]),
         Route("/v1/models", h.models, methods=["GET"]),
         Route("/v1/models/{model:path}", h.model, methods=["GET"]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,26 @@ def request_id_of(obj: Any) -> str | int | None:
     if isinstance(rid, str) and len(rid) > MAX_ID_CHARS:
         return None
     return rid
+
+
+_ID_FIELD = re.compile(r'"request_id"\s*:\s*("(?:[^"\\]|\\.){0,128}"|-?\d{1,18})')  # MAX_ID_CHARS
+
+
+def salvage_request_id(data: bytes | str) -> str | int | None:
+    """The ``request_id`` of a message that is not valid JSON, when one can still be read from it
+    (a ``NaN`` speed, a trailing comma, a cut-off message), so that its error names the request."""
+    text = bytes(data).decode("utf-8", "replace") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    try:
+        return request_id_of(json.loads(text))  # JSON but for NaN/Infinity, which this server refuses
+    except (ValueError, RecursionError):
+        pass
+    match = _ID_FIELD.search(text)
+    if match is None:
+        return None
+    try:
+        return request_id_of({"request_id": json.loads(match.group(1))})
+    except ValueError:
+        return None
 
 
 def parse_synthesis(obj: dict[str, Any], *, max_text_chars: int, text_field: str = "text") -> SynthesisParams:

@@ -1,8 +1,8 @@
 """``x-request-id`` on every response of the OpenAI-compatible routes, as OpenAI sends it.
 
 A pure ASGI middleware for the paths under ``/v1/``: the id is the client's own ``X-Request-Id``
-when it sends one (at most 128 characters, made header-safe by :func:`server.http.header_value`),
-else a fresh ``req_<32 hex>``. It is set on the response whatever answers — a handler's success,
+when it sends one (at most 128 characters, sent back byte for byte as it came: a UTF-8 ``café`` is
+answered ``café``, see :func:`id_header`), else a fresh ``req_<32 hex>``. It is set on the response whatever answers — a handler's success,
 SSE or error, an auth refusal, a 404 — replacing any id a handler set, and handed to the handler
 through the scope (:func:`request_id_of`) so logs and the response carry the same id. The OpenAI
 SDKs read it as ``response.request_id`` / ``_request_id`` and on errors as ``request_id``.
@@ -15,7 +15,7 @@ import uuid
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .http import header_value
+from .http import header_text, header_value
 from .params import MAX_ID_CHARS
 
 _SCOPE_KEY = "kokoro.request_id"
@@ -34,12 +34,36 @@ def request_id_of(request: Request) -> str:
     return rid
 
 
-def _client_id(scope: Scope) -> str | None:
+def _client_header(scope: Scope) -> bytes | None:
     for name, value in scope.get("headers", ()):
         if name == _HEADER:
-            text = value.decode("latin-1").strip()
-            return header_value(text[:MAX_ID_CHARS]) if text else None
+            return value
     return None
+
+
+def client_request_id(scope: Scope) -> str | None:
+    """The client's own ``X-Request-Id`` (decoded, at most 128 characters), or None."""
+    raw = _client_header(scope)
+    text = header_text(raw).strip() if raw is not None else ""
+    return text[:MAX_ID_CHARS] if text else None
+
+
+def id_header(scope: Scope, rid: str) -> str:
+    """``rid`` as the ``x-request-id`` value to answer. The client's own id goes back in the bytes
+    it came in (UTF-8 or Latin-1; Starlette writes header strings as Latin-1, so the bytes are
+    passed as Latin-1 characters); any other id as :func:`server.http.header_value` makes it."""
+    raw = _client_header(scope)
+    if raw is None or client_request_id(scope) != rid:
+        return header_value(rid)
+    return rid.encode("utf-8").decode("latin-1") if _is_utf8(raw) else rid
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class RequestIdMiddleware:
@@ -53,9 +77,9 @@ class RequestIdMiddleware:
         if scope["type"] != "http" or not scope.get("path", "").startswith(self.prefix):
             await self.app(scope, receive, send)
             return
-        rid = _client_id(scope) or fresh_request_id()
+        rid = client_request_id(scope) or fresh_request_id()
         scope[_SCOPE_KEY] = rid
-        header = (_HEADER, rid.encode("latin-1"))
+        header = (_HEADER, id_header(scope, rid).encode("latin-1"))
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -51,7 +51,16 @@ class Settings(BackendConfig):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="Log level of the server and uvicorn."
     )
+    log_format: Literal["plain", "json"] = Field(
+        "plain", description="Log lines as plain text or one JSON object each (`json`: for a log collector)."
+    )
     access_log: bool = Field(False, description="Log one line per HTTP request (uvicorn's access log).")
+    realtime_window_s: float = Field(
+        60.0, ge=0,
+        description="Window over which the server judges whether synthesis keeps up with real time; when it falls "
+        "behind (real-time factor above 1, or listeners' gaps growing) it logs a warning and `/ping` lists it in "
+        "`warnings` (`0`: off).",
+    )
 
     # -- limits -------------------------------------------------------------------------------
     max_message_bytes: int = Field(
@@ -110,6 +119,11 @@ def _env_names(name: str, field: Any) -> list[str]:
     if isinstance(alias, AliasChoices):
         return [a for a in alias.choices if isinstance(a, str) and a.isupper()]
     return [ENV_PREFIX + name.upper()]
+
+
+def env_names(name: str) -> list[str]:
+    """The variables of the field ``name`` of :class:`Settings`, as the table lists them."""
+    return _env_names(name, Settings.model_fields[name])
 
 
 def _default(name: str, field: Any) -> str:

@@ -52,7 +52,14 @@ from backends.base import (
     SynthesisRequest,
 )
 
-from .params import SynthesisParams, decode_object, message_type, parse_synthesis, request_id_of
+from .params import (
+    SynthesisParams,
+    decode_object,
+    message_type,
+    parse_synthesis,
+    request_id_of,
+    salvage_request_id,
+)
 from .pipeline import Cancelled, SendTimeout, Synthesis, bounded_send, retrieve
 from .state import ServerState
 
@@ -182,8 +189,8 @@ class Session:
     async def _handle(self, data: bytes | str, received: float) -> None:
         try:
             obj = decode_object(data)
-        except KokoroError as e:
-            await self._enqueue(_Item(None, received, error=e))
+        except KokoroError as e:  # still answered with the message's id where one can be read
+            await self._enqueue(_Item(salvage_request_id(data), received, error=e))
             return
         rid = request_id_of(obj)
         try:

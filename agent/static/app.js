@@ -2,15 +2,22 @@
 // play the PCM chunks gaplessly with Web Audio (each chunk starts exactly where the previous ends).
 // For tests, every scheduled chunk is listed in #chunks (data-seq, data-start, data-duration) and
 // window.kokoroAgent holds the same numbers. A dropped TTS connection (voice_lost / voice_restored
-// events) shows in #voice-status while the text keeps streaming.
+// events) shows in #voice-status while the text keeps streaming. A machine too slow for real time
+// shows in #slow: the gaps playback waited for audio (window.kokoroAgent.gapS) and the TTS server's
+// own warnings (its /ping, relayed by the agent at /tts-status), each with what to do.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = (window.kokoroAgent = { scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null, voice: [] });
+const state = (window.kokoroAgent = {
+  scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null, voice: [], gapS: 0, ttsWarnings: [],
+});
 let audioCtx = null;
 let nextStart = 0;
 let controller = null;
 const LEAD_S = 0.05; // scheduling headroom so the first chunk is not started in the past
+const GAP_WARN_S = 0.5; // gaps in one reply from which the page says the machine is too slow
+const ADVICE = "What to do: give the TTS server more CPU threads (KOKORO_THREADS / --threads), serve several " +
+  "listeners in its concurrent mode (KOKORO_MODE=concurrent), or run it on a GPU (--backend torch --device cuda).";
 
 function setState(s) {
   document.body.dataset.state = s;
@@ -22,6 +29,30 @@ function setVoice(status, text) {
   $("voice-status").dataset.status = status;
   $("voice-status").textContent = text;
   state.voice.push(status);
+}
+
+// The slow-machine warning: what playback waited for, and what the TTS server says of itself.
+function showSlow() {
+  const lines = [];
+  if (state.gapS >= GAP_WARN_S) {
+    lines.push(`Playback waited ${state.gapS.toFixed(1)} s for audio in this reply: speech is synthesised ` +
+      "slower than real time.");
+  }
+  for (const w of state.ttsWarnings) lines.push(`TTS server: ${w.message}. What to do: ${w.advice}.`);
+  if (lines.length && !state.ttsWarnings.length) lines.push(ADVICE);
+  $("slow").hidden = lines.length === 0;
+  $("slow").textContent = lines.join("\n");
+}
+
+async function checkTts() {
+  try {
+    const resp = await fetch("/tts-status");
+    const body = await resp.json();
+    state.ttsWarnings = body.warnings || [];
+  } catch (err) {
+    state.ttsWarnings = [];
+  }
+  showSlow();
 }
 
 function pcmToFloat(b64) {
@@ -39,7 +70,16 @@ function schedule(samples, sampleRate, seq, text) {
   const source = audioCtx.createBufferSource();
   source.buffer = buffer;
   source.connect(audioCtx.destination);
-  const start = Math.max(nextStart, audioCtx.currentTime + LEAD_S);
+  const earliest = audioCtx.currentTime + LEAD_S;
+  if (nextStart > 0 && earliest > nextStart) { // the previous chunk ended before this one arrived: a gap
+    const before = state.gapS;
+    state.gapS += earliest - nextStart;
+    if (state.gapS >= GAP_WARN_S) {
+      if (before < GAP_WARN_S) checkTts(); // once per reply: the server's own figures and advice
+      else showSlow();
+    }
+  }
+  const start = Math.max(nextStart, earliest);
   source.start(start);
   nextStart = start + buffer.duration;
   const item = { seq, start: +start.toFixed(4), duration: +buffer.duration.toFixed(4), samples: samples.length };
@@ -88,6 +128,7 @@ function handle(event, t0, sampleRate) {
       break;
     case "agent_end":
       state.server = event;
+      checkTts();
       break;
   }
 }
@@ -97,7 +138,10 @@ async function ask(ev) {
   if (!audioCtx) audioCtx = new AudioContext(); // created on the click: allowed to play
   await audioCtx.resume();
   nextStart = 0;
-  Object.assign(state, { scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null, server: null, voice: [] });
+  Object.assign(state, {
+    scheduled: [], events: 0, firstAudioMs: null, firstTextMs: null, server: null, voice: [], gapS: 0,
+  });
+  showSlow();
   setVoice("ok", "ok");
   for (const id of ["text", "chunks"]) $(id).textContent = "";
   for (const id of ["first-text-ms", "first-audio-ms"]) $(id).textContent = "–";
@@ -164,4 +208,5 @@ function stop() {
 }
 
 $("ask").addEventListener("submit", ask);
+checkTts(); // a server already behind real time says so before the first question
 $("stop").addEventListener("click", stop);

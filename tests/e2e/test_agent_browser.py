@@ -113,3 +113,34 @@ def test_a_lost_and_restored_voice_shows_on_the_page_and_the_text_keeps_streamin
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_a_tts_server_slower_than_real_time_shows_on_the_page_with_what_to_do(tmp_path):
+    """A runtime at about twice real time (0.15 s per phoneme of 0.075 s of audio): playback waits
+    between sentences, and the page says so with the server's own warning and its advice."""
+    port = free_port()
+    tts = ServerProcess(tmp_path / "tts.log", port=port, KOKORO_BACKEND="fake", KOKORO_FAKE_SEGMENT_S="0",
+                        KOKORO_FAKE_PHONEME_S="0.15", KOKORO_THREADS="1").wait_ready()
+    agent = agent_process(f"http://127.0.0.1:{port}", tokens_per_second=40,
+                          reply="One two three. Four five six.").wait_ready()
+    try:
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                page = browser.new_page()
+                page.goto(agent.url + "/")
+                assert page.is_hidden("#slow")  # nothing synthesised yet: nothing to say
+                page.click("#send")
+                page.wait_for_selector("body[data-state=done]", timeout=60_000)
+                page.wait_for_function("window.kokoroAgent.ttsWarnings.length > 0", timeout=10_000)
+                state = page.evaluate("window.kokoroAgent")
+                assert state["gapS"] >= 0.5
+                text = page.inner_text("#slow")
+                assert page.is_visible("#slow")
+                assert "Playback waited" in text and "falling behind real time" in text
+                assert "KOKORO_THREADS" in text and "now 1" in text and "--device cuda" in text
+            finally:
+                browser.close()
+    finally:
+        agent.stop()
+        tts.stop()

@@ -137,3 +137,25 @@ def test_default_reply_has_several_sentences():
 
     chunker = SentenceChunker()
     assert len(chunker.push(DEFAULT_REPLY) + chunker.flush()) >= 3
+
+
+@pytest.mark.parametrize(("url", "ping"), [
+    ("ws://tts:8080/invocations-bidirectional-stream", "http://tts:8080/ping"),
+    ("wss://tts.example/invocations-bidirectional-stream", "https://tts.example/ping"),
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080/ping"),
+    ("127.0.0.1:8080", "http://127.0.0.1:8080/ping"),
+])
+def test_the_tts_servers_ping_url(url, ping):
+    from agent.app import ping_url
+
+    assert ping_url(url) == ping
+
+
+async def test_tts_status_relays_the_servers_ping(tts_server):
+    async def status(app) -> dict:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
+            return (await client.get("/tts-status")).json()
+
+    assert await status(app_for(tts_server.ws_url)) == {"reachable": True, "status": "ok", "warnings": []}
+    gone = await status(app_for(f"http://127.0.0.1:{free_port()}"))
+    assert gone["reachable"] is False and "Connection refused" in gone["error"]

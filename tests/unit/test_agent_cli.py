@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -76,9 +77,40 @@ def test_region_falls_back_to_aws_region(captured):
     assert captured["settings"].region == "ap-south-1"
 
 
-def test_a_bad_variable_is_refused_with_its_name(captured):
-    with pytest.raises(ValueError, match="port"):
-        cli.main(["serve"], env={"KOKORO_AGENT_PORT": "eighty"})
+def test_a_bad_variable_or_flag_is_one_line_with_its_name_value_and_what_is_allowed(captured, capsys):
+    assert cli.main(["serve"], env={"KOKORO_AGENT_PORT": "eighty"}) == 2
+    assert capsys.readouterr().err == (
+        "kokoro-agent: KOKORO_AGENT_PORT='eighty': Input should be a valid integer, unable to parse string as an integer\n")
+    assert cli.main(["serve", "--speed", "7"], env={"KOKORO_LOG_FORMAT": "xml"}) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "kokoro-agent: KOKORO_AGENT_LOG_FORMAT / KOKORO_LOG_FORMAT='xml': Input should be 'plain' or 'json'",
+        "kokoro-agent: --speed=7.0: Input should be less than or equal to 2",
+    ]
+    assert "settings" not in captured
+
+
+def test_version_and_help_on_every_flag(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("kokoro-agent ")
+    serve = next(a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    flags = [a for a in serve._actions if a.option_strings and a.dest != "help"]
+    assert flags and [a.option_strings for a in flags if not a.help] == []
+    model = next(a for a in flags if a.dest == "model")
+    assert "bedrock (the default" in model.help and "scripted" in model.help
+
+
+def test_one_log_format_and_no_sdk_line_when_a_turn_starts(captured):
+    import logging
+
+    assert cli.main(["serve", "--log-format", "json"], env={}) == 0
+    assert captured["settings"].log_format == "json"
+    ours = [h for h in logging.getLogger().handlers if type(h).__name__ == "StderrHandler"]
+    assert len(ours) == 1 and type(ours[0].formatter).__name__ == "JsonFormatter"
+    assert captured["run"]["log_config"] is None  # uvicorn's lines through the same handler
+    sdk = logging.getLogger("bedrock_agentcore.app")
+    assert not sdk.isEnabledFor(logging.INFO) and sdk.isEnabledFor(logging.WARNING)
+    assert all(isinstance(h, logging.NullHandler) for h in sdk.handlers)
 
 
 def test_every_agent_variable_is_declared_with_a_description():
@@ -100,13 +132,22 @@ def test_every_agent_variable_is_declared_with_a_description():
 
 
 def test_agent_imports_no_server_and_no_runtime():
-    """The agent may use the pure-Python sentence rules of backends, nothing else of it."""
+    """The agent may use the pure-Python sentence rules, log format and start-up messages of backends,
+    nothing else of it."""
     code = (
         "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, agent.chunker, "
         "agent.messages, agent.ws_client, agent.settings; "
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('server', 'onnxruntime', 'torch', 'numpy') "
-        "or (m.startswith('backends.') and m != 'backends.sentences')]; "
+        "or (m.startswith('backends.') and m not in ('backends.sentences', 'backends.logs', 'backends.startup'))]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_missing_agent_package_gives_the_install_command_not_a_traceback():
+    code = ("import sys; sys.modules['bedrock_agentcore'] = None; from agent.cli import main; "
+            "sys.exit(main(['serve', '--model', 'scripted']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "the agent needs bedrock-agentcore, which is not installed: pip install 'kokoro-serve[agent]'" in done.stderr

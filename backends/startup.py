@@ -1,0 +1,67 @@
+"""What a command says when it cannot start, in one line each, instead of a traceback.
+
+* :func:`settings_problems` — a pydantic ``ValidationError`` of a settings class as one line per
+  bad setting: the variable (or the flag it came from), the value, and what is allowed.
+* :func:`install_hint` — a missing optional package (torch for the torch runtime, boto3 for S3,
+  the agent's packages) as the command that installs it; None for any other error.
+
+Pure Python, importable by the agent (no runtime, no server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+#: A missing module -> what needs it and how to install it.
+_EXTRAS = {
+    "torch": ("the torch runtime needs PyTorch", "pip install 'kokoro-serve[torch]' (CPU wheels: add "
+              "--extra-index-url https://download.pytorch.org/whl/cpu)"),
+    "transformers": ("the torch runtime needs transformers", "pip install 'kokoro-serve[torch]'"),
+    "loguru": ("the torch runtime needs loguru", "pip install 'kokoro-serve[torch]'"),
+    "huggingface_hub": ("the torch runtime needs huggingface-hub", "pip install 'kokoro-serve[torch]'"),
+    "onnx": ("rebuilding the PyTorch checkpoint needs onnx", "pip install 'kokoro-serve[torch]'"),
+    "kokoro": ("the torch runtime needs the `kokoro` package", "pip install kokoro==0.9.4 --no-deps"),
+    "boto3": ("S3 sources and the AWS clients need boto3", "pip install 'kokoro-serve[s3]'"),
+    "botocore": ("S3 sources and the AWS clients need boto3", "pip install 'kokoro-serve[s3]'"),
+    "strands": ("the agent needs strands-agents", "pip install 'kokoro-serve[agent]'"),
+    "bedrock_agentcore": ("the agent needs bedrock-agentcore", "pip install 'kokoro-serve[agent]'"),
+    "aws_sdk_sagemaker_runtime_http2": (
+        "the SageMaker bidirectional stream needs aws-sdk-sagemaker-runtime-http2 (Python >= 3.12)",
+        "pip install 'kokoro-serve[agent]' under Python 3.12 (`make deploy-venv`)",
+    ),
+}
+
+
+def install_hint(error: BaseException) -> str | None:
+    """``what needs it: how to install it`` when ``error`` (or its cause) is a missing optional
+    package; None otherwise."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ModuleNotFoundError) and seen.name:
+            top = seen.name.split(".")[0]
+            if top in _EXTRAS:
+                what, how = _EXTRAS[top]
+                return f"{what}, which is not installed: {how}"
+        if isinstance(seen, ImportError) and "pip install" in str(seen):
+            return str(seen)  # a runtime's own hint
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def settings_problems(error: Any, fields: Iterable[str], env_names: Callable[[str], list[str]],
+                      flags: Mapping[str, str] | None = None) -> list[str]:
+    """One line per bad setting of a pydantic ``ValidationError`` of a settings class with the
+    given ``fields``: ``KOKORO_MODE='fast': Input should be 'sequential' or 'concurrent'``.
+    ``env_names`` gives a field's variables (all are named: the error does not say which one was
+    set); ``flags`` maps the fields given on the command line to their flag (named instead)."""
+    flags = flags or {}
+    lines = []
+    for problem in error.errors():
+        key = str(problem["loc"][0]) if problem.get("loc") else ""
+        field = next((f for f in fields if f == key or key in env_names(f)), key)
+        where = flags.get(field) or " / ".join(env_names(field) if field in fields else [key or "settings"])
+        shown = problem.get("input")
+        value = "" if isinstance(shown, dict) else f"={repr(shown)[:80]}"
+        lines.append(f"{where}{value}: {problem['msg']}")
+    return lines

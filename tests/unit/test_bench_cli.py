@@ -1,0 +1,27 @@
+"""``python -m benchmarks --help`` says what it does in whole sentences and lists every suite."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.__main__ import MODULES, NAMES, main
+
+
+def test_help_lists_every_suite_compare_and_the_modules_run_on_their_own(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    description = out.split("\n\n")[1]
+    assert description.startswith("Run one of") and description.rstrip().endswith(".")  # not cut mid-sentence
+    for name in (*NAMES, "all", "compare"):
+        assert f"\n  {name} " in out, name
+    for module in MODULES:
+        assert f"python -m {module} " in out
+    assert "python -m benchmarks compare --target NAME=URL" in out
+
+
+def test_compare_after_other_options_is_pointed_to_its_own_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--quick", "compare"])
+    assert done.value.code == 2 and "compare --help" in capsys.readouterr().err
