@@ -77,6 +77,7 @@ from .base import (
 )
 from .config import BackendConfig
 from .deadlines import Deadlines
+from .lang import resolve_lang, voice_language
 from .text import TextPipeline
 from .voices import VoiceStore
 
@@ -198,7 +199,9 @@ class Engine(Deadlines):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._prep_executor, self.synthesizer.load)
+        # The default language's G2P front end (misaki's tagger: a few seconds) loads beside the model.
+        await asyncio.gather(loop.run_in_executor(self._prep_executor, self.synthesizer.load),
+                             asyncio.to_thread(self.pipeline.preload, self.config.default_lang))
         warm = await self.prepare(SynthesisRequest(text=WARMUP_TEXT, request_id="warmup"))
         async for _ in self.stream(warm):
             pass
@@ -236,7 +239,7 @@ class Engine(Deadlines):
         voice = self.voices.resolve(request.voice)  # raises UnknownVoice / InvalidRequest
         fast = self.config.fast_first_segment if request.fast_first is None else request.fast_first
         request.voice = voice
-        request.lang = request.lang or self.config.default_lang
+        request.lang = resolve_lang(request.text, request.lang, voice_language(voice), self.config.default_lang)
         request.segments = self.pipeline.plan(
             request.text, voice=voice, speed=request.speed, lang=request.lang, fast_first=fast,
             short_first_words=self.config.short_first_segment_words if short else None,
