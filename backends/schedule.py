@@ -283,6 +283,13 @@ class Preemption:
         with contextlib.suppress(ValueError):
             self._calls.remove(call)
 
+    def abandon(self, match: Callable[[Any], bool]) -> None:
+        """Interrupt the running calls whose queue item ``match`` es: their request was closed
+        (a client's cancel or barge-in), so nobody waits for what they compute."""
+        for call in self._calls:
+            if match(call.entry.item) and not call.interrupt.is_set:
+                call.interrupt.set()
+
     def victim(self, queue: SegmentQueue, entry: Entry, playout: Playout, now: float) -> RunningCall | None:
         """The call to interrupt so that ``entry`` (queued) runs now, or None. Only for a silent
         listener's segment; only a call whose listener hears something, not interrupted before,

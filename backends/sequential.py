@@ -20,7 +20,8 @@ Admission: at most ``max_queue`` segments wait for or sit in the worker at once;
 ``stream()`` raises :class:`~backends.base.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``)
 counts the segments waiting, not the one running, as in the concurrent mode.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
-that has not started leaves the queue outright, one already running finishes and is discarded. The
+that has not started leaves the queue outright; one already running is interrupted where the runtime
+can be (``interruptible``, with deadlines on), else it finishes, and its result is discarded. The
 request timeout fails the stream with :class:`~backends.base.SynthesisTimeout`. ``aclose()`` fails
 every queued segment with :class:`~backends.base.NotReady`.
 """
@@ -102,6 +103,8 @@ class SequentialBackend(Engine):
                 finally:
                     self._queue.remove(lambda item, future=future: item[1] is future)
                     self._set_waiting(self._waiting - 1)
+                    if future.cancel() or future.cancelled():  # closed mid-call (cancel, barge-in): stop it
+                        self._abandon(lambda item, future=future: item[1] is future)
                 if result.error is not None:
                     raise self._as_error(result.error, request) from result.error
                 self._segment_ready(playout, result.audio, request)

@@ -1,6 +1,6 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, languages or all —
-and ``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``);
-``--help`` lists every suite.
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, languages,
+agentproto, onnx_durations or all — and ``python -m benchmarks compare --target NAME=URL ...`` (running
+servers side by side, see ``benchmarks.compare``); ``--help`` lists every suite.
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
 ``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
@@ -30,6 +30,8 @@ TITLES = {
     "overhead": "Serving overhead vs the raw runtime",
     "e2e": "End to end: first audio through the agent, bidi vs batch vs bidi without the early first clause",
     "languages": "Languages: each G2P front end's cost; English intelligibility, espeak-ng vs misaki",
+    "agentproto": "Voice-agent protocols: first audio from a token stream (server vs client cutting), Clear to silence",
+    "onnx_durations": "Word timings on ONNX: the timed model vs today's export (speed, sameness, intelligibility)",
 }
 NAMES = tuple(TITLES)
 

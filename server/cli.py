@@ -296,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: from the file's extension, else wav")
     p.add_argument("--sample-rate", type=int, help="8000, 16000, 22050, 24000 (default), 44100 or 48000")
     p.add_argument("--lang", help="language code, e.g. en-us (default: the voice's language when the text is in "
-                   "its script, else the text's script; docs/languages.md)")
+                   "its script, else the text's script — Latin text: KOKORO_DEFAULT_LANG, en-us; docs/languages.md)")
     return parser
 
 
