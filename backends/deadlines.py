@@ -30,11 +30,10 @@ All of it is off with ``config.deadlines`` off.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .base import BackendObserver, Interrupt, Segment, SynthesisRequest
+from .base import BackendObserver, Interrupt, Segment, SynthesisRequest, Synthesizer
 from .config import BackendConfig
 from .schedule import (
     SHORTEST_FIRST_WINDOW_S,
@@ -57,7 +56,9 @@ class Deadlines:
     """Playback deadlines, listeners, call costs and interruptions (see the module docstring)."""
 
     config: BackendConfig
-    synthesizer: Any
+    synthesizer: Synthesizer
+    #: "Now" for every scheduling decision (the engine's clock; a test may inject a virtual one).
+    clock: Callable[[], float]
     _observer: BackendObserver
     if TYPE_CHECKING:  # what the engine that mixes this in provides
 
@@ -86,7 +87,7 @@ class Deadlines:
         when, session = self.config.short_first_segment, self._session_of(request)
         if when == "never" or not self.config.deadlines:
             return False
-        if self._listeners.hears_something(session, time.perf_counter()):
+        if self._listeners.hears_something(session, self.clock()):
             return False  # this request's audio follows audio still playing: no hurry
         return when == "always" or self._listeners.others_served(session)
 
@@ -101,12 +102,12 @@ class Deadlines:
         order under overload), or the mode's own order."""
         if not self.config.deadlines:
             return SegmentQueue(self.queue_order)
-        return SegmentQueue("deadline", window_s=SHORTEST_FIRST_WINDOW_S, clock=time.perf_counter)
+        return SegmentQueue("deadline", window_s=SHORTEST_FIRST_WINDOW_S, clock=self.clock)
 
     def _playout(self, request: SynthesisRequest) -> Playout:
         """The request's playback clock: its first segment is due when it arrived. Call it before
         the request counts as its session's own (``_tracked``)."""
-        heard = self._listeners.hears_something(self._session_of(request), time.perf_counter())
+        heard = self._listeners.hears_something(self._session_of(request), self.clock())
         return Playout(request.created, self.config.deadline_margin_ms / 1000.0, heard_before=heard)
 
     def _segment_ready(self, playout: Playout, audio: Any, request: SynthesisRequest) -> None:
@@ -114,7 +115,7 @@ class Deadlines:
         playback, report a late segment, note until when its session's listener has audio to play."""
         if audio is None:
             return
-        late = playout.delivered(time.perf_counter(), len(audio) / self.synthesizer.sample_rate)
+        late = playout.delivered(self.clock(), len(audio) / self.synthesizer.sample_rate)
         if late > 0:
             self._observer.underrun(late)
         if playout.runs_out is not None:
@@ -134,13 +135,13 @@ class Deadlines:
     def interrupts(self) -> bool:
         """Whether a running single call may be interrupted for first audio (module docstring)."""
         return (self.config.deadlines and self.config.interrupt_for_first_audio and not self.batched
-                and bool(getattr(self.synthesizer, "interruptible", False)))
+                and self.synthesizer.capabilities.interruptible)
 
     def _call_started(self, entry: Entry, playout: Playout, segment: Segment) -> RunningCall | None:
         """A single call for ``entry`` begins: what may interrupt it (None: nothing may)."""
         if not self.interrupts:
             return None
-        call = RunningCall(entry, playout, time.perf_counter(), self._expected_s(segment), Interrupt())
+        call = RunningCall(entry, playout, self.clock(), self._expected_s(segment), Interrupt())
         self._preemption.started(call)
         return call
 
@@ -162,7 +163,7 @@ class Deadlines:
                            cost=len(segment.phonemes), playing=playout.runs_out is not None)
         if not busy or not self.interrupts:
             return
-        call = self._preemption.victim(queue, entry, playout, time.perf_counter())
+        call = self._preemption.victim(queue, entry, playout, self.clock())
         if call is not None:
             call.playout.interrupted = True
             call.interrupt.set()

@@ -8,18 +8,21 @@ the request timeout, the description (:class:`~backends.base.BackendInfo`), voic
 :class:`~backends.sequential.SequentialBackend` and :class:`~backends.concurrent.BatchedBackend`
 add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 
+What the runtime can do is its declared :class:`~backends.base.Capabilities`
+(``synthesizer.capabilities``); the engine and the modes read them and never probe the runtime.
+
 Playback deadlines, short first segments, call costs and interrupting a running call for first
 audio are :class:`~backends.deadlines.Deadlines`, a base of :class:`Engine`.
 
 The step, for a list of segments (one runtime call's worth):
 
 * the batch path when the mode batches (:attr:`Engine.batched`) and there is more than one
-  segment: ``synthesize_batch_timed`` when the runtime reports durations, else ``synthesize_batch``;
+  segment: ``synthesize_batch_timed`` when the runtime is ``timed``, else ``synthesize_batch``;
   if that call fails, returns the wrong count or an empty item, each segment is retried alone,
   so one bad segment fails only its own request;
-* alone: ``synthesize_timed`` when the runtime reports durations (torch; ONNX with a timed model,
-  ``reports_durations``), else ``synthesize`` (``synthesize_solo_timed`` / ``synthesize_solo``,
-  every core, when the mode says the call runs alone and the runtime has it);
+* alone: ``synthesize_timed`` when the runtime is ``timed`` (torch; ONNX with a timed model), else
+  ``synthesize`` (``solo=True``, every core, when the mode says the call runs alone and the runtime
+  has ``solo_calls``);
 * every output clipped to [-1, 1] (:func:`~backends.base.clip_audio`); empty audio is a
   :class:`~backends.base.BackendFault` (a segment with phonemes always has sound);
 * every output's ends shaped (``join_pauses``, :mod:`backends.joins`): the model's padding
@@ -60,6 +63,7 @@ import numpy as np
 
 from .base import (
     AudioChunk,
+    BackendCapabilities,
     BackendFault,
     BackendInfo,
     BackendObserver,
@@ -121,7 +125,10 @@ class Engine(Deadlines):
 
     ``config`` is the backend's part of the settings (defaults without the environment when
     omitted); ``observer`` receives the backend's measurements (the server's metrics);
-    ``model_name`` is the file the runtime loads (default: the synthesizer's ``model_name``).
+    ``model_name`` is the file the runtime loads (default: the synthesizer's ``model_name``);
+    ``clock`` is "now" for every scheduling decision, request arrival (``SynthesisRequest.created``)
+    and timeout, and the measured cost of a call (``time.perf_counter``; tests inject a virtual
+    clock they advance, so which segment runs next never depends on how busy the machine is).
     """
 
     mode = "engine"
@@ -135,19 +142,15 @@ class Engine(Deadlines):
         *,
         observer: BackendObserver | None = None,
         model_name: str = "",
+        clock: Callable[[], float] = time.perf_counter,
     ):
         self.config = config if config is not None else BackendConfig.defaults()
+        self.clock = clock
         self.synthesizer = synthesizer
         self.pipeline = pipeline
         self.voices = voices
-        self.model_name = model_name or getattr(synthesizer, "model_name", "")
+        self.model_name = model_name or synthesizer.model_name
         self._observer: BackendObserver = observer if observer is not None else _NoObserver()
-        # A runtime whose model may lack durations (ONNX without a timed twin) says so.
-        self._timed = callable(getattr(synthesizer, "synthesize_timed", None)) and bool(
-            getattr(synthesizer, "reports_durations", True))
-        timed_batch = getattr(synthesizer, "synthesize_batch_timed", None) if self._timed else None
-        self._batch_timed = callable(timed_batch)
-        self._batch_call: Any = timed_batch if self._batch_timed else getattr(synthesizer, "synthesize_batch", None)
         self._ready = False
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
@@ -160,9 +163,14 @@ class Engine(Deadlines):
         return str(self.synthesizer.name)
 
     @property
+    def runtime_capabilities(self) -> Capabilities:
+        """What the runtime declares it can do."""
+        return self.synthesizer.capabilities
+
+    @property
     def has_batch_path(self) -> bool:
         """Whether the runtime can synthesise several segments in one call."""
-        return callable(self._batch_call)
+        return self.runtime_capabilities.batch
 
     @property
     def batched(self) -> bool:
@@ -171,17 +179,14 @@ class Engine(Deadlines):
         return False
 
     @property
-    def capabilities(self) -> Capabilities:
-        word_timings = self._timed and (self._batch_timed or not self.batched)
-        return Capabilities(word_timings=word_timings, batching=self.batched)
+    def capabilities(self) -> BackendCapabilities:
+        return BackendCapabilities(word_timings=self.runtime_capabilities.timed, batching=self.batched)
 
     @property
     def info(self) -> BackendInfo:
-        synth = self.synthesizer
+        caps = self.runtime_capabilities
         return BackendInfo(
-            runtime=self.runtime, mode=self.mode, model=self.model_name,
-            device=str(getattr(synth, "device", None) or "cpu"),
-            dtype=str(getattr(synth, "dtype", None) or "float32"),
+            runtime=self.runtime, mode=self.mode, model=self.model_name, device=caps.device, dtype=caps.dtype,
             capabilities=self.capabilities,
         )
 
@@ -262,11 +267,10 @@ class Engine(Deadlines):
         timeout = self.config.request_timeout_s
         return None if not timeout else request.created + timeout
 
-    @staticmethod
-    async def _until(deadline: float | None, awaitable: Any) -> Any:
+    async def _until(self, deadline: float | None, awaitable: Any) -> Any:
         if deadline is None:
             return await awaitable
-        remaining = deadline - time.perf_counter()
+        remaining = deadline - self.clock()
         try:
             async with asyncio.timeout(max(remaining, 0.001)):
                 return await awaitable
@@ -298,8 +302,8 @@ class Engine(Deadlines):
         """Synthesise ``segments`` (worker thread; never raises): one batch call when the mode
         batches, else (or when the batch fails) one call per segment. ``skip(i)`` is asked before
         each single call; a skipped segment gets a :class:`NotReady` error. ``solo``: the call runs
-        alone, so a runtime with ``synthesize_solo`` (every core) takes it there. ``interrupt``
-        (single calls of an ``interruptible`` runtime): set, it stops the call (:class:`Interrupted`)."""
+        alone, so a runtime with ``solo_calls`` gives it every core. ``interrupt`` (single calls of
+        an ``interruptible`` runtime): set, it stops the call (:class:`Interrupted`)."""
         if self.batched and len(segments) > 1:
             results = self._run_batch(segments)
             if results is not None:
@@ -312,45 +316,48 @@ class Engine(Deadlines):
 
     def _run_batch(self, segments: Sequence[Segment]) -> list[SegmentResult] | None:
         """One batch call; None when it failed in any way (the caller retries one by one)."""
-        t0 = time.perf_counter()
+        t0 = self.clock()
+        timed = self.runtime_capabilities.timed
         try:
-            outs = self._call(self._batch_call, list(segments))
+            outs: Sequence[Any]
+            if timed:
+                outs = self._call(self.synthesizer.synthesize_batch_timed, list(segments))
+            else:
+                outs = self._call(self.synthesizer.synthesize_batch, list(segments))
             if len(outs) != len(segments):
                 raise BackendFault(f"the batch call returned {len(outs)} outputs for {len(segments)} segments")
-            pairs = [self._joined(s, clip_audio(o[0]), o[1]) if self._batch_timed else self._joined(s, clip_audio(o), None)
+            pairs = [self._joined(s, clip_audio(o[0]), o[1]) if timed else self._joined(s, clip_audio(o), None)
                      for s, o in zip(segments, outs, strict=True)]
             if any(audio.size == 0 for audio, _ in pairs):  # retried one by one: only that segment fails
                 raise BackendFault("the runtime produced no audio for a segment")
         except Exception as e:
             log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
             return None
-        elapsed = time.perf_counter() - t0
+        elapsed = self.clock() - t0
         self._observer.batch_done(len(segments))
         for audio, _ in pairs:  # each segment's share of the runtime's time
             self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
         return [SegmentResult(audio, durations, elapsed) for audio, durations in pairs]
 
     def _run_one(self, segment: Segment, solo: bool = False, interrupt: Interrupt | None = None) -> SegmentResult:
-        t0 = time.perf_counter()
+        t0 = self.clock()
+        caps = self.runtime_capabilities
+        options = {"solo": solo and caps.solo_calls, "interrupt": interrupt if caps.interruptible else None}
         try:
             durations = None
-            solo_name = "synthesize_solo_timed" if self._timed else "synthesize_solo"
-            solo_call = getattr(self.synthesizer, solo_name, None) if solo else None
-            extra = {"interrupt": interrupt} if interrupt is not None else {}
-            if self._timed:  # per-token frame durations come from the same run, at no extra cost
-                timed = solo_call if callable(solo_call) else self.synthesizer.synthesize_timed
-                audio, durations = self._call(timed, segment, **extra)
+            if caps.timed:  # per-token frame durations come from the same run, at no extra cost
+                audio, durations = self._call(self.synthesizer.synthesize_timed, segment, **options)
             else:
-                audio = self._call(solo_call if callable(solo_call) else self.synthesizer.synthesize, segment, **extra)
+                audio = self._call(self.synthesizer.synthesize, segment, **options)
             audio = clip_audio(audio)
             if audio.size == 0:  # a segment with phonemes always has sound: never pass silence as success
                 raise BackendFault(f"the runtime produced no audio for segment {segment.index}")
             audio, durations = self._joined(segment, audio, durations)
         except Exception as e:
             if isinstance(e, Interrupted):
-                self._observer.interrupted(time.perf_counter() - t0)
-            return SegmentResult(seconds=time.perf_counter() - t0, error=e)
-        elapsed = time.perf_counter() - t0
+                self._observer.interrupted(self.clock() - t0)
+            return SegmentResult(seconds=self.clock() - t0, error=e)
+        elapsed = self.clock() - t0
         self._measured(elapsed, segment)
         self._observer.batch_done(1)
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)

@@ -4,12 +4,16 @@ We own the ``InferenceSession`` (rather than going through ``kokoro_onnx.Kokoro`
 and providers are settable; the vocabulary comes from the Kokoro config that ships in
 ``kokoro_onnx``. ``InferenceSession.run`` is thread-safe, so ``thread_safe`` is True; the
 sequential backend still runs one synthesis at a time by design. Blocking: call from a thread.
+Its :class:`~backends.base.Capabilities`: no batch path, timed with a timed model (below),
+interruptible, solo calls, thread-safe, threads settable before ``load()``; ``cpu`` unless the
+first provider is CUDA's.
 
 ONNX Runtime fixes a session's intra-op threads when it is built. The concurrent mode runs parallel
 calls with a share of the cores each, which leaves cores idle when only one call is runnable; with
 ``solo_threads`` set before ``load()``, a second session of the same model with that many threads
-serves :meth:`OnnxSynthesizer.synthesize_solo` (a call that runs alone). Measured here: a session
-of the int8 model holds about 200-250 MiB of resident memory, so the second one costs that much.
+serves ``synthesize(segment, solo=True)`` (a call that runs alone; set by
+``set_threads(threads, solo=n)``). Measured here: a session of the int8 model holds about
+200-250 MiB of resident memory, so the second one costs that much.
 
 A call can be stopped while it runs (``interruptible``): an :class:`~backends.base.Interrupt` set from
 another thread sets the call's ``RunOptions.terminate``, and ONNX Runtime stops at its next node
@@ -20,7 +24,8 @@ Word timings: with a timed twin of the model (``*.timed.onnx``, written by ``kok
 see :mod:`backends.onnx_timed`), ``synthesize_timed`` returns the audio and the per-token frame
 durations the graph predicted (``<bos>``, each phoneme, ``<eos>``; 600 samples a frame), from the
 same single run that makes the audio — the audio is the plain model's, bit for bit.
-``reports_durations`` says whether the model has them; without, the engine calls ``synthesize``.
+``reports_durations`` (``capabilities.timed``) says whether the model has them; without, the
+engine calls ``synthesize``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,17 @@ from typing import Any
 import numpy as np
 
 from .assets import ModelFiles
-from .base import MAX_PHONEMES, SAMPLE_RATE, BackendFault, Interrupt, Interrupted, Segment, clip_audio
+from .base import (
+    MAX_PHONEMES,
+    SAMPLE_RATE,
+    BackendFault,
+    Capabilities,
+    Interrupt,
+    Interrupted,
+    Segment,
+    Synthesizer,
+    clip_audio,
+)
 from .onnx_timed import DURATIONS_OUTPUT
 from .voices import VoiceStore
 
@@ -46,11 +61,11 @@ def load_vocab(config_path: Path) -> dict[str, int]:
     return vocab
 
 
-class OnnxSynthesizer:
+class OnnxSynthesizer(Synthesizer):
+    """Kokoro-82M on ONNX Runtime (see the module docstring)."""
+
     name = "onnx"
     sample_rate = SAMPLE_RATE
-    thread_safe = True
-    interruptible = True
 
     def __init__(
         self,
@@ -110,41 +125,37 @@ class OnnxSynthesizer:
         return "cuda" if self.providers[0].startswith("CUDA") else "cpu"
 
     @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(timed=self.reports_durations, interruptible=True, solo_calls=True, thread_safe=True,
+                            threads_settable=True, device=self.device)
+
+    @property
     def loaded(self) -> bool:
         return self._session is not None
 
     def tokens(self, phonemes: str) -> list[int]:
         return [self.vocab[c] for c in phonemes if c in self.vocab]
 
-    def synthesize_solo(self, segment: Segment, interrupt: Interrupt | None = None) -> np.ndarray:
-        """:meth:`synthesize` with every core (``solo_threads``): for a call that runs alone."""
-        return self.synthesize(segment, self._solo_session, interrupt=interrupt)
-
-    def synthesize_solo_timed(
-        self, segment: Segment, interrupt: Interrupt | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`synthesize_timed` with every core (``solo_threads``): for a call that runs alone."""
-        return self.synthesize_timed(segment, self._solo_session, interrupt=interrupt)
-
-    def synthesize(self, segment: Segment, session: Any = None, *, interrupt: Interrupt | None = None) -> np.ndarray:
-        """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary)."""
-        return self._run(segment, session, interrupt, timed=False)[0]
+    def synthesize(self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False) -> np.ndarray:
+        """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary);
+        ``solo``: on the every-core session when there is one."""
+        return self._run(segment, solo, interrupt, timed=False)[0]
 
     def synthesize_timed(
-        self, segment: Segment, session: Any = None, *, interrupt: Interrupt | None = None
+        self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """(audio, int64 frame durations per token: bos, each phoneme, eos). Needs a timed model
-        (``reports_durations``); the same single run as :meth:`synthesize`."""
+        (``reports_durations``: ``capabilities.timed``); the same single run as :meth:`synthesize`."""
         if not self.reports_durations:
-            raise BackendFault(f"{self._onnx.name} reports no durations; run `kokoro-serve assets`")
-        audio, durations = self._run(segment, session, interrupt, timed=True)
+            return super().synthesize_timed(segment)
+        audio, durations = self._run(segment, solo, interrupt, timed=True)
         assert durations is not None
         return audio, durations
 
     def _run(
-        self, segment: Segment, session: Any, interrupt: Interrupt | None, *, timed: bool
+        self, segment: Segment, solo: bool, interrupt: Interrupt | None, *, timed: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        session = session or self._session
+        session = (self._solo_session if solo else None) or self._session
         if session is None:
             raise BackendFault("ONNX runtime used before load()")
         tokens = self.tokens(segment.phonemes)[:MAX_PHONEMES]

@@ -17,7 +17,8 @@ to the queue with its own deadline.
 Threading: every runtime call runs on a single dedicated worker thread; the queue and the choice
 live on the event loop, which only awaits futures.
 Admission: at most ``max_queue`` segments wait for or sit in the worker at once; beyond it
-``stream()`` raises :class:`~backends.base.Overloaded`.
+``stream()`` raises :class:`~backends.base.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``)
+counts the segments waiting, not the one running, as in the concurrent mode.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
 that has not started leaves the queue outright; one already running is interrupted where the runtime
 can be (``interruptible``, with deadlines on), else it finishes, and its result is discarded. The
@@ -57,8 +58,9 @@ class SequentialBackend(Engine):
 
     @property
     def queue_depth(self) -> int:
-        """Segments waiting for the worker or being synthesised (all requests)."""
-        return self._waiting
+        """Segments waiting for the worker (all requests), not counting the one being synthesised
+        (the concurrent mode's meaning too)."""
+        return len(self._queue)
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -66,11 +68,12 @@ class SequentialBackend(Engine):
             future = entry.item[1]
             if not future.done():
                 future.set_exception(NotReady("server is shutting down"))
+        self._observer.queue_depth(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _set_waiting(self, n: int) -> None:
         self._waiting = n
-        self._observer.queue_depth(n)
+        self._observer.queue_depth(len(self._queue))
 
     async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
         if self._closing:
@@ -89,6 +92,7 @@ class SequentialBackend(Engine):
                 self._set_waiting(self._waiting + 1)
                 self._offer(self._queue, (segment, future, playout), segment, playout, session=key,
                             request_seq=seq, busy=self._running)
+                self._observer.queue_depth(len(self._queue))
                 try:
                     self._run_next()
                     result = await self._until(timeout_at, future)
@@ -113,6 +117,7 @@ class SequentialBackend(Engine):
         entry = self._queue.pop()
         if entry is None:
             return
+        self._observer.queue_depth(len(self._queue))
         segment, future, playout = entry.item
         self._running = True
         call = self._call_started(entry, playout, segment)
@@ -139,6 +144,7 @@ class SequentialBackend(Engine):
             future.set_exception(work.exception())
         elif isinstance(work.result()[0].error, Interrupted):
             self._queue.requeue(entry)  # interrupted for a newcomer's first segment: runs again after it
+            self._observer.queue_depth(len(self._queue))
         else:
             future.set_result(work.result()[0])
         self._run_next()

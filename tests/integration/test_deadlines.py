@@ -1,7 +1,10 @@
 """Playback deadlines in both modes, through the real backends and the fake runtime.
 
-The runtime here is stepped: every call blocks until the test lets one call finish, so which
-segment the scheduler picks next is observed exactly, without timing.
+The tests of order run in virtual time (:class:`~tests.support.virtual_time.VirtualClock`: the
+engine's clock stands still until the test advances it) over a held fake runtime (every call
+waits until the test lets it finish), and wait for states (calls begun, segments queued), never
+for a time, so which segment the scheduler picks next is observed exactly, however busy the
+machine is.
 """
 
 from __future__ import annotations
@@ -22,32 +25,24 @@ from backends.sequential import SequentialBackend
 from benchmarks import prom
 from server.metrics import Metrics
 from tests.support.observer import Recorder
+from tests.support.virtual_time import VirtualClock
 
 LONG = "Here is the long answer you asked for. It goes on for a while. And then it goes on some more."
 NEWCOMER = "Hello there."
 OTHER = "Another listener asks. And waits for the rest."
 
 
-class SteppedSynth(FakeSynthesizer):
-    """The fake runtime, one call finishing per :meth:`step`; ``calls`` lists the texts in the
+def stepped(voices) -> FakeSynthesizer:
+    """The fake runtime, one call finishing per ``step()``; ``calls`` lists the texts in the
     order the calls began. Its calls cannot be interrupted."""
+    return FakeSynthesizer(voices, segment_s=0.0, held=True, interruptible=False)
 
-    interruptible = False
 
-    def __init__(self, voices):
-        super().__init__(voices, segment_s=0.0)
-        self._steps = threading.Semaphore(0)
-
-    def synthesize(self, segment):
-        with self._lock:
-            self.calls.append(segment.text)
-        self.started.set()
-        if not self._steps.acquire(timeout=30):
-            raise RuntimeError("the test never let this call finish")
-        return self.tone(segment)
-
-    def step(self) -> None:
-        self._steps.release()
+def keyed(voices, timed: bool = False) -> FakeSynthesizer:
+    """The fake runtime where the test says which running call finishes (``finish(text)``); its
+    calls can be interrupted, as an ONNX Runtime call can (``interrupted`` lists their texts);
+    ``timed``: it reports durations, as the torch runtime does (the engine's timed path)."""
+    return FakeSynthesizer(voices, segment_s=0.0, held=True, timed=timed)
 
 
 MODES = {
@@ -56,11 +51,20 @@ MODES = {
 }
 
 
-async def _calls_reach(synth, n: int) -> None:
-    end = time.monotonic() + 10
-    while len(synth.calls) < n:
-        assert time.monotonic() < end, f"only {len(synth.calls)} calls began"
+async def _until(predicate, what: str = "condition") -> None:
+    """Wait for a state (polled on the event loop; a time limit only against a hang)."""
+    end = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < end, f"{what} not reached"
         await asyncio.sleep(0.002)
+
+
+async def _calls_reach(synth, n: int) -> None:
+    await _until(lambda: len(synth.calls) >= n, f"{n} calls")
+
+
+def _request(clock: VirtualClock, text: str, name: str) -> SynthesisRequest:
+    return SynthesisRequest(text=text, session=name, request_id=name, voice="jm_kumo", created=clock())
 
 
 async def _consume(backend, request) -> list:
@@ -71,19 +75,19 @@ async def _consume(backend, request) -> list:
 @pytest.mark.parametrize("deadlines", [True, False])
 async def test_a_newcomers_first_segment_runs_before_a_later_segment_with_slack(mode, deadlines, pipeline, voices):
     cls, extra = MODES[mode]
-    synth = SteppedSynth(voices)
-    backend = cls(synth, pipeline, voices, BackendConfig.defaults(deadlines=deadlines, **extra))
+    synth, clock = stepped(voices), VirtualClock()
+    backend = cls(synth, pipeline, voices, BackendConfig.defaults(deadlines=deadlines, **extra), clock=clock)
     prepared = {}
     for name, text in (("long", LONG), ("other", OTHER), ("new", NEWCOMER)):
-        prepared[name] = await backend.prepare(SynthesisRequest(text=text, session=name, request_id=name, voice="jm_kumo"))
+        prepared[name] = await backend.prepare(_request(clock, text, name))
     tasks = [asyncio.create_task(_consume(backend, prepared["long"]))]
     await _calls_reach(synth, 1)  # the long text's first segment is running
     tasks.append(asyncio.create_task(_consume(backend, prepared["other"])))
-    await asyncio.sleep(0.05)  # the other listener's first segment is queued
+    await _until(lambda: backend.queue_depth == 1)  # the other listener's first segment is queued
     synth.step()  # the long text's first segment is done: its second is runnable, with seconds of slack
     await _calls_reach(synth, 2)  # the other listener's first segment is running
     tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
-    await asyncio.sleep(0.05)  # the newcomer's first segment is queued behind the long text's second
+    await _until(lambda: backend.queue_depth == 2)  # the newcomer's first segment is queued beside the long text's second
     synth.step()
     await _calls_reach(synth, 3)
     third = synth.calls[2]
@@ -118,25 +122,10 @@ async def test_a_runtime_slower_than_playback_shows_as_underrun_seconds(mode, pi
     assert 0 < underrun <= elapsed
 
 
-class SoloFake(FakeSynthesizer):
-    """The fake runtime with a solo path, as the ONNX runtime has (a second session, every core)."""
-
-    def __init__(self, voices):
-        super().__init__(voices, segment_s=0.05)
-        self.threads = None
-        self.solo_threads: int | None = None
-        self.solo: list[str] = []
-
-    def synthesize_solo(self, segment, **options):
-        with self._lock:
-            self.solo.append(segment.text)
-        return self.synthesize(segment, **options)
-
-
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="parallel calls need two cores")
 async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_their_share(pipeline, voices):
-    synth = SoloFake(voices)
-    backend = BatchedBackend(synth, pipeline, voices, BackendConfig.defaults(workers=2))  # (the fake batches)
+    synth = FakeSynthesizer(voices, segment_s=0.05)
+    backend = BatchedBackend(synth, pipeline, voices, BackendConfig.defaults(workers=2))
     await backend.start()
     assert synth.threads == (os.cpu_count() or 1) // backend.workers and synth.solo_threads == os.cpu_count()
     alone = await backend.prepare(SynthesisRequest(text=LONG, voice="jm_kumo"))
@@ -150,7 +139,7 @@ async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_t
     await asyncio.gather(*(_consume(backend, r) for r in together))
     assert len(synth.solo) < len(synth.calls)  # with others runnable, calls ran side by side
     await backend.aclose()
-    off = SoloFake(voices)
+    off = FakeSynthesizer(voices, segment_s=0.05)
     await BatchedBackend(off, pipeline, voices, BackendConfig.defaults(workers=2, solo_calls=False)).start()
     assert off.solo_threads is None
 
@@ -158,11 +147,11 @@ async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_t
 def test_the_onnx_solo_session_speaks_like_the_shared_one(model_files, voices, pipeline):
     from backends.onnx_runtime import OnnxSynthesizer
 
-    synth = OnnxSynthesizer(model_files, voices, threads=1)
-    synth.solo_threads = 2
+    synth = OnnxSynthesizer(model_files, voices)
+    synth.set_threads(1, solo=2)
     synth.load()
     segment = pipeline.plan("Every core for one call.", voice="jm_kumo")[0]
-    shared, solo = synth.synthesize(segment), synth.synthesize_solo(segment)
+    shared, solo = synth.synthesize(segment), synth.synthesize(segment, solo=True)
     assert len(shared) == len(solo) and np.allclose(shared, solo, atol=1e-3)
 
 
@@ -187,7 +176,7 @@ PARAGRAPH_START = "When you ask a voice assistant a question, the silence before
 @pytest.mark.parametrize("mode", MODES)
 async def test_busy_a_newcomer_gets_a_shorter_first_segment_while_another_session_is_served(mode, pipeline, voices):
     cls, extra = MODES[mode]
-    synth = SteppedSynth(voices)
+    synth = stepped(voices)
     backend = cls(synth, pipeline, voices, BackendConfig.defaults(short_first_segment="busy", **extra))
 
     def request(session: str) -> SynthesisRequest:
@@ -225,7 +214,7 @@ async def test_always_a_listener_who_hears_nothing_gets_a_short_first_segment_an
 
 
 async def test_with_deadlines_off_load_does_not_change_the_first_cut(pipeline, voices):
-    synth = SteppedSynth(voices)
+    synth = stepped(voices)
     backend = SequentialBackend(synth, pipeline, voices, BackendConfig.defaults(deadlines=False))
     first = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, session="a", voice="jm_kumo"))
     task = asyncio.create_task(_consume(backend, first))
@@ -238,55 +227,25 @@ async def test_with_deadlines_off_load_does_not_change_the_first_cut(pipeline, v
     await backend.aclose()
 
 
-class KeyedSynth(FakeSynthesizer):
-    """The fake runtime where the test says which running call finishes (:meth:`finish`, by the
-    start of its segment's text); ``calls`` lists the texts in the order the calls began. A call
-    can be interrupted, as an ONNX Runtime call can (``interrupted`` lists their texts)."""
-
-    thread_safe = True
-
-    def __init__(self, voices):
-        super().__init__(voices, segment_s=0.0)
-        self._release: dict[str, threading.Event] = {}
-        self.interrupted: list[str] = []
-
-    def synthesize(self, segment, *, interrupt=None):
-        with self._lock:
-            self.calls.append(segment.text)
-            gate = self._release.setdefault(segment.text, threading.Event())
-        stop = threading.Event()
-        if interrupt is not None:
-            interrupt.on_set(stop.set)
-        end = time.monotonic() + 30
-        while not gate.wait(timeout=0.002):
-            if stop.is_set():
-                self.interrupted.append(segment.text)
-                raise Interrupted("interrupted")
-            if time.monotonic() > end:
-                raise RuntimeError("the test never let this call finish")
-        return self.tone(segment)
-
-    def finish(self, text: str) -> None:
-        with self._lock:
-            self._release.setdefault(text, threading.Event()).set()
-
-
 @pytest.mark.parametrize("deadlines", [True, False])
 async def test_concurrent_mode_keeps_a_worker_for_a_newcomer_while_later_segments_have_slack(deadlines, pipeline,
                                                                                               voices):
-    synth = KeyedSynth(voices)
+    synth, clock = keyed(voices), VirtualClock()
     config = BackendConfig.defaults(deadlines=deadlines, workers=2, max_batch_size=1, max_wait_ms=0)
-    backend = BatchedBackend(synth, pipeline, voices, config)
+    backend = BatchedBackend(synth, pipeline, voices, config, clock=clock)
     prepared = {}
     for name, text in (("long", LONG), ("other", OTHER), ("new", NEWCOMER)):
-        prepared[name] = await backend.prepare(SynthesisRequest(text=text, session=name, request_id=name, voice="jm_kumo"))
+        prepared[name] = await backend.prepare(_request(clock, text, name))
     long_, other, new = (prepared[k].segments for k in ("long", "other", "new"))
     tasks = [asyncio.create_task(_consume(backend, prepared["long"]))]
     await _calls_reach(synth, 1)
     tasks.append(asyncio.create_task(_consume(backend, prepared["other"])))
     await _calls_reach(synth, 2)  # both workers busy: the long text's first segment and the other's
     synth.finish(long_[0].text)  # its second segment is runnable, with seconds of audio still to play
-    await asyncio.sleep(0.2)
+    if deadlines:  # held: queued, with a worker free, until its start-by time (seconds away, in virtual time)
+        await _until(lambda: backend.queue_depth == 1 and len(synth.calls) == 2)
+    else:  # round-robin: the free worker takes it
+        await _calls_reach(synth, 3)
     tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
     await _calls_reach(synth, 3)
     if deadlines:  # the free worker waited for the newcomer, who did not wait for the long text
@@ -303,37 +262,37 @@ async def test_concurrent_mode_keeps_a_worker_for_a_newcomer_while_later_segment
 
 @pytest.mark.parametrize(("when", "first"), [("always", "When you ask"), ("never", None), ("busy", None)])
 async def test_short_first_segment_setting_when_idle(when, first, pipeline, voices):
-    backend = SequentialBackend(SteppedSynth(voices), pipeline, voices, BackendConfig.defaults(short_first_segment=when))
+    backend = SequentialBackend(stepped(voices), pipeline, voices, BackendConfig.defaults(short_first_segment=when))
     planned = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, voice="jm_kumo"))
     assert planned.segments[0].text == (first or "When you ask a voice assistant a question,")
     await backend.aclose()
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("interrupts", [True, False])
-async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_after_it(mode, interrupts, pipeline,
-                                                                                      voices):
+@pytest.mark.parametrize(("interrupts", "timed"), [(True, False), (True, True), (False, False)])
+async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_after_it(mode, interrupts, timed,
+                                                                                      pipeline, voices):
     cls, extra = MODES[mode]
-    synth, recorder = KeyedSynth(voices), Recorder()
+    synth, recorder, clock = keyed(voices, timed), Recorder(), VirtualClock()
     config = BackendConfig.defaults(interrupt_for_first_audio=interrupts, **extra)
-    backend = cls(synth, pipeline, voices, config, observer=recorder)
-    prepared = {k: await backend.prepare(SynthesisRequest(text=t, session=k, request_id=k, voice="jm_kumo"))
+    backend = cls(synth, pipeline, voices, config, observer=recorder, clock=clock)
+    prepared = {k: await backend.prepare(_request(clock, t, k))
                 for k, t in (("long", LONG), ("new", NEWCOMER), ("other", OTHER))}
     long_, new, other = (prepared[k].segments for k in ("long", "new", "other"))
     tasks = [asyncio.create_task(_consume(backend, prepared["long"]))]
     await _calls_reach(synth, 1)
-    await asyncio.sleep(0.1)  # (the call takes a while: the engine measures what a call costs)
+    clock.advance(1.0)  # the call takes a second: the engine measures what a call costs
     synth.finish(long_[0].text)
     await _calls_reach(synth, 2)  # the long text's second segment runs; its listener hears the first
     tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
     if interrupts:
         await _calls_reach(synth, 3)
         assert synth.calls[2] == new[0].text
-    else:
-        await asyncio.sleep(0.2)
+    else:  # the newcomer's segment is queued (the choice not to interrupt is made as it is queued)
+        await _until(lambda: backend.queue_depth == 1)
         assert synth.calls == [long_[0].text, long_[1].text]  # the newcomer waits for the running call
     tasks.append(asyncio.create_task(_consume(backend, prepared["other"])))  # a silent listener's first
-    await asyncio.sleep(0.1)  # segment never interrupts another's
+    await _until(lambda: backend.queue_depth == 2)  # segment never interrupts another's
     for segment in (*long_, *new, *other):
         synth.finish(segment.text)
     answered = await asyncio.gather(*tasks)
@@ -346,3 +305,4 @@ async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_af
     for request, chunks in zip(prepared.values(), answered, strict=True):  # nothing lost, in order
         assert [c.index for c in chunks] == list(range(len(request.segments)))
         assert all(c.seconds > 0 for c in chunks)
+        assert all((c.durations is not None) is timed for c in chunks)

@@ -16,7 +16,7 @@ import pytest
 import soundfile
 
 from backends import assets
-from backends.base import BackendFault, Interrupt, Segment
+from backends.base import Interrupt, Segment, Unsupported
 from backends.onnx_runtime import OnnxSynthesizer
 from server.settings import Settings
 from tests.support.app import LoadedRuntime, build_app, build_backend
@@ -49,24 +49,21 @@ def test_the_timed_model_is_the_default_and_sounds_the_same(onnx_synth, plain_sy
         audios.append(audio)
     assert frames[1] < 0.8 * frames[0]  # faster speech, shorter durations
     assert np.array_equal(onnx_synth.synthesize(slow), audios[0])  # audio alone: the same run
-    with pytest.raises(BackendFault, match="reports no durations"):
+    assert onnx_synth.capabilities.timed and not plain_synth.capabilities.timed
+    with pytest.raises(Unsupported, match="reports no durations"):
         plain_synth.synthesize_timed(slow)
 
 
 class TimedRuntime(LoadedRuntime):
-    """The session's loaded ONNX runtime with its timed calls, every one recorded."""
+    """The session's loaded ONNX runtime with its timed calls, every one recorded (``timed_calls``)."""
 
     def __init__(self, inner: OnnxSynthesizer):
         super().__init__(inner, timed=True)
-        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.timed_calls: list[dict[str, Any]] = []
 
     def synthesize_timed(self, segment: Segment, **options: Any):
-        self.calls.append(("synthesize_timed", options))
+        self.timed_calls.append(options)
         return super().synthesize_timed(segment, **options)
-
-    def synthesize_solo_timed(self, segment: Segment, interrupt: Interrupt | None = None):
-        self.calls.append(("synthesize_solo_timed", {"interrupt": interrupt}))
-        return self.inner.synthesize_solo_timed(segment, interrupt=interrupt)
 
 
 def test_timed_speech_on_onnx_through_the_server(onnx_synth, pipeline, voices):
@@ -99,5 +96,4 @@ def test_the_engine_keeps_every_core_and_interrupts_on_timed_calls(onnx_synth, p
     (shared,) = backend.run_segments([segment], interrupt=interrupt)
     assert alone.error is None and shared.error is None and alone.durations is not None
     assert np.array_equal(alone.audio, shared.audio) and np.array_equal(alone.durations, shared.durations)
-    assert runtime.calls == [("synthesize_solo_timed", {"interrupt": None}),
-                             ("synthesize_timed", {"interrupt": interrupt})]
+    assert runtime.timed_calls == [{"solo": True, "interrupt": None}, {"solo": False, "interrupt": interrupt}]

@@ -9,9 +9,10 @@ handed to the backend when it is built, as the server's CLI does.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 from starlette.applications import Starlette
 
+from backends.base import Capabilities, Segment, Synthesizer
 from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
 from backends.fake import FakeSynthesizer
@@ -56,30 +58,54 @@ def fake_synth(**knobs: Any) -> FakeSynthesizer:
     return FakeSynthesizer(**{"segment_s": 0.0, **knobs})
 
 
-class LoadedRuntime:
-    """A real runtime the test session has already loaded: ``load()`` does not load it again,
-    it only waits on ``gate`` when one is given (a model "still loading"). It passes on only
-    ``synthesize`` (a runtime without word timings) unless ``timed`` and the runtime reports
-    durations: then ``synthesize_timed`` too."""
+class LoadedRuntime(Synthesizer):
+    """A real runtime the test session has already loaded, behind the whole interface with the
+    inner runtime's capabilities: ``load()`` does not load it again, it only waits on ``gate`` when
+    one is given (a model "still loading"). It declares no word timings unless ``timed`` (and the
+    runtime reports durations). ``calls`` lists the text of every segment call in call order;
+    ``hold`` (a :class:`threading.Event`, settable at any time) makes every call wait on it."""
 
-    def __init__(self, inner: Any, gate: threading.Event | None = None, *, timed: bool = False):
-        self.inner = inner
-        self.name, self.sample_rate, self.thread_safe = inner.name, inner.sample_rate, inner.thread_safe
-        self.model_name = inner.model_name
-        self.interruptible = getattr(inner, "interruptible", False)
-        self.gate = gate
-        self.reports_durations = timed and bool(
-            getattr(inner, "reports_durations", callable(getattr(inner, "synthesize_timed", None))))
+    def __init__(self, inner: Synthesizer, gate: threading.Event | None = None, *, timed: bool = False):
+        self.inner, self.gate = inner, gate
+        self.name, self.sample_rate, self.model_name = inner.name, inner.sample_rate, inner.model_name
+        self.threads, self.solo_threads = inner.threads, inner.solo_threads
+        self.timed = timed
+        self.calls: list[str] = []
+        self.hold: threading.Event | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        caps = self.inner.capabilities
+        return dataclasses.replace(caps, timed=self.timed and caps.timed)
+
+    @property
+    def loaded(self) -> bool:
+        return self.inner.loaded  # (its threads stand as they were loaded)
 
     def load(self) -> None:
         if self.gate is not None:
             self.gate.wait(60)
 
-    def synthesize(self, segment: Any, **options: Any) -> np.ndarray:
+    def _called(self, segments: Sequence[Segment]) -> None:
+        self.calls.extend(s.text for s in segments)
+        if self.hold is not None:
+            self.hold.wait(30)
+
+    def synthesize(self, segment: Segment, **options: Any) -> np.ndarray:
+        self._called([segment])
         return self.inner.synthesize(segment, **options)
 
-    def synthesize_timed(self, segment: Any, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+    def synthesize_timed(self, segment: Segment, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+        self._called([segment])
         return self.inner.synthesize_timed(segment, **options)
+
+    def synthesize_batch(self, segments: Sequence[Segment]) -> list[np.ndarray]:
+        self._called(segments)
+        return self.inner.synthesize_batch(segments)
+
+    def synthesize_batch_timed(self, segments: Sequence[Segment]) -> list[tuple[np.ndarray, np.ndarray]]:
+        self._called(segments)
+        return self.inner.synthesize_batch_timed(segments)
 
 
 def build_backend(

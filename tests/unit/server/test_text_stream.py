@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-import numpy as np
 import pytest
 
 from backends.base import Overloaded, TextTooLong
@@ -19,17 +18,9 @@ from server.text_stream import Audio, Cleared, Done, Flushed, StreamOptions, Tex
 from tests.support.app import build_backend
 
 
-class TimedFake(FakeSynthesizer):
-    """The fake runtime with per-token frame durations, as the torch runtime reports them."""
-
-    def synthesize_timed(self, segment, **_):
-        durations = np.array([1] + [2] * len(segment.phonemes) + [1])
-        return np.full(600 * int(durations.sum()), 0.05, np.float32), durations
-
-
 @pytest.fixture
 async def state():
-    backend = build_backend(TimedFake(segment_s=0.0))
+    backend = build_backend(FakeSynthesizer(segment_s=0.0, timed=True))  # durations, as torch reports them
     await backend.start()
     yield ServerState(Settings(max_text_chars=300), backend, Metrics())
     await backend.aclose()
