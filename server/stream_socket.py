@@ -40,10 +40,11 @@ from typing import Any, ClassVar
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from backends.base import KokoroError, Overloaded
+from backends.base import KokoroError
 
-from .pipeline import SendTimeout, Synthesis, bounded_send
+from .pipeline import SendTimeout, bounded_send
 from .state import ServerState
+from .ws import admit_and_serve
 
 log = logging.getLogger("kokoro.stream_socket")
 
@@ -215,22 +216,7 @@ def stream_endpoint(session_class: type[StreamSocket]) -> Callable[[WebSocket], 
         if key is not None and not session_class.authorized(websocket, key.get_secret_value()):
             await _deny(websocket, KokoroError("missing or wrong API key", code="unauthorized"), 401)
             return
-        upgrade = Synthesis(state.backend, session_class.ROUTE, state=state)  # counts a refusal
-        try:
-            upgrade.admit()
-            if len(state.sessions) >= state.settings.max_sessions:
-                raise Overloaded(f"{state.settings.max_sessions} sessions are open; try again shortly")
-        except KokoroError as e:
-            upgrade.fail(e)
-            await _deny(websocket, e, e.status)
-            return
-        session = session_class(websocket, state)
-        state.add_session(session)
-        try:
-            await websocket.accept()
-            await session.run()
-        finally:
-            state.remove_session(session)
+        await admit_and_serve(websocket, session_class.ROUTE, session_class, lambda ws, e: _deny(ws, e, e.status))
 
     return endpoint
 
