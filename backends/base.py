@@ -1,15 +1,12 @@
 """The two layers every runtime sits behind (docs/architecture.md).
 
-* :class:`Synthesizer` — synchronous, one per runtime. ``load()`` does the heavy work once;
-  ``synthesize(segment)`` turns one :class:`Segment` into float32 audio at 24 kHz, clipped to
-  [-1, 1]. A runtime may also offer ``synthesize_batch(segments)`` (outputs in input order),
-  ``synthesize_timed(segment)`` (audio plus per-token frame durations) and
-  ``synthesize_batch_timed(segments)``, and say what it runs on (``device``, ``dtype``), whether it
-  is ``loaded`` and its intra-op ``threads`` (settable before ``load()``). Synthesizers are never
-  called on the event loop; a synthesizer need not be thread-safe — the backends call one at a
-  time unless the runtime says otherwise (``thread_safe``). A runtime that can stop a running call
-  (``interruptible``) takes an :class:`Interrupt` as ``synthesize(segment, interrupt=...)`` and
-  raises :class:`Interrupted` when it was set before the call finished.
+* :class:`Synthesizer` — synchronous, one per runtime, an abstract base that declares every member
+  the engine and the modes use. ``load()`` does the heavy work once; ``synthesize(segment)`` turns
+  one :class:`Segment` into float32 audio at 24 kHz, clipped to [-1, 1]. What a runtime can do
+  beyond that — a batch path, frame durations, being interrupted (:class:`Interrupt` /
+  :class:`Interrupted`), calls that run alone on every core, thread safety, settable threads, its
+  device and precision — is one declared value, :class:`Capabilities`, set by the runtime itself;
+  the engine reads it and never probes. Synthesizers are never called on the event loop.
 * :class:`Backend` — asynchronous, the only thing the server sees. ``stream(request)`` yields one
   :class:`AudioChunk` per segment, in text order, as soon as that segment is done. Closing or
   cancelling the iterator aborts the request's pending work (segments not yet started are never
@@ -20,85 +17,33 @@ Errors carry a stable ``code`` (the wire contract's error codes) and say whether
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
+
+# The errors live in backends.errors; the layers import them from here.
+from .errors import (  # noqa: F401
+    BackendFault,
+    EmptyText,
+    InvalidJSON,
+    InvalidRequest,
+    KokoroError,
+    NotReady,
+    Overloaded,
+    SynthesisTimeout,
+    TextTooLong,
+    UnknownVoice,
+    Unsupported,
+)
 
 SAMPLE_RATE = 24_000
 MAX_PHONEMES = 510
 MIN_SPEED, MAX_SPEED = 0.5, 2.0
-
-
-# --------------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------------
-class KokoroError(Exception):
-    """Base of every error the platform reports to a client.
-
-    ``code`` is the wire-level error code, ``status`` the HTTP status it maps to, and
-    ``retryable`` says whether sending the same request again can succeed.
-    """
-
-    code = "internal_error"
-    status = 500
-    retryable = False
-
-    def __init__(self, message: str, *, code: str | None = None, retryable: bool | None = None):
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        if retryable is not None:
-            self.retryable = retryable
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message}
-
-
-class InvalidRequest(KokoroError):
-    code, status = "invalid_request", 400
-
-
-class InvalidJSON(InvalidRequest):
-    code = "invalid_json"
-
-
-class EmptyText(InvalidRequest):
-    code = "empty_text"
-
-
-class UnknownVoice(KokoroError):
-    code, status = "unknown_voice", 404
-
-
-class TextTooLong(KokoroError):
-    code, status = "text_too_long", 413
-
-
-class NotReady(KokoroError):
-    code, status, retryable = "not_ready", 503, True
-
-
-class Overloaded(KokoroError):
-    code, status, retryable = "overloaded", 503, True
-
-
-class SynthesisTimeout(KokoroError):
-    code, status, retryable = "timeout", 504, True
-
-
-class BackendFault(KokoroError):
-    """The runtime failed on a request that was valid; the server itself stays up."""
-
-    code, status, retryable = "backend_error", 500, True
-
-
-class Unsupported(KokoroError):
-    code, status = "unsupported", 501
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,27 +143,112 @@ class Interrupt:
 # --------------------------------------------------------------------------------------------
 # Protocols
 # --------------------------------------------------------------------------------------------
-@runtime_checkable
-class Synthesizer(Protocol):
-    """A synchronous runtime. Every method may block for a long time: call it from a thread."""
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a runtime can do, declared by the runtime itself (:attr:`Synthesizer.capabilities`).
 
-    name: str
-    sample_rate: int
-    #: True when concurrent calls from several threads are safe (and useful).
-    thread_safe: bool
+    The engine and both modes read this one value and never probe a runtime for methods or
+    attributes. ``device`` and ``dtype`` are final once the runtime is loaded (a runtime asked for
+    ``auto`` resolves them in ``load()``); everything else is fixed from construction.
+    """
 
-    def load(self) -> None: ...
+    #: ``synthesize_batch`` is a real batched path (several segments in one forward pass).
+    batch: bool = False
+    #: ``synthesize_timed`` returns per-token frame durations (and ``synthesize_batch_timed``
+    #: when ``batch`` is set too): word timings work.
+    timed: bool = False
+    #: An :class:`Interrupt` set while a call runs stops it with :class:`Interrupted`.
+    interruptible: bool = False
+    #: ``solo=True`` gives a call that runs alone every core (``set_threads(..., solo=n)``).
+    solo_calls: bool = False
+    #: Calls from several threads at once are safe and useful (parallel single calls).
+    thread_safe: bool = False
+    #: ``set_threads()`` before ``load()`` chooses the intra-op threads per call.
+    threads_settable: bool = False
+    #: Where the model runs (``cpu``, ``cuda``...).
+    device: str = "cpu"
+    #: The precision the forward pass runs in.
+    dtype: str = "float32"
 
-    def synthesize(self, segment: Segment) -> np.ndarray: ...
 
+class Synthesizer(abc.ABC):
+    """A synchronous runtime: the model behind one declared interface.
 
-@runtime_checkable
-class BatchSynthesizer(Synthesizer, Protocol):
-    def synthesize_batch(self, segments: Sequence[Segment]) -> list[np.ndarray]: ...
+    Every member the engine and the modes use is declared here; what a runtime can do beyond
+    ``synthesize`` is its :attr:`capabilities`, and a method outside them raises
+    :class:`Unsupported`.
+
+    * ``load()`` does the heavy work once; ``loaded`` says whether it has run.
+    * ``synthesize(segment)`` -> float32 audio at 24 kHz in [-1, 1] (empty when no phoneme of the
+      segment is in the vocabulary). ``interrupt`` (``interruptible``): set while the call runs,
+      the call raises :class:`Interrupted` and the runtime serves the next call as before.
+      ``solo`` (``solo_calls``): the call runs alone, so it may use every core.
+    * ``synthesize_timed(segment)`` (``timed``) -> (audio, int64 frame durations per input token:
+      ``<bos>``, each vocabulary phoneme, ``<eos>``; 600 samples a frame; they sum to the audio's
+      frames).
+    * ``synthesize_batch(segments)`` (``batch``) -> one output per segment, in input order;
+      ``synthesize_batch_timed`` (``batch`` and ``timed``) likewise with durations.
+    * ``set_threads(threads, solo=...)`` (``threads_settable``): intra-op threads per call, and
+      for a call that runs alone, chosen before ``load()``; ``threads`` / ``solo_threads`` read
+      back the choice (``threads`` None: the runtime's own default, every core).
+
+    Threading: every method may block for a long time — call it from a worker thread, never the
+    event loop. Calls from several threads at once are allowed only when ``thread_safe``;
+    otherwise the caller runs one call at a time. ``Interrupt.set()`` may come from any thread.
+    """
+
+    name: str = "runtime"
+    #: The model file (or name) the runtime loads, for ``/ping``.
+    model_name: str = ""
+    sample_rate: int = SAMPLE_RATE
+    threads: int | None = None
+    solo_threads: int | None = None
+
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this runtime can do (see :class:`Capabilities`)."""
+
+    @property
+    @abc.abstractmethod
+    def loaded(self) -> bool:
+        """Whether ``load()`` has run."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load the model (seconds; blocking)."""
+
+    @abc.abstractmethod
+    def synthesize(self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False) -> np.ndarray:
+        """One segment's audio (see the class docstring)."""
+
+    def synthesize_timed(
+        self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(audio, frame durations) of one segment, when the runtime is ``timed``."""
+        raise Unsupported(f"the {self.name} runtime reports no durations")
+
+    def synthesize_batch(self, segments: Sequence[Segment]) -> list[np.ndarray]:
+        """Several segments in one call, outputs in input order, when the runtime has ``batch``."""
+        raise Unsupported(f"the {self.name} runtime has no batch path")
+
+    def synthesize_batch_timed(self, segments: Sequence[Segment]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``synthesize_batch`` with each segment's frame durations (``batch`` and ``timed``)."""
+        raise Unsupported(f"the {self.name} runtime has no timed batch path")
+
+    def set_threads(self, threads: int | None, *, solo: int | None = None) -> None:
+        """Choose the intra-op threads per call (and, with ``solo_calls``, for a call that runs
+        alone) before ``load()``. Raises :class:`Unsupported` when not ``threads_settable``."""
+        if not self.capabilities.threads_settable:
+            raise Unsupported(f"the {self.name} runtime's threads cannot be set")
+        if self.loaded:
+            raise RuntimeError(f"the {self.name} runtime is loaded: its threads are fixed")
+        self.threads = threads
+        self.solo_threads = solo if self.capabilities.solo_calls else None
 
 
 @dataclass(frozen=True, slots=True)
-class Capabilities:
+class BackendCapabilities:
     """What a backend can do beyond plain synthesis, as the server needs to know it."""
 
     #: Chunks carry per-token frame durations (``AudioChunk.durations``): word timings work.
@@ -236,7 +266,7 @@ class BackendInfo:
     model: str
     device: str = "cpu"
     dtype: str = "float32"
-    capabilities: Capabilities = field(default_factory=Capabilities)
+    capabilities: BackendCapabilities = field(default_factory=BackendCapabilities)
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.runtime, "mode": self.mode, "model": self.model,

@@ -20,15 +20,15 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
 * Batches are length-aware: the head of the round always goes, the rest of the batch only takes
   segments within ``batch_length_ratio`` (2x) of its phoneme lengths, so a short first segment is
   not padded to, and kept waiting by, a long later one.
-* Runtimes with ``synthesize_batch`` (:class:`~backends.base.BatchSynthesizer`, e.g. torch on CUDA)
-  get one worker and whole batches. Others fall back to per-segment calls: one segment per worker
+* Runtimes with a batch path (``capabilities.batch``, e.g. torch on CUDA) get one worker and
+  whole batches. Others fall back to per-segment calls: one segment per worker
   call, so the scheduler decides with the freshest queue at every step; a ``thread_safe`` runtime
   (ONNX) gets ``workers`` parallel calls (default: 2 on a machine with 2+ cores) and, when it has
   not been loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per
   call (measured here: one intra-op thread costs ~0.5 CPU-s per audio-s, two cost ~0.75, so two
   1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``). A call that runs
-  alone (nothing else running, nothing else queued that must start now) goes to the runtime's
-  ``synthesize_solo`` when it has one (ONNX: a second session with every core, ``solo_calls``),
+  alone (nothing else running, nothing else queued that must start now) runs with ``solo=True``
+  when the runtime has ``solo_calls`` (ONNX: a second session with every core; ``solo_calls``),
   so one listener never gets less than the sequential mode gives it.
 * Holding work with slack (deadlines on, parallel single calls): while a call runs, a free worker
   takes the queue's head only once some queued segment must start — its playback deadline minus
@@ -38,7 +38,7 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   start-by time at the latest, or as soon as no call runs (then alone, every core).
 * When every worker is busy, a listener's first segment may interrupt a call of a later segment
   (:class:`~backends.deadlines.Deadlines`); the interrupted segment goes back to the queue.
-* A batch runtime on a CPU device (``synthesizer.device == "cpu"``) gets single calls too unless
+* A batch runtime on a CPU device (``capabilities.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
 * Each batch goes through the engine's single per-segment step
@@ -121,7 +121,7 @@ class BatchedBackend(Engine):
         self.batch_on_cpu = config.batch_on_cpu
         workers = config.workers
         if workers is None:
-            parallel = bool(self.synthesizer.thread_safe) and not self.has_batch_path
+            parallel = self.runtime_capabilities.thread_safe and not self.has_batch_path
             workers = min(2, os.cpu_count() or 1) if parallel else 1
         self.workers = workers
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
@@ -141,7 +141,7 @@ class BatchedBackend(Engine):
         pads short segments to long ones; see the module docstring) unless ``batch_on_cpu``."""
         if not self.has_batch_path:
             return False
-        return self.batch_on_cpu or getattr(self.synthesizer, "device", None) != "cpu"
+        return self.batch_on_cpu or self.runtime_capabilities.device != "cpu"
 
     @property
     def queue_depth(self) -> int:
@@ -160,14 +160,14 @@ class BatchedBackend(Engine):
     def _tune_threads(self) -> None:
         """Give each parallel call its share of the cores, unless the user chose a thread count
         or the runtime is already loaded (then its own setting stands)."""
-        synth = self.synthesizer
-        loaded = bool(getattr(synth, "loaded", False))
-        if self.workers > 1 and not loaded and getattr(synth, "threads", 0) is None:
-            synth.threads = max(1, (os.cpu_count() or 1) // self.workers)
-            log.info("concurrent mode: %d parallel calls x %d intra-op threads", self.workers, synth.threads)
-            if self.config.solo_calls and hasattr(synth, "solo_threads") and (os.cpu_count() or 1) > synth.threads:
-                synth.solo_threads = os.cpu_count() or 1
-                log.info("concurrent mode: a call that runs alone uses %d intra-op threads", synth.solo_threads)
+        synth, caps, cores = self.synthesizer, self.runtime_capabilities, os.cpu_count() or 1
+        if self.workers > 1 and caps.threads_settable and not synth.loaded and synth.threads is None:
+            threads = max(1, cores // self.workers)
+            solo = cores if self.config.solo_calls and caps.solo_calls and cores > threads else None
+            synth.set_threads(threads, solo=solo)
+            log.info("concurrent mode: %d parallel calls x %d intra-op threads", self.workers, threads)
+            if solo is not None:
+                log.info("concurrent mode: a call that runs alone uses %d intra-op threads", solo)
 
     async def aclose(self) -> None:
         self._closing = True

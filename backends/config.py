@@ -172,6 +172,10 @@ class BackendConfig(BaseSettings):
     fake_empty_on: str | None = Field(
         None, description="Fake runtime: a segment whose text contains this substring yields no samples."
     )
+    fake_batch: bool = Field(
+        False, description="Fake runtime: offer a batch path (off: the fake declares what the ONNX runtime does, "
+        "so a load run takes production's scheduler path)."
+    )
 
     @field_validator(
         "model_dir", "default_voice", "threads", "workers", "request_timeout_s",

@@ -33,7 +33,7 @@ import contextlib
 import time
 from typing import Any
 
-from .base import BackendObserver, Interrupt, Segment, SynthesisRequest
+from .base import BackendObserver, Interrupt, Segment, SynthesisRequest, Synthesizer
 from .config import BackendConfig
 from .schedule import (
     SHORTEST_FIRST_WINDOW_S,
@@ -56,7 +56,7 @@ class Deadlines:
     """Playback deadlines, listeners, call costs and interruptions (see the module docstring)."""
 
     config: BackendConfig
-    synthesizer: Any
+    synthesizer: Synthesizer
     _observer: BackendObserver
     #: The order segments run in with ``deadlines`` off (the mode's own; see backends.schedule).
     plain_order: Order = "fifo"
@@ -129,7 +129,7 @@ class Deadlines:
     def interrupts(self) -> bool:
         """Whether a running single call may be interrupted for first audio (module docstring)."""
         return (self.config.deadlines and self.config.interrupt_for_first_audio and not self.batched
-                and bool(getattr(self.synthesizer, "interruptible", False)))
+                and self.synthesizer.capabilities.interruptible)
 
     def _call_started(self, entry: Entry, playout: Playout, segment: Segment) -> RunningCall | None:
         """A single call for ``entry`` begins: what may interrupt it (None: nothing may)."""

@@ -8,17 +8,20 @@ the request timeout, the description (:class:`~backends.base.BackendInfo`), voic
 :class:`~backends.sequential.SequentialBackend` and :class:`~backends.concurrent.BatchedBackend`
 add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 
+What the runtime can do is its declared :class:`~backends.base.Capabilities`
+(``synthesizer.capabilities``); the engine and the modes read them and never probe the runtime.
+
 Playback deadlines, short first segments, call costs and interrupting a running call for first
 audio are :class:`~backends.deadlines.Deadlines`, a base of :class:`Engine`.
 
 The step, for a list of segments (one runtime call's worth):
 
 * the batch path when the mode batches (:attr:`Engine.batched`) and there is more than one
-  segment: ``synthesize_batch_timed`` when the runtime reports durations, else ``synthesize_batch``;
+  segment: ``synthesize_batch_timed`` when the runtime is ``timed``, else ``synthesize_batch``;
   if that call fails, returns the wrong count or an empty item, each segment is retried alone,
   so one bad segment fails only its own request;
-* alone: ``synthesize_timed`` when the runtime reports durations (torch), else ``synthesize``
-  (``synthesize_solo``, every core, when the mode says the call runs alone and the runtime has it);
+* alone: ``synthesize_timed`` when the runtime is ``timed``, else ``synthesize`` (``solo=True``,
+  every core, when the mode says the call runs alone and the runtime has ``solo_calls``);
 * every output clipped to [-1, 1] (:func:`~backends.base.clip_audio`); empty audio is a
   :class:`~backends.base.BackendFault` (a segment with phonemes always has sound);
 * the observer hears of every runtime call (``batch_done``, size 1 for a single call) and of every
@@ -56,6 +59,7 @@ import numpy as np
 
 from .base import (
     AudioChunk,
+    BackendCapabilities,
     BackendFault,
     BackendInfo,
     BackendObserver,
@@ -134,12 +138,8 @@ class Engine(Deadlines):
         self.synthesizer = synthesizer
         self.pipeline = pipeline
         self.voices = voices
-        self.model_name = model_name or getattr(synthesizer, "model_name", "")
+        self.model_name = model_name or synthesizer.model_name
         self._observer: BackendObserver = observer if observer is not None else _NoObserver()
-        self._timed = callable(getattr(synthesizer, "synthesize_timed", None))
-        timed_batch = getattr(synthesizer, "synthesize_batch_timed", None) if self._timed else None
-        self._batch_timed = callable(timed_batch)
-        self._batch_call = timed_batch if self._batch_timed else getattr(synthesizer, "synthesize_batch", None)
         self._ready = False
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
@@ -152,9 +152,14 @@ class Engine(Deadlines):
         return str(self.synthesizer.name)
 
     @property
+    def runtime_capabilities(self) -> Capabilities:
+        """What the runtime declares it can do."""
+        return self.synthesizer.capabilities
+
+    @property
     def has_batch_path(self) -> bool:
         """Whether the runtime can synthesise several segments in one call."""
-        return callable(self._batch_call)
+        return self.runtime_capabilities.batch
 
     @property
     def batched(self) -> bool:
@@ -163,17 +168,14 @@ class Engine(Deadlines):
         return False
 
     @property
-    def capabilities(self) -> Capabilities:
-        word_timings = self._timed and (self._batch_timed or not self.batched)
-        return Capabilities(word_timings=word_timings, batching=self.batched)
+    def capabilities(self) -> BackendCapabilities:
+        return BackendCapabilities(word_timings=self.runtime_capabilities.timed, batching=self.batched)
 
     @property
     def info(self) -> BackendInfo:
-        synth = self.synthesizer
+        caps = self.runtime_capabilities
         return BackendInfo(
-            runtime=self.runtime, mode=self.mode, model=self.model_name,
-            device=str(getattr(synth, "device", None) or "cpu"),
-            dtype=str(getattr(synth, "dtype", None) or "float32"),
+            runtime=self.runtime, mode=self.mode, model=self.model_name, device=caps.device, dtype=caps.dtype,
             capabilities=self.capabilities,
         )
 
@@ -288,8 +290,8 @@ class Engine(Deadlines):
         """Synthesise ``segments`` (worker thread; never raises): one batch call when the mode
         batches, else (or when the batch fails) one call per segment. ``skip(i)`` is asked before
         each single call; a skipped segment gets a :class:`NotReady` error. ``solo``: the call runs
-        alone, so a runtime with ``synthesize_solo`` (every core) takes it there. ``interrupt``
-        (single calls of an ``interruptible`` runtime): set, it stops the call (:class:`Interrupted`)."""
+        alone, so a runtime with ``solo_calls`` gives it every core. ``interrupt`` (single calls of
+        an ``interruptible`` runtime): set, it stops the call (:class:`Interrupted`)."""
         if self.batched and len(segments) > 1:
             results = self._run_batch(segments)
             if results is not None:
@@ -303,11 +305,16 @@ class Engine(Deadlines):
     def _run_batch(self, segments: Sequence[Segment]) -> list[SegmentResult] | None:
         """One batch call; None when it failed in any way (the caller retries one by one)."""
         t0 = time.perf_counter()
+        timed = self.runtime_capabilities.timed
         try:
-            outs = self._call(self._batch_call, list(segments))
+            outs: Sequence[Any]
+            if timed:
+                outs = self._call(self.synthesizer.synthesize_batch_timed, list(segments))
+            else:
+                outs = self._call(self.synthesizer.synthesize_batch, list(segments))
             if len(outs) != len(segments):
                 raise BackendFault(f"the batch call returned {len(outs)} outputs for {len(segments)} segments")
-            pairs = [(clip_audio(o[0]), o[1]) if self._batch_timed else (clip_audio(o), None) for o in outs]
+            pairs = [(clip_audio(o[0]), o[1]) if timed else (clip_audio(o), None) for o in outs]
             if any(audio.size == 0 for audio, _ in pairs):  # retried one by one: only that segment fails
                 raise BackendFault("the runtime produced no audio for a segment")
         except Exception as e:
@@ -321,14 +328,14 @@ class Engine(Deadlines):
 
     def _run_one(self, segment: Segment, solo: bool = False, interrupt: Interrupt | None = None) -> SegmentResult:
         t0 = time.perf_counter()
+        caps = self.runtime_capabilities
+        options = {"solo": solo and caps.solo_calls, "interrupt": interrupt if caps.interruptible else None}
         try:
             durations = None
-            solo_call = getattr(self.synthesizer, "synthesize_solo", None) if solo else None
-            extra = {"interrupt": interrupt} if interrupt is not None else {}
-            if self._timed:  # the torch runtime reports per-token frame durations at no extra cost
-                audio, durations = self._call(self.synthesizer.synthesize_timed, segment)
+            if caps.timed:  # per-token frame durations come from the same run, at no extra cost
+                audio, durations = self._call(self.synthesizer.synthesize_timed, segment, **options)
             else:
-                audio = self._call(solo_call if callable(solo_call) else self.synthesizer.synthesize, segment, **extra)
+                audio = self._call(self.synthesizer.synthesize, segment, **options)
             audio = clip_audio(audio)
             if audio.size == 0:  # a segment with phonemes always has sound: never pass silence as success
                 raise BackendFault(f"the runtime produced no audio for segment {segment.index}")

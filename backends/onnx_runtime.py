@@ -4,11 +4,14 @@ We own the ``InferenceSession`` (rather than going through ``kokoro_onnx.Kokoro`
 and providers are settable; the vocabulary comes from the Kokoro config that ships in
 ``kokoro_onnx``. ``InferenceSession.run`` is thread-safe, so ``thread_safe`` is True; the
 sequential backend still runs one synthesis at a time by design. Blocking: call from a thread.
+Its :class:`~backends.base.Capabilities`: no batch path, interruptible, solo calls, thread-safe,
+threads settable before ``load()``; ``cpu`` unless the first provider is CUDA's.
 
 ONNX Runtime fixes a session's intra-op threads when it is built. The concurrent mode runs parallel
 calls with a share of the cores each, which leaves cores idle when only one call is runnable; with
 ``solo_threads`` set before ``load()``, a second session of the same model with that many threads
-serves :meth:`OnnxSynthesizer.synthesize_solo` (a call that runs alone). Measured here: a session
+serves ``synthesize(segment, solo=True)`` (a call that runs alone; set by
+``set_threads(threads, solo=n)``). Measured here: a session
 of the int8 model holds about 200-250 MiB of resident memory, so the second one costs that much.
 
 A call can be stopped while it runs (``interruptible``): an :class:`~backends.base.Interrupt` set from
@@ -26,7 +29,17 @@ from pathlib import Path
 import numpy as np
 
 from .assets import ModelFiles
-from .base import MAX_PHONEMES, SAMPLE_RATE, BackendFault, Interrupt, Interrupted, Segment, clip_audio
+from .base import (
+    MAX_PHONEMES,
+    SAMPLE_RATE,
+    BackendFault,
+    Capabilities,
+    Interrupt,
+    Interrupted,
+    Segment,
+    Synthesizer,
+    clip_audio,
+)
 from .voices import VoiceStore
 
 
@@ -34,11 +47,11 @@ def load_vocab(config_path: Path) -> dict[str, int]:
     return json.loads(Path(config_path).read_text(encoding="utf-8"))["vocab"]
 
 
-class OnnxSynthesizer:
+class OnnxSynthesizer(Synthesizer):
+    """Kokoro-82M on ONNX Runtime (see the module docstring)."""
+
     name = "onnx"
     sample_rate = SAMPLE_RATE
-    thread_safe = True
-    interruptible = True
 
     def __init__(
         self,
@@ -87,18 +100,20 @@ class OnnxSynthesizer:
         return "cuda" if self.providers[0].startswith("CUDA") else "cpu"
 
     @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(interruptible=True, solo_calls=True, thread_safe=True, threads_settable=True,
+                            device=self.device)
+
+    @property
     def loaded(self) -> bool:
         return self._session is not None
 
     def tokens(self, phonemes: str) -> list[int]:
         return [self.vocab[c] for c in phonemes if c in self.vocab]
 
-    def synthesize_solo(self, segment: Segment, interrupt: Interrupt | None = None) -> np.ndarray:
-        """:meth:`synthesize` with every core (``solo_threads``): for a call that runs alone."""
-        return self.synthesize(segment, self._solo_session, interrupt=interrupt)
-
-    def synthesize(self, segment: Segment, session=None, *, interrupt: Interrupt | None = None) -> np.ndarray:
-        session = session or self._session
+    def synthesize(self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False) -> np.ndarray:
+        """float32 audio in [-1, 1] at 24 kHz; ``solo``: on the every-core session when there is one."""
+        session = (self._solo_session if solo else None) or self._session
         if session is None:
             raise BackendFault("ONNX runtime used before load()")
         tokens = self.tokens(segment.phonemes)[:MAX_PHONEMES]

@@ -19,9 +19,18 @@ agree to ~1e-11. ``deterministic=True`` drops the sine source's random phases an
 export has neither); the default keeps them, as the official PyTorch model does.
 
 Threading: calls are serialised by an internal lock (one forward at a time per synthesizer;
-``thread_safe`` is False because a second thread gains nothing). A call cannot be interrupted
-once started; cancel by not submitting work. ``threads`` sets torch's intra-op thread count, which
-is process-wide. Blocking: call from a worker thread, never the event loop.
+``thread_safe`` is False because a second thread gains nothing). ``set_threads`` (before
+``load()``) sets torch's intra-op thread count on a CPU, which is process-wide. Blocking: call from
+a worker thread, never the event loop.
+
+Interrupting a call (``interruptible``): every leaf module of the model carries a forward
+pre-hook that raises :class:`~backends.base.Interrupted` when the running single call's
+:class:`~backends.base.Interrupt` is set, so a call stops before its next module (a convolution,
+an LSTM, a linear layer: milliseconds on a CPU) and nothing of it is kept; the next call runs as
+before (the model holds no state between calls). A batch call is never interrupted.
+
+Its :class:`~backends.base.Capabilities`: a batch path, timed, interruptible, threads settable; not
+thread-safe, no solo calls; ``device`` and ``dtype`` as resolved by ``load()``.
 
 Precision (``dtype``, ``KOKORO_DTYPE``): ``auto`` is float16 on CUDA and float32 elsewhere;
 float16 and bfloat16 run the forward pass under ``torch.autocast`` (weights stay float32; the
@@ -44,7 +53,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .base import MAX_PHONEMES, SAMPLE_RATE, BackendFault, NotReady, Segment, clip_audio
+from .base import (
+    MAX_PHONEMES,
+    SAMPLE_RATE,
+    BackendFault,
+    Capabilities,
+    Interrupt,
+    Interrupted,
+    NotReady,
+    Segment,
+    Synthesizer,
+    clip_audio,
+)
 from .torch_model import REBUILT_PTH, build_kmodel, find_checkpoint, load_checkpoint, read_config
 
 log = logging.getLogger(__name__)
@@ -86,13 +106,12 @@ def resolve_device(device: str) -> str:
     return device
 
 
-class TorchSynthesizer:
+class TorchSynthesizer(Synthesizer):
     """Kokoro-82M on PyTorch. ``load()`` once (seconds; may rebuild the checkpoint), then
     ``synthesize``, ``synthesize_timed`` or ``synthesize_batch`` from worker threads."""
 
     name = "torch"
     sample_rate = SAMPLE_RATE
-    thread_safe = False
 
     def __init__(
         self,
@@ -122,6 +141,12 @@ class TorchSynthesizer:
         self._model: Any = None
         self._vocab: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._interrupt: Interrupt | None = None  # the running call's (calls are serialised)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(batch=True, timed=True, interruptible=True, threads_settable=True,
+                            device=self.device, dtype=self.dtype)
 
     # ---------------------------------------------------------------------------------- loading
     def load(self) -> None:
@@ -130,7 +155,7 @@ class TorchSynthesizer:
         started = time.perf_counter()
         self.device = resolve_device(self.requested_device)
         self.dtype = resolve_dtype(self.requested_dtype, self.device)
-        if self.device == "cpu" and self.threads:
+        if self.device == "cpu" and self.threads:  # (set_threads: before load)
             torch.set_num_threads(self.threads)
         config = read_config(self.model_dir / "config.json")
         self._vocab = config["vocab"]
@@ -139,7 +164,11 @@ class TorchSynthesizer:
         model = build_kmodel(config)
         load_checkpoint(model, self.checkpoint)
         _remove_weight_norm(model)
-        self._model = model.to(self.device).eval()
+        model = model.to(self.device).eval()
+        for module in model.modules():
+            if not any(True for _ in module.children()):
+                module.register_forward_pre_hook(self._stop_if_interrupted)
+        self._model = model
         if self.warmup:  # first-call allocations and kernel selection, off the request path
             self._forward([self.tokens(WARMUP_PHONEMES)] * 2, np.zeros((2, 256), np.float32), [1.0, 1.0])
         self.load_seconds = time.perf_counter() - started
@@ -176,13 +205,15 @@ class TorchSynthesizer:
         pack = np.asarray(self.voices.get(voice), dtype=np.float32).reshape(-1, 256)
         return pack[max(1, min(n_tokens, len(pack))) - 1]
 
-    def synthesize(self, segment: Segment) -> np.ndarray:
+    def synthesize(self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False) -> np.ndarray:
         """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary)."""
-        return self.synthesize_batch_timed([segment])[0][0]
+        return self._timed_batch([segment], interrupt)[0][0]
 
-    def synthesize_timed(self, segment: Segment) -> tuple[np.ndarray, np.ndarray]:
+    def synthesize_timed(
+        self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(audio, frame durations per token: bos, each vocabulary phoneme, eos; 600 samples each)."""
-        return self.synthesize_batch_timed([segment])[0]
+        return self._timed_batch([segment], interrupt)[0]
 
     def synthesize_batch(self, segments: Sequence[Segment]) -> list[np.ndarray]:
         """One forward pass over all ``segments`` (any lengths, voices, speeds); outputs in order."""
@@ -190,26 +221,38 @@ class TorchSynthesizer:
 
     def synthesize_batch_timed(self, segments: Sequence[Segment]) -> list[tuple[np.ndarray, np.ndarray]]:
         """``synthesize_batch`` with each segment's per-token frame durations."""
+        return self._timed_batch(segments, None)
+
+    def _timed_batch(
+        self, segments: Sequence[Segment], interrupt: Interrupt | None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         if self._model is None:
             raise NotReady("torch runtime used before load()")
         results = [(np.zeros(0, np.float32), np.zeros(0, np.int64))] * len(segments)
         work = [(i, toks, seg) for i, seg in enumerate(segments) if (toks := self.tokens(seg.phonemes))]
         if work:
             styles = np.stack([self._style(seg.voice, len(toks)) for _, toks, seg in work])
-            outputs = self._forward([t for _, t, _ in work], styles, [float(seg.speed) for _, _, seg in work])
+            speeds = [float(seg.speed) for _, _, seg in work]
+            outputs = self._forward([t for _, t, _ in work], styles, speeds, interrupt)
             for (i, _, _), output in zip(work, outputs, strict=True):
                 results[i] = output
         return results
 
+    def _stop_if_interrupted(self, module: Any, args: Any) -> None:
+        """A forward pre-hook on every leaf module: the running call stops here once interrupted."""
+        interrupt = self._interrupt
+        if interrupt is not None and interrupt.is_set:
+            raise Interrupted("the call was interrupted")
+
     def _forward(
-        self, tokens: list[list[int]], styles: np.ndarray, speeds: list[float]
+        self, tokens: list[list[int]], styles: np.ndarray, speeds: list[float], interrupt: Interrupt | None = None
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         import torch
 
         from .torch_forward import forward_batch
 
         try:
-            with self._lock, torch.inference_mode(), self._autocast():
+            with self._lock, self._interrupted_by(interrupt), torch.inference_mode(), self._autocast():
                 out = forward_batch(
                     self._model,
                     tokens,
@@ -226,6 +269,17 @@ class TorchSynthesizer:
             (clip_audio(audio[row, : lengths[row]]), durations[row, : token_lengths[row]].astype(np.int64))
             for row in range(len(tokens))
         ]
+
+    @contextlib.contextmanager
+    def _interrupted_by(self, interrupt: Interrupt | None) -> Any:
+        """The module hooks watch ``interrupt`` for the duration of one call (under the lock)."""
+        if interrupt is not None and interrupt.is_set:
+            raise Interrupted("the call was interrupted before it began")
+        self._interrupt = interrupt
+        try:
+            yield
+        finally:
+            self._interrupt = None
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         import torch

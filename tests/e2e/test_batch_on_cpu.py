@@ -1,6 +1,6 @@
 """Cross-session batches through the real server on a CPU: ``python -m server serve`` as a
-subprocess in concurrent mode over the fake runtime (a CPU runtime with a batch path), several
-WebSocket sessions at once.
+subprocess in concurrent mode over the fake runtime given a batch path (``KOKORO_FAKE_BATCH``: a CPU
+runtime with a batch path), several WebSocket sessions at once.
 
 With ``KOKORO_BATCH_ON_CPU=true`` segments of different sessions share runtime calls
 (``kokoro_batch_size`` observations above one); without it a CPU runtime gets single calls. Either
@@ -46,7 +46,7 @@ async def session(url: str, s: int) -> list[tuple[str, str, int]]:
 async def test_sessions_share_runtime_calls_only_when_batching_on_cpu(model_dir, tmp_path, batch_on_cpu):
     server = ServerProcess(
         tmp_path / "server.log", KOKORO_MODEL_DIR=str(model_dir), KOKORO_BACKEND="fake", KOKORO_MODE="concurrent",
-        KOKORO_BATCH_ON_CPU=batch_on_cpu, KOKORO_FAKE_SEGMENT_S="0.3",
+        KOKORO_BATCH_ON_CPU=batch_on_cpu, KOKORO_FAKE_SEGMENT_S="0.3", KOKORO_FAKE_BATCH="true",
     )
     try:
         await asyncio.to_thread(server.wait_ready)

@@ -28,26 +28,16 @@ NEWCOMER = "Hello there."
 OTHER = "Another listener asks. And waits for the rest."
 
 
-class SteppedSynth(FakeSynthesizer):
-    """The fake runtime, one call finishing per :meth:`step`; ``calls`` lists the texts in the
+def stepped(voices) -> FakeSynthesizer:
+    """The fake runtime, one call finishing per ``step()``; ``calls`` lists the texts in the
     order the calls began. Its calls cannot be interrupted."""
+    return FakeSynthesizer(voices, segment_s=0.0, held=True, interruptible=False)
 
-    interruptible = False
 
-    def __init__(self, voices):
-        super().__init__(voices, segment_s=0.0)
-        self._steps = threading.Semaphore(0)
-
-    def synthesize(self, segment):
-        with self._lock:
-            self.calls.append(segment.text)
-        self.started.set()
-        if not self._steps.acquire(timeout=30):
-            raise RuntimeError("the test never let this call finish")
-        return self.tone(segment)
-
-    def step(self) -> None:
-        self._steps.release()
+def keyed(voices) -> FakeSynthesizer:
+    """The fake runtime where the test says which running call finishes (``finish(text)``); its
+    calls can be interrupted, as an ONNX Runtime call can (``interrupted`` lists their texts)."""
+    return FakeSynthesizer(voices, segment_s=0.0, held=True)
 
 
 MODES = {
@@ -71,7 +61,7 @@ async def _consume(backend, request) -> list:
 @pytest.mark.parametrize("deadlines", [True, False])
 async def test_a_newcomers_first_segment_runs_before_a_later_segment_with_slack(mode, deadlines, pipeline, voices):
     cls, extra = MODES[mode]
-    synth = SteppedSynth(voices)
+    synth = stepped(voices)
     backend = cls(synth, pipeline, voices, BackendConfig.defaults(deadlines=deadlines, **extra))
     prepared = {}
     for name, text in (("long", LONG), ("other", OTHER), ("new", NEWCOMER)):
@@ -118,25 +108,10 @@ async def test_a_runtime_slower_than_playback_shows_as_underrun_seconds(mode, pi
     assert 0 < underrun <= elapsed
 
 
-class SoloFake(FakeSynthesizer):
-    """The fake runtime with a solo path, as the ONNX runtime has (a second session, every core)."""
-
-    def __init__(self, voices):
-        super().__init__(voices, segment_s=0.05)
-        self.threads = None
-        self.solo_threads: int | None = None
-        self.solo: list[str] = []
-
-    def synthesize_solo(self, segment, **options):
-        with self._lock:
-            self.solo.append(segment.text)
-        return self.synthesize(segment, **options)
-
-
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="parallel calls need two cores")
 async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_their_share(pipeline, voices):
-    synth = SoloFake(voices)
-    backend = BatchedBackend(synth, pipeline, voices, BackendConfig.defaults(workers=2))  # (the fake batches)
+    synth = FakeSynthesizer(voices, segment_s=0.05)
+    backend = BatchedBackend(synth, pipeline, voices, BackendConfig.defaults(workers=2))
     await backend.start()
     assert synth.threads == (os.cpu_count() or 1) // backend.workers and synth.solo_threads == os.cpu_count()
     alone = await backend.prepare(SynthesisRequest(text=LONG, voice="jm_kumo"))
@@ -150,7 +125,7 @@ async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_t
     await asyncio.gather(*(_consume(backend, r) for r in together))
     assert len(synth.solo) < len(synth.calls)  # with others runnable, calls ran side by side
     await backend.aclose()
-    off = SoloFake(voices)
+    off = FakeSynthesizer(voices, segment_s=0.05)
     await BatchedBackend(off, pipeline, voices, BackendConfig.defaults(workers=2, solo_calls=False)).start()
     assert off.solo_threads is None
 
@@ -158,11 +133,11 @@ async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_t
 def test_the_onnx_solo_session_speaks_like_the_shared_one(model_files, voices, pipeline):
     from backends.onnx_runtime import OnnxSynthesizer
 
-    synth = OnnxSynthesizer(model_files, voices, threads=1)
-    synth.solo_threads = 2
+    synth = OnnxSynthesizer(model_files, voices)
+    synth.set_threads(1, solo=2)
     synth.load()
     segment = pipeline.plan("Every core for one call.", voice="jm_kumo")[0]
-    shared, solo = synth.synthesize(segment), synth.synthesize_solo(segment)
+    shared, solo = synth.synthesize(segment), synth.synthesize(segment, solo=True)
     assert len(shared) == len(solo) and np.allclose(shared, solo, atol=1e-3)
 
 
@@ -187,7 +162,7 @@ PARAGRAPH_START = "When you ask a voice assistant a question, the silence before
 @pytest.mark.parametrize("mode", MODES)
 async def test_busy_a_newcomer_gets_a_shorter_first_segment_while_another_session_is_served(mode, pipeline, voices):
     cls, extra = MODES[mode]
-    synth = SteppedSynth(voices)
+    synth = stepped(voices)
     backend = cls(synth, pipeline, voices, BackendConfig.defaults(short_first_segment="busy", **extra))
 
     def request(session: str) -> SynthesisRequest:
@@ -225,7 +200,7 @@ async def test_always_a_listener_who_hears_nothing_gets_a_short_first_segment_an
 
 
 async def test_with_deadlines_off_load_does_not_change_the_first_cut(pipeline, voices):
-    synth = SteppedSynth(voices)
+    synth = stepped(voices)
     backend = SequentialBackend(synth, pipeline, voices, BackendConfig.defaults(deadlines=False))
     first = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, session="a", voice="jm_kumo"))
     task = asyncio.create_task(_consume(backend, first))
@@ -238,43 +213,10 @@ async def test_with_deadlines_off_load_does_not_change_the_first_cut(pipeline, v
     await backend.aclose()
 
 
-class KeyedSynth(FakeSynthesizer):
-    """The fake runtime where the test says which running call finishes (:meth:`finish`, by the
-    start of its segment's text); ``calls`` lists the texts in the order the calls began. A call
-    can be interrupted, as an ONNX Runtime call can (``interrupted`` lists their texts)."""
-
-    thread_safe = True
-
-    def __init__(self, voices):
-        super().__init__(voices, segment_s=0.0)
-        self._release: dict[str, threading.Event] = {}
-        self.interrupted: list[str] = []
-
-    def synthesize(self, segment, *, interrupt=None):
-        with self._lock:
-            self.calls.append(segment.text)
-            gate = self._release.setdefault(segment.text, threading.Event())
-        stop = threading.Event()
-        if interrupt is not None:
-            interrupt.on_set(stop.set)
-        end = time.monotonic() + 30
-        while not gate.wait(timeout=0.002):
-            if stop.is_set():
-                self.interrupted.append(segment.text)
-                raise Interrupted("interrupted")
-            if time.monotonic() > end:
-                raise RuntimeError("the test never let this call finish")
-        return self.tone(segment)
-
-    def finish(self, text: str) -> None:
-        with self._lock:
-            self._release.setdefault(text, threading.Event()).set()
-
-
 @pytest.mark.parametrize("deadlines", [True, False])
 async def test_concurrent_mode_keeps_a_worker_for_a_newcomer_while_later_segments_have_slack(deadlines, pipeline,
                                                                                               voices):
-    synth = KeyedSynth(voices)
+    synth = keyed(voices)
     config = BackendConfig.defaults(deadlines=deadlines, workers=2, max_batch_size=1, max_wait_ms=0)
     backend = BatchedBackend(synth, pipeline, voices, config)
     prepared = {}
@@ -303,7 +245,7 @@ async def test_concurrent_mode_keeps_a_worker_for_a_newcomer_while_later_segment
 
 @pytest.mark.parametrize(("when", "first"), [("always", "When you ask"), ("never", None), ("busy", None)])
 async def test_short_first_segment_setting_when_idle(when, first, pipeline, voices):
-    backend = SequentialBackend(SteppedSynth(voices), pipeline, voices, BackendConfig.defaults(short_first_segment=when))
+    backend = SequentialBackend(stepped(voices), pipeline, voices, BackendConfig.defaults(short_first_segment=when))
     planned = await backend.prepare(SynthesisRequest(text=PARAGRAPH_START, voice="jm_kumo"))
     assert planned.segments[0].text == (first or "When you ask a voice assistant a question,")
     await backend.aclose()
@@ -314,7 +256,7 @@ async def test_short_first_segment_setting_when_idle(when, first, pipeline, voic
 async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_after_it(mode, interrupts, pipeline,
                                                                                       voices):
     cls, extra = MODES[mode]
-    synth, recorder = KeyedSynth(voices), Recorder()
+    synth, recorder = keyed(voices), Recorder()
     config = BackendConfig.defaults(interrupt_for_first_audio=interrupts, **extra)
     backend = cls(synth, pipeline, voices, config, observer=recorder)
     prepared = {k: await backend.prepare(SynthesisRequest(text=t, session=k, request_id=k, voice="jm_kumo"))

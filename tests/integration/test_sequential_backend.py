@@ -10,26 +10,9 @@ import pytest
 from backends.base import SynthesisRequest, TextTooLong, UnknownVoice
 from backends.config import BackendConfig
 from backends.sequential import SequentialBackend
+from tests.support.app import LoadedRuntime
 
 TEXT = "Short start, then the rest of the first sentence. A second sentence follows."
-
-
-class CountingSynth:
-    """The real synthesizer, counting calls; optionally blocks a call until released."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-        self.name, self.sample_rate, self.thread_safe = inner.name, inner.sample_rate, True
-        self.gate: threading.Event | None = None
-
-    def load(self):
-        pass
-
-    def synthesize(self, segment):
-        self.calls.append(segment.index)
-        if self.gate is not None:
-            self.gate.wait(10)
-        return self.inner.synthesize(segment)
 
 
 @pytest.fixture
@@ -37,7 +20,7 @@ def backend_factory(onnx_synth, pipeline, voices):
     made = []
 
     def make(**kw):
-        synth = CountingSynth(onnx_synth)
+        synth = LoadedRuntime(onnx_synth)
         backend = SequentialBackend(synth, pipeline, voices, BackendConfig.defaults(**kw))
         made.append(backend)
         return backend, synth
@@ -65,26 +48,44 @@ async def test_closing_the_stream_drops_pending_segments(backend_factory):
     first = await anext(stream)
     assert first.index == 0
     await stream.aclose()
-    await asyncio.sleep(0.05)
-    assert synth.calls == [0]
+    after = await backend.prepare(SynthesisRequest(text="Then another."))
+    await drained(backend, after)
+    assert synth.calls == [request.segments[0].text, *(s.text for s in after.segments)]
 
 
 async def test_cancelling_mid_segment_never_starts_the_next(backend_factory):
     backend, synth = backend_factory()
-    synth.gate = threading.Event()
+    synth.hold = threading.Event()
     request = await backend.prepare(SynthesisRequest(text=TEXT))
 
     async def consume():
         return [c async for c in backend.stream(request)]
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.1)
+    await until(lambda: len(synth.calls) == 1)  # the first segment is mid-synthesis
     task.cancel()
-    synth.gate.set()
+    synth.hold.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.2)
-    assert synth.calls == [0]
+    after = await backend.prepare(SynthesisRequest(text="Then another."))
+    await drained(backend, after)
+    assert synth.calls == [request.segments[0].text, *(s.text for s in after.segments)]
+
+
+async def until(predicate, limit_s: float = 30.0) -> None:
+    """Wait for ``predicate`` (a state, never a time, decides)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit_s
+    while not predicate():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.002)
+
+
+async def drained(backend, request) -> None:
+    """Run ``request`` to its end on the one worker: whatever was queued before has run by then,
+    and nothing is left waiting."""
+    assert [c.index async for c in backend.stream(request)] == list(range(len(request.segments)))
+    assert backend.queue_depth == 0
 
 
 async def test_typed_errors_before_any_audio(backend_factory):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from starlette.applications import Starlette
 
+from backends.base import Capabilities, Segment, Synthesizer
 from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
 from backends.fake import FakeSynthesizer
@@ -56,23 +57,51 @@ def fake_synth(**knobs: Any) -> FakeSynthesizer:
     return FakeSynthesizer(**{"segment_s": 0.0, **knobs})
 
 
-class LoadedRuntime:
-    """A real runtime the test session has already loaded: ``load()`` does not load it again,
-    it only waits on ``gate`` when one is given (a model "still loading")."""
+class LoadedRuntime(Synthesizer):
+    """A real runtime the test session has already loaded, behind the whole interface with the
+    inner runtime's capabilities: ``load()`` does not load it again, it only waits on ``gate`` when
+    one is given (a model "still loading"). ``calls`` lists the text of every segment call in call
+    order; ``hold`` (a :class:`threading.Event`, settable at any time) makes every call wait on it."""
 
-    def __init__(self, inner: Any, gate: threading.Event | None = None):
-        self.inner = inner
-        self.name, self.sample_rate, self.thread_safe = inner.name, inner.sample_rate, inner.thread_safe
-        self.model_name = inner.model_name
-        self.interruptible = getattr(inner, "interruptible", False)
-        self.gate = gate
+    def __init__(self, inner: Synthesizer, gate: threading.Event | None = None):
+        self.inner, self.gate = inner, gate
+        self.name, self.sample_rate, self.model_name = inner.name, inner.sample_rate, inner.model_name
+        self.threads, self.solo_threads = inner.threads, inner.solo_threads
+        self.calls: list[str] = []
+        self.hold: threading.Event | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    @property
+    def loaded(self) -> bool:
+        return self.inner.loaded  # (its threads stand as they were loaded)
 
     def load(self) -> None:
         if self.gate is not None:
             self.gate.wait(60)
 
-    def synthesize(self, segment: Any, **options: Any) -> np.ndarray:
+    def _called(self, segments: Sequence[Segment]) -> None:
+        self.calls.extend(s.text for s in segments)
+        if self.hold is not None:
+            self.hold.wait(30)
+
+    def synthesize(self, segment: Segment, **options: Any) -> np.ndarray:
+        self._called([segment])
         return self.inner.synthesize(segment, **options)
+
+    def synthesize_timed(self, segment: Segment, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+        self._called([segment])
+        return self.inner.synthesize_timed(segment, **options)
+
+    def synthesize_batch(self, segments: Sequence[Segment]) -> list[np.ndarray]:
+        self._called(segments)
+        return self.inner.synthesize_batch(segments)
+
+    def synthesize_batch_timed(self, segments: Sequence[Segment]) -> list[tuple[np.ndarray, np.ndarray]]:
+        self._called(segments)
+        return self.inner.synthesize_batch_timed(segments)
 
 
 def build_backend(

@@ -23,7 +23,7 @@ def test_environment_reaches_the_engine_and_the_runtime(monkeypatch, model_dir):
     """env -> Settings -> backend: the concurrent mode's knobs (settable at last), the fake runtime's."""
     env = {
         "KOKORO_BACKEND": "fake", "KOKORO_MODE": "concurrent", "KOKORO_MODEL_DIR": str(model_dir),
-        "KOKORO_WORKERS": "3", "KOKORO_MAX_AHEAD": "4", "KOKORO_BATCH_ON_CPU": "true",
+        "KOKORO_WORKERS": "3", "KOKORO_MAX_AHEAD": "4", "KOKORO_BATCH_ON_CPU": "true", "KOKORO_FAKE_BATCH": "true",
         "KOKORO_MAX_BATCH_SIZE": "5", "KOKORO_MAX_WAIT_MS": "7", "KOKORO_MAX_TEXT_CHARS": "40",
         "KOKORO_FAKE_SEGMENT_S": "0.001", "KOKORO_FAKE_FAIL_ON": "Boom",
     }
