@@ -11,8 +11,10 @@ add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 What the runtime can do is its declared :class:`~backends.base.Capabilities`
 (``synthesizer.capabilities``); the engine and the modes read them and never probe the runtime.
 
-Playback deadlines, short first segments, call costs and interrupting a running call for first
-audio are :class:`~backends.deadlines.Deadlines`, a base of :class:`Engine`.
+What runs next — playback deadlines, short first segments, the order, overload, interruption,
+holding a worker, solo calls, batches, and the cost of a call — is the engine's
+:class:`~backends.policy.SchedulingPolicy` (``engine.policy``); the modes ask it and keep only the
+mechanics (queues, workers, futures).
 
 The step, for a list of segments (one runtime call's worth):
 
@@ -53,7 +55,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -76,7 +78,7 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
-from .deadlines import Deadlines
+from .policy import CallKind, SchedulingPolicy, input_tokens
 from .text import TextPipeline
 from .voices import VoiceStore
 
@@ -113,16 +115,22 @@ class _NoObserver:
     def interrupted(self, seconds: float) -> None:
         pass
 
+    def load(self, demanded: float, delivered: float) -> None:
+        pass
 
-class Engine(Deadlines):
+
+class Engine:
     """The shared lifecycle and the single per-segment step (see the module docstring).
 
     ``config`` is the backend's part of the settings (defaults without the environment when
     omitted); ``observer`` receives the backend's measurements (the server's metrics);
-    ``model_name`` is the file the runtime loads (default: the synthesizer's ``model_name``).
+    ``model_name`` is the file the runtime loads (default: the synthesizer's ``model_name``);
+    ``clock`` is the scheduling policy's "now" (``time.perf_counter``; tests inject virtual time).
     """
 
     mode = "engine"
+    #: The order segments run in with ``deadlines`` off (the mode's own; see backends.policy).
+    plain_order: Literal["fifo", "round_robin"] = "fifo"
 
     def __init__(
         self,
@@ -133,6 +141,7 @@ class Engine(Deadlines):
         *,
         observer: BackendObserver | None = None,
         model_name: str = "",
+        clock: Callable[[], float] | None = None,
     ):
         self.config = config if config is not None else BackendConfig.defaults()
         self.synthesizer = synthesizer
@@ -144,7 +153,8 @@ class Engine(Deadlines):
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
         self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
-        super().__init__()
+        self.policy = SchedulingPolicy(self.config, plain_order=self.plain_order, sample_rate=synthesizer.sample_rate,
+                                       observer=self._observer, clock=clock or time.perf_counter)
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -166,6 +176,20 @@ class Engine(Deadlines):
         """Whether :meth:`run_segments` sends several segments as one runtime call (the
         concurrent mode decides; the sequential mode never batches)."""
         return False
+
+    @property
+    def parallel_calls(self) -> bool:
+        """Whether single calls run side by side (each with a share of the cores)."""
+        return False
+
+    @property
+    def interrupts(self) -> bool:
+        """Whether a running single call may be interrupted for first audio (the policy's rule 5)."""
+        return self.policy.interrupts(batched=self.batched, interruptible=self.runtime_capabilities.interruptible)
+
+    def call_kind(self, solo: bool) -> CallKind:
+        """How a single call runs: alone with every core, or beside other calls."""
+        return "shared" if self.parallel_calls and not solo else "solo"
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -246,8 +270,8 @@ class Engine(Deadlines):
         if len(request.text) > limit:
             raise TextTooLong(f"text has {len(request.text)} characters; the limit is {limit}")
         loop = asyncio.get_running_loop()
-        short = self._short_first(request)  # (before this request counts as its session's own)
-        with self._tracked(request):
+        short = self.policy.short_first(request)  # (before this request counts as its session's own)
+        with self.policy.tracked(request, stream=False):
             return await loop.run_in_executor(self._prep_executor, self._plan, request, short)
 
     def _timeout_at(self, request: SynthesisRequest) -> float | None:
@@ -321,6 +345,7 @@ class Engine(Deadlines):
             log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
             return None
         elapsed = time.perf_counter() - t0
+        self.policy.cost.measured("batch", elapsed, sum(input_tokens(s) for s in segments), len(segments))
         self._observer.batch_done(len(segments))
         for audio, _ in pairs:  # each segment's share of the runtime's time
             self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
@@ -344,7 +369,7 @@ class Engine(Deadlines):
                 self._observer.interrupted(time.perf_counter() - t0)
             return SegmentResult(seconds=time.perf_counter() - t0, error=e)
         elapsed = time.perf_counter() - t0
-        self._measured(elapsed, segment)
+        self.policy.cost.measured(self.call_kind(solo and caps.solo_calls), elapsed, input_tokens(segment))
         self._observer.batch_done(1)
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
         return SegmentResult(audio, durations, elapsed)
