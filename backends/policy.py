@@ -139,6 +139,8 @@ class LoadMeter:
         cutoff = self._clock() - self.window_s
         while self._made and self._made[0][0] < cutoff:
             self._made_s -= self._made.popleft()[1]
+        if not self._made:
+            self._made_s = 0.0  # (no drift from the float sums)
         return max(0.0, self._made_s) / self.window_s
 
 
