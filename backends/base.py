@@ -330,7 +330,8 @@ class Backend(Protocol):
 
     @property
     def queue_depth(self) -> int:
-        """Segments waiting for the runtime (all requests)."""
+        """Segments waiting for the runtime (all requests), not counting those being synthesised
+        (in both modes; ``kokoro_queue_depth``)."""
 
     async def start(self) -> None:
         """Load the runtime (off the event loop) and warm it up."""

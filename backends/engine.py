@@ -125,7 +125,9 @@ class Engine:
     ``config`` is the backend's part of the settings (defaults without the environment when
     omitted); ``observer`` receives the backend's measurements (the server's metrics);
     ``model_name`` is the file the runtime loads (default: the synthesizer's ``model_name``);
-    ``clock`` is the scheduling policy's "now" (``time.perf_counter``; tests inject virtual time).
+    ``clock`` is "now" for every scheduling decision, request arrival (``SynthesisRequest.created``)
+    and timeout, and the measured cost of a call (``time.perf_counter``; tests inject a virtual
+    clock they advance, so which segment runs next never depends on how busy the machine is).
     """
 
     mode = "engine"
@@ -141,9 +143,10 @@ class Engine:
         *,
         observer: BackendObserver | None = None,
         model_name: str = "",
-        clock: Callable[[], float] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ):
         self.config = config if config is not None else BackendConfig.defaults()
+        self.clock = clock
         self.synthesizer = synthesizer
         self.pipeline = pipeline
         self.voices = voices
@@ -154,7 +157,7 @@ class Engine:
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
         self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
         self.policy = SchedulingPolicy(self.config, plain_order=self.plain_order, sample_rate=synthesizer.sample_rate,
-                                       observer=self._observer, clock=clock or time.perf_counter)
+                                       observer=self._observer, clock=clock)
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -278,11 +281,10 @@ class Engine:
         timeout = self.config.request_timeout_s
         return None if not timeout else request.created + timeout
 
-    @staticmethod
-    async def _until(deadline: float | None, awaitable: Any) -> Any:
+    async def _until(self, deadline: float | None, awaitable: Any) -> Any:
         if deadline is None:
             return await awaitable
-        remaining = deadline - time.perf_counter()
+        remaining = deadline - self.clock()
         try:
             async with asyncio.timeout(max(remaining, 0.001)):
                 return await awaitable
@@ -328,7 +330,7 @@ class Engine:
 
     def _run_batch(self, segments: Sequence[Segment]) -> list[SegmentResult] | None:
         """One batch call; None when it failed in any way (the caller retries one by one)."""
-        t0 = time.perf_counter()
+        t0 = self.clock()
         timed = self.runtime_capabilities.timed
         try:
             outs: Sequence[Any]
@@ -344,7 +346,7 @@ class Engine:
         except Exception as e:
             log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
             return None
-        elapsed = time.perf_counter() - t0
+        elapsed = self.clock() - t0
         self.policy.cost.measured("batch", elapsed, sum(input_tokens(s) for s in segments), len(segments))
         self._observer.batch_done(len(segments))
         for audio, _ in pairs:  # each segment's share of the runtime's time
@@ -352,7 +354,7 @@ class Engine:
         return [SegmentResult(audio, durations, elapsed) for audio, durations in pairs]
 
     def _run_one(self, segment: Segment, solo: bool = False, interrupt: Interrupt | None = None) -> SegmentResult:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         caps = self.runtime_capabilities
         options = {"solo": solo and caps.solo_calls, "interrupt": interrupt if caps.interruptible else None}
         try:
@@ -366,9 +368,9 @@ class Engine:
                 raise BackendFault(f"the runtime produced no audio for segment {segment.index}")
         except Exception as e:
             if isinstance(e, Interrupted):
-                self._observer.interrupted(time.perf_counter() - t0)
-            return SegmentResult(seconds=time.perf_counter() - t0, error=e)
-        elapsed = time.perf_counter() - t0
+                self._observer.interrupted(self.clock() - t0)
+            return SegmentResult(seconds=self.clock() - t0, error=e)
+        elapsed = self.clock() - t0
         self.policy.cost.measured(self.call_kind(solo and caps.solo_calls), elapsed, input_tokens(segment))
         self._observer.batch_done(1)
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)

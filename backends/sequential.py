@@ -17,7 +17,8 @@ Threading: every runtime call runs on a single dedicated worker thread; the queu
 live on the event loop, which only awaits futures.
 Admission: at most ``max_queue`` segments wait for or sit in the worker at once; beyond it, or
 when the policy refuses a newcomer under overload (``overload=refuse``), ``stream()`` raises
-:class:`~backends.base.Overloaded`.
+:class:`~backends.base.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``) counts the segments
+waiting, not the one running, as in the concurrent mode.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
 that has not started leaves the queue outright, one already running finishes and is discarded. The
 request timeout fails the stream with :class:`~backends.base.SynthesisTimeout`. ``aclose()`` fails
@@ -56,8 +57,9 @@ class SequentialBackend(Engine):
 
     @property
     def queue_depth(self) -> int:
-        """Segments waiting for the worker or being synthesised (all requests)."""
-        return self._waiting
+        """Segments waiting for the worker (all requests), not counting the one being synthesised
+        (the concurrent mode's meaning too)."""
+        return len(self._queue)
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -65,11 +67,12 @@ class SequentialBackend(Engine):
             future = entry.item[1]
             if not future.done():
                 future.set_exception(NotReady("server is shutting down"))
+        self._observer.queue_depth(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _set_waiting(self, n: int) -> None:
         self._waiting = n
-        self._observer.queue_depth(n)
+        self._observer.queue_depth(len(self._queue))
 
     async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
         if self._closing:
@@ -92,6 +95,7 @@ class SequentialBackend(Engine):
                 policy.offer(self._queue, (segment, future, playout), segment, playout, session=key,
                              request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts)
                 left -= len(segment.phonemes)
+                self._observer.queue_depth(len(self._queue))
                 try:
                     self._run_next()
                     result = await self._until(timeout_at, future)
@@ -114,6 +118,7 @@ class SequentialBackend(Engine):
         entry = self._queue.pop()
         if entry is None:
             return
+        self._observer.queue_depth(len(self._queue))
         segment, future, playout = entry.item
         self._running = True
         interruptible = self.interrupts
@@ -141,6 +146,7 @@ class SequentialBackend(Engine):
             future.set_exception(work.exception())
         elif isinstance(work.result()[0].error, Interrupted):
             self._queue.requeue(entry)  # interrupted for a newcomer's first segment: runs again after it
+            self._observer.queue_depth(len(self._queue))
         else:
             future.set_result(work.result()[0])
         self._run_next()

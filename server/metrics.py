@@ -18,8 +18,9 @@ Series (all prefixed ``kokoro_``):
   synthesised; ``realtime_factor`` — synthesis time / audio time per segment (< 1 is faster than
   real time).
 * ``active_sessions`` — open WebSocket sessions; ``inflight_requests{route}`` — requests being
-  answered; ``queue_depth`` — segments waiting for the runtime; ``batch_size`` — segments per
-  runtime call (concurrent mode); ``ready`` — 1 when /ping answers 200.
+  answered; ``queue_depth`` — segments waiting for the runtime (not those being synthesised, in
+  both modes); ``batch_size`` — segments per runtime call (concurrent mode); ``ready`` — 1 when
+  /ping answers 200.
 * ``playback_underrun_seconds_total`` — how late segments were past their playback deadline,
   summed: the silence a client playing each request in real time hears between segments (the
   backend's scheduler keeps it at zero when it can; see ``backends/policy.py``).
@@ -91,7 +92,8 @@ class Metrics:
         )
         self.active_sessions = Gauge("kokoro_active_sessions", "Open WebSocket sessions.", registry=r)
         self.inflight = Gauge("kokoro_inflight_requests", "Requests being answered.", ["route"], registry=r)
-        self.queue = Gauge("kokoro_queue_depth", "Segments waiting for the runtime.", registry=r)
+        self.queue = Gauge("kokoro_queue_depth", "Segments waiting for the runtime (not those being synthesised).",
+                           registry=r)
         self.batch_size = Histogram(
             "kokoro_batch_size", "Segments per runtime call (concurrent mode).", buckets=_BATCH_BUCKETS, registry=r
         )

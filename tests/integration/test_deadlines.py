@@ -1,7 +1,10 @@
 """Playback deadlines in both modes, through the real backends and the fake runtime.
 
-The runtime here is stepped: every call blocks until the test lets one call finish, so which
-segment the scheduler picks next is observed exactly, without timing.
+The tests of order run in virtual time (:class:`~tests.support.virtual_time.VirtualClock`: the
+engine's clock stands still until the test advances it) over a held fake runtime (every call
+waits until the test lets it finish), and wait for states (calls begun, segments queued), never
+for a time, so which segment the scheduler picks next is observed exactly, however busy the
+machine is.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from backends.sequential import SequentialBackend
 from benchmarks import prom
 from server.metrics import Metrics
 from tests.support.observer import Recorder
+from tests.support.virtual_time import VirtualClock
 
 LONG = "Here is the long answer you asked for. It goes on for a while. And then it goes on some more."
 NEWCOMER = "Hello there."
@@ -46,11 +50,20 @@ MODES = {
 }
 
 
-async def _calls_reach(synth, n: int) -> None:
-    end = time.monotonic() + 10
-    while len(synth.calls) < n:
-        assert time.monotonic() < end, f"only {len(synth.calls)} calls began"
+async def _until(predicate, what: str = "condition") -> None:
+    """Wait for a state (polled on the event loop; a time limit only against a hang)."""
+    end = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < end, f"{what} not reached"
         await asyncio.sleep(0.002)
+
+
+async def _calls_reach(synth, n: int) -> None:
+    await _until(lambda: len(synth.calls) >= n, f"{n} calls")
+
+
+def _request(clock: VirtualClock, text: str, name: str) -> SynthesisRequest:
+    return SynthesisRequest(text=text, session=name, request_id=name, voice="jm_kumo", created=clock())
 
 
 async def _consume(backend, request) -> list:
@@ -61,19 +74,19 @@ async def _consume(backend, request) -> list:
 @pytest.mark.parametrize("deadlines", [True, False])
 async def test_a_newcomers_first_segment_runs_before_a_later_segment_with_slack(mode, deadlines, pipeline, voices):
     cls, extra = MODES[mode]
-    synth = stepped(voices)
-    backend = cls(synth, pipeline, voices, BackendConfig.defaults(deadlines=deadlines, **extra))
+    synth, clock = stepped(voices), VirtualClock()
+    backend = cls(synth, pipeline, voices, BackendConfig.defaults(deadlines=deadlines, **extra), clock=clock)
     prepared = {}
     for name, text in (("long", LONG), ("other", OTHER), ("new", NEWCOMER)):
-        prepared[name] = await backend.prepare(SynthesisRequest(text=text, session=name, request_id=name, voice="jm_kumo"))
+        prepared[name] = await backend.prepare(_request(clock, text, name))
     tasks = [asyncio.create_task(_consume(backend, prepared["long"]))]
     await _calls_reach(synth, 1)  # the long text's first segment is running
     tasks.append(asyncio.create_task(_consume(backend, prepared["other"])))
-    await asyncio.sleep(0.05)  # the other listener's first segment is queued
+    await _until(lambda: backend.queue_depth == 1)  # the other listener's first segment is queued
     synth.step()  # the long text's first segment is done: its second is runnable, with seconds of slack
     await _calls_reach(synth, 2)  # the other listener's first segment is running
     tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
-    await asyncio.sleep(0.05)  # the newcomer's first segment is queued behind the long text's second
+    await _until(lambda: backend.queue_depth == 2)  # the newcomer's first segment is queued beside the long text's second
     synth.step()
     await _calls_reach(synth, 3)
     third = synth.calls[2]
@@ -216,19 +229,22 @@ async def test_with_deadlines_off_load_does_not_change_the_first_cut(pipeline, v
 @pytest.mark.parametrize("deadlines", [True, False])
 async def test_concurrent_mode_keeps_a_worker_for_a_newcomer_while_later_segments_have_slack(deadlines, pipeline,
                                                                                               voices):
-    synth = keyed(voices)
+    synth, clock = keyed(voices), VirtualClock()
     config = BackendConfig.defaults(deadlines=deadlines, workers=2, max_batch_size=1, max_wait_ms=0)
-    backend = BatchedBackend(synth, pipeline, voices, config)
+    backend = BatchedBackend(synth, pipeline, voices, config, clock=clock)
     prepared = {}
     for name, text in (("long", LONG), ("other", OTHER), ("new", NEWCOMER)):
-        prepared[name] = await backend.prepare(SynthesisRequest(text=text, session=name, request_id=name, voice="jm_kumo"))
+        prepared[name] = await backend.prepare(_request(clock, text, name))
     long_, other, new = (prepared[k].segments for k in ("long", "other", "new"))
     tasks = [asyncio.create_task(_consume(backend, prepared["long"]))]
     await _calls_reach(synth, 1)
     tasks.append(asyncio.create_task(_consume(backend, prepared["other"])))
     await _calls_reach(synth, 2)  # both workers busy: the long text's first segment and the other's
     synth.finish(long_[0].text)  # its second segment is runnable, with seconds of audio still to play
-    await asyncio.sleep(0.2)
+    if deadlines:  # held: queued, with a worker free, until its start-by time (seconds away, in virtual time)
+        await _until(lambda: backend.queue_depth == 1 and len(synth.calls) == 2)
+    else:  # round-robin: the free worker takes it
+        await _calls_reach(synth, 3)
     tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
     await _calls_reach(synth, 3)
     if deadlines:  # the free worker waited for the newcomer, who did not wait for the long text
@@ -256,26 +272,26 @@ async def test_short_first_segment_setting_when_idle(when, first, pipeline, voic
 async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_after_it(mode, interrupts, pipeline,
                                                                                       voices):
     cls, extra = MODES[mode]
-    synth, recorder = keyed(voices), Recorder()
+    synth, recorder, clock = keyed(voices), Recorder(), VirtualClock()
     config = BackendConfig.defaults(interrupt_for_first_audio=interrupts, **extra)
-    backend = cls(synth, pipeline, voices, config, observer=recorder)
-    prepared = {k: await backend.prepare(SynthesisRequest(text=t, session=k, request_id=k, voice="jm_kumo"))
+    backend = cls(synth, pipeline, voices, config, observer=recorder, clock=clock)
+    prepared = {k: await backend.prepare(_request(clock, t, k))
                 for k, t in (("long", LONG), ("new", NEWCOMER), ("other", OTHER))}
     long_, new, other = (prepared[k].segments for k in ("long", "new", "other"))
     tasks = [asyncio.create_task(_consume(backend, prepared["long"]))]
     await _calls_reach(synth, 1)
-    await asyncio.sleep(0.1)  # (the call takes a while: the engine measures what a call costs)
+    clock.advance(1.0)  # the call takes a second: the engine measures what a call costs
     synth.finish(long_[0].text)
     await _calls_reach(synth, 2)  # the long text's second segment runs; its listener hears the first
     tasks.append(asyncio.create_task(_consume(backend, prepared["new"])))
     if interrupts:
         await _calls_reach(synth, 3)
         assert synth.calls[2] == new[0].text
-    else:
-        await asyncio.sleep(0.2)
+    else:  # the newcomer's segment is queued (the choice not to interrupt is made as it is queued)
+        await _until(lambda: backend.queue_depth == 1)
         assert synth.calls == [long_[0].text, long_[1].text]  # the newcomer waits for the running call
     tasks.append(asyncio.create_task(_consume(backend, prepared["other"])))  # a silent listener's first
-    await asyncio.sleep(0.1)  # segment never interrupts another's
+    await _until(lambda: backend.queue_depth == 2)  # segment never interrupts another's
     for segment in (*long_, *new, *other):
         synth.finish(segment.text)
     answered = await asyncio.gather(*tasks)

@@ -98,3 +98,16 @@ async def test_capabilities_follow_the_runtime_and_the_mode(engine):
     assert caps.batching is (backend.mode == "concurrent" and backend.batch_on_cpu)
     assert backend.info.describe() == {"backend": "fake", "mode": backend.mode, "model": "fake",
                                        "device": "cpu", "dtype": "float32"}
+
+
+async def test_queue_depth_counts_the_segments_waiting_not_the_one_running_in_every_mode(engine):
+    backend, synth, recorder = engine
+    holder = asyncio.create_task(answer(backend, "Hold on.", "h"))
+    await asyncio.to_thread(synth.started.wait, 10)  # its one segment is being synthesised
+    assert backend.queue_depth == 0 and recorder.depths[-1] == 0
+    tasks = [asyncio.create_task(answer(backend, text, f"s{i}")) for i, text in enumerate(TEXTS)]
+    await wait_until(lambda: backend.queue_depth == len(TEXTS))
+    assert recorder.depths[-1] == len(TEXTS)  # kokoro_queue_depth says the same
+    synth.release()
+    await asyncio.gather(holder, *tasks)
+    assert backend.queue_depth == 0 and recorder.depths[-1] == 0
