@@ -203,7 +203,7 @@ class BatchedBackend(Engine):
                    playout=policy.playout(request))
         self._jobs.add(job)
         deadline = self._timeout_at(request)
-        with policy.tracked(request):
+        with policy.tracked(request, job.playout):
             try:
                 self._ensure_loop()
                 for _ in range(len(request.segments)):

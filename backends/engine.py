@@ -274,7 +274,7 @@ class Engine:
             raise TextTooLong(f"text has {len(request.text)} characters; the limit is {limit}")
         loop = asyncio.get_running_loop()
         short = self.policy.short_first(request)  # (before this request counts as its session's own)
-        with self.policy.tracked(request, stream=False):
+        with self.policy.tracked(request):
             return await loop.run_in_executor(self._prep_executor, self._plan, request, short)
 
     def _timeout_at(self, request: SynthesisRequest) -> float | None:

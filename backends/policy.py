@@ -168,15 +168,19 @@ class SchedulingPolicy:
         return request.session or request.request_id or f"request-{id(request)}"
 
     @contextlib.contextmanager
-    def tracked(self, request: SynthesisRequest, *, stream: bool = True) -> Iterator[None]:
-        """Count ``request`` as in progress for its session and, with ``stream``, as a stream that
-        demands audio (while the mode streams it; not while it is being planned)."""
+    def tracked(self, request: SynthesisRequest, playout: Playout | None = None) -> Iterator[None]:
+        """Count ``request`` as in progress for its session and, given its ``playout`` (while the
+        mode streams it; not while it is planned), as a stream that demands audio; when the block
+        ends, a call of it still running no longer counts as a late stream."""
+        stream = playout is not None
         self.load.streams += stream
         try:
             with self._listeners.serving(self.session_of(request)):
                 yield
         finally:
             self.load.streams -= stream
+            if playout is not None:
+                playout.ended = True
 
     def short_first(self, request: SynthesisRequest) -> bool:
         """Whether ``request``'s first segment is cut short: only while its listener hears nothing,
@@ -258,7 +262,7 @@ class SchedulingPolicy:
             return False
         now = self.clock()
         behind = any(e.playing and e.due < now for e in queue.entries) or any(
-            c.entry.playing and c.entry.due < now for c in self._running)
+            c.entry.playing and c.entry.due < now and not c.playout.ended for c in self._running)
         if behind != self._overloaded:
             self._overloaded = behind
             demanded, delivered = self.load.demanded, self.load.delivered

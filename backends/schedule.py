@@ -44,6 +44,7 @@ class Playout:
         self.runs_out: float | None = None  # when the audio delivered so far stops playing
         self.underrun_s = 0.0
         self.interrupted = False  # its segment in progress was interrupted once (never twice)
+        self.ended = False  # its request finished, failed or was dropped (a call still running is work lost)
 
     @property
     def silent(self) -> bool:

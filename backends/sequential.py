@@ -88,7 +88,7 @@ class SequentialBackend(Engine):
         key = policy.session_of(request)
         count = len(request.segments)
         left = sum(len(s.phonemes) for s in request.segments)
-        with policy.tracked(request):
+        with policy.tracked(request, playout):
             for segment in request.segments:
                 future: asyncio.Future[SegmentResult] = loop.create_future()
                 self._set_waiting(self._waiting + 1)

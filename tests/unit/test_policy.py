@@ -251,3 +251,21 @@ def test_the_load_meter_compares_demand_with_what_was_made():
     assert meter.delivered == pytest.approx(1.6)
     clock.now = 30.0
     assert meter.delivered == 0.0
+
+
+def test_a_call_still_running_for_a_request_that_ended_is_not_a_late_stream():
+    """A client hung up (or its request timed out) while its late segment runs: that work is lost,
+    not a stream the server is behind on, so a newcomer is not refused for it."""
+    clock = Clock()
+    policy, _ = make_policy(clock, overload="refuse")
+    queue = policy.new_queue()
+    gone = Playout(0.0, 0.0)
+    gone.delivered(0.0, 1.0)
+    with policy.tracked(request("gone"), gone):
+        entry = queue.push("g1", session="gone", request_seq=0, due=gone.due, playing=True)
+        queue.pop()
+        policy.call_started(entry, gone, segment(1.0), "solo", interruptible=False)
+        clock.now = 2.0
+        assert policy.overloaded(queue)
+    assert not policy.overloaded(queue)
+    policy.admit(queue, request("new", 2.0))
