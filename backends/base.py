@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-# The errors live in backends.errors; the layers import them from here.
-from .errors import (  # noqa: F401
+# The errors live in backends.errors; the layers import them from here (listed in __all__).
+from .errors import (
     BackendFault,
     EmptyText,
     InvalidJSON,
@@ -40,6 +40,14 @@ from .errors import (  # noqa: F401
     UnknownVoice,
     Unsupported,
 )
+
+__all__ = [
+    "MAX_PHONEMES", "MAX_SPEED", "MIN_SPEED", "SAMPLE_RATE", "AudioChunk", "Backend", "BackendCapabilities",
+    "BackendFault", "BackendInfo", "BackendObserver", "Capabilities", "EmptyText", "Interrupt",
+    "Interrupted", "InvalidJSON", "InvalidRequest", "KokoroError", "NotReady", "Overloaded", "Segment",
+    "SynthesisRequest", "SynthesisTimeout", "Synthesizer", "TextTooLong", "UnknownVoice", "Unsupported",
+    "VoiceCatalog", "clip_audio",
+]
 
 SAMPLE_RATE = 24_000
 MAX_PHONEMES = 510

@@ -178,7 +178,22 @@ class BackendConfig(BaseSettings):
         "a target may be a blend `a(2)+b(1)`), valid on every route and listed in `/v1/audio/voices`. An alias "
         "to a voice that is not loaded fails the start. OpenAI voice names without an alias mean the default voice.",
     )
-    default_lang: str = Field("en-us", description="Language when a request names none.")
+    default_lang: str = Field(
+        "en-us",
+        description="Language of Latin-script text when a request names none and its voice's language does "
+        "not read that text (docs/languages.md has the whole rule).",
+    )
+    english_g2p: Literal["misaki", "espeak"] = Field(
+        "espeak",
+        description="English phonemes: `espeak` (espeak-ng) or `misaki` (its lexicon and spaCy tagger, espeak-ng for "
+        "words it lacks; the `languages` extra): equally intelligible, misaki costs ~3 s of start-up and ~170 MiB "
+        "(docs/languages.md).",
+    )
+    lexicon: str | None = Field(
+        None,
+        description="A JSON file of `{language: {word: phonemes}}` (`\"*\"`: every language) for words the "
+        "deployment reads its own way.",
+    )
     fast_first_segment: bool = Field(
         True, description="Cut the first segment at a clause boundary so the first audio comes early."
     )
@@ -231,13 +246,23 @@ class BackendConfig(BaseSettings):
     )
 
     @field_validator(
-        "model_dir", "default_voice", "threads", "workers", "request_timeout_s",
+        "model_dir", "default_voice", "lexicon", "threads", "workers", "request_timeout_s",
         "fake_fail_on", "fake_hang_on", "fake_empty_on",
         mode="before",
     )
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if isinstance(value, str) and value.strip() == "" else value
+
+    @field_validator("default_lang")
+    @classmethod
+    def _check_lang(cls, value: str) -> str:
+        from .lang import canonical_lang
+
+        try:
+            return canonical_lang(value)
+        except Exception as e:  # an InvalidRequest names the supported codes
+            raise ValueError(str(e)) from None
 
     @field_validator("voice_aliases")
     @classmethod

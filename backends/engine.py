@@ -78,6 +78,7 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
+from .lang import resolve_lang, voice_language
 from .policy import CallKind, SchedulingPolicy, input_tokens
 from .text import TextPipeline
 from .voices import VoiceStore
@@ -220,7 +221,9 @@ class Engine:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._prep_executor, self.synthesizer.load)
+        # The default language's G2P front end (misaki's tagger: a few seconds) loads beside the model.
+        await asyncio.gather(loop.run_in_executor(self._prep_executor, self.synthesizer.load),
+                             asyncio.to_thread(self.pipeline.preload, self.config.default_lang))
         warm = await self.prepare(SynthesisRequest(text=WARMUP_TEXT, request_id="warmup"))
         async for _ in self.stream(warm):
             pass
@@ -258,7 +261,7 @@ class Engine:
         voice = self.voices.resolve(request.voice)  # raises UnknownVoice / InvalidRequest
         fast = self.config.fast_first_segment if request.fast_first is None else request.fast_first
         request.voice = voice
-        request.lang = request.lang or self.config.default_lang
+        request.lang = resolve_lang(request.text, request.lang, voice_language(voice), self.config.default_lang)
         request.segments = self.pipeline.plan(
             request.text, voice=voice, speed=request.speed, lang=request.lang, fast_first=fast,
             short_first_words=self.config.short_first_segment_words if short else None,

@@ -15,7 +15,8 @@ from typing import Any
 from .assets import REBUILT_PTH, ModelFiles, default_model_dir
 from .base import Backend, BackendObserver
 from .config import BackendConfig
-from .g2p import EspeakG2P
+from .g2p import G2P
+from .lexicon import Lexicon
 from .onnx_runtime import load_vocab
 from .text import TextPipeline
 from .voices import VoiceStore
@@ -49,13 +50,21 @@ def create_synthesizer(config: BackendConfig, files: ModelFiles, voices: VoiceSt
     return cls(voices, config=config)
 
 
+def create_g2p(config: BackendConfig) -> G2P:
+    """The G2P of every language (front ends built on first use), with ``KOKORO_LEXICON`` loaded."""
+    lexicon = Lexicon.from_file(config.lexicon) if config.lexicon else None
+    return G2P(english=config.english_g2p, lexicon=lexicon, torch_free=config.backend != "torch")
+
+
 def create_pipeline(config: BackendConfig, files: ModelFiles) -> TextPipeline:
+    g2p = create_g2p(config)
     return TextPipeline(
-        EspeakG2P().phonemize,
+        g2p.phonemize,
         load_vocab(files.config),
         first_segment_words=config.first_segment_words,
         first_segment_max_words=config.first_segment_max_words,
         segment_phonemes=config.segment_phonemes,
+        preload=g2p.preload,
     )
 
 

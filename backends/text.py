@@ -6,6 +6,9 @@ Rules (docs/runtimes.md states them for users):
 * Sentences end where :mod:`backends.sentences` says (the rules the agent's chunker follows too):
   at ``. ! ? …`` before a word that starts a sentence, at CJK full stops and at newlines; never
   after abbreviations (``Dr.``, ``e.g.``, ``U.S.``), initials, decimals (``3.14``) or times (``2:30``).
+* Japanese and Mandarin clauses end at their own marks (``、，；：``) as well, and their words are
+  counted by characters (two to a word: :func:`count_words`), so their first segment is cut early
+  too.
 * No segment exceeds :data:`~backends.base.MAX_PHONEMES` phonemes: a long sentence is cut at clause
   punctuation (``, ; : —``) first, then between words, and only as a last resort inside a word.
 * The first segment of a request may stop at a clause boundary after a few words
@@ -41,12 +44,25 @@ from .base import MAX_PHONEMES, EmptyText, Segment
 from .sentences import split_sentences
 
 __all__ = [
-    "SegmentPlan", "TextPipeline", "clause_boundaries", "normalize", "phrase_boundaries", "split_sentences",
+    "SegmentPlan", "TextPipeline", "clause_boundaries", "count_words", "normalize", "phrase_boundaries", "split_sentences",
     "word_boundaries",
 ]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u2028\u2029\ufeff]")
-_CLAUSE = re.compile(r"[,;:]+[\"'”’)\]]*(?=\s)|\s[—–-]{1,2}(?=\s)|—")
+_CLAUSE = re.compile(r"[,;:]+[\"'”’)\]]*(?=\s)|\s[—–-]{1,2}(?=\s)|—|[、，；：]+[」』”’）)]*(?=.)")
+#: Han, kana and Hangul characters: CJK text has no spaces, so its "words" are counted by characters.
+_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+#: CJK characters per word, for the first segment's word window (a Japanese or Chinese word is
+#: about two characters).
+CJK_CHARS_PER_WORD = 2
+
+
+def count_words(text: str) -> int:
+    """Words in ``text``: whitespace-separated words, with CJK characters counted two to a word."""
+    cjk = len(_CJK_CHAR.findall(text))
+    if not cjk:
+        return len(text.split())
+    return cjk // CJK_CHARS_PER_WORD + len(_CJK_CHAR.sub(" ", text).split())
 
 
 def normalize(text: str) -> str:
@@ -155,8 +171,10 @@ class TextPipeline:
         first_segment_max_words: int = 12,
         segment_phonemes: int = 300,
         max_phonemes: int = MAX_PHONEMES,
+        preload: Callable[[str], None] | None = None,
     ):
         self._phonemize = phonemize
+        self._preload = preload
         self._vocab = vocab
         self.first_segment_words = first_segment_words
         self.first_segment_max_words = first_segment_max_words
@@ -164,6 +182,11 @@ class TextPipeline:
         self.max_phonemes = max_phonemes
         #: Later segments may always grow to this many phonemes, however short the one before.
         self.min_pack = 64
+
+    def preload(self, lang: str) -> None:
+        """Build ``lang``'s G2P front end now (blocking; the engine does it while the model loads)."""
+        if self._preload is not None:
+            self._preload(lang)
 
     def phonemes(self, text: str, lang: str) -> str:
         ph = self._phonemize(text, lang)
@@ -217,9 +240,9 @@ class TextPipeline:
         return None
 
     def _cut_in_window(self, sentence: str, cuts: list[int], rest: int, max_words: int) -> int | None:
-        n_words = len(sentence.split())
+        n_words = count_words(sentence)
         for cut in cuts:
-            before = len(sentence[:cut].split())
+            before = count_words(sentence[:cut])
             if before < self.first_segment_words:
                 continue
             if before > max_words:

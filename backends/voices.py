@@ -7,6 +7,10 @@ are read with ``torch.load(weights_only=True)`` — tensors only, never arbitrar
 Blends: ``"af_heart(2)+am_adam(1)"`` mixes packs with weights normalised to sum to one. The
 expression is parsed by a regular grammar, never evaluated; each part must be a loaded voice.
 
+Languages: an official voice name's first letter says its language (``af_heart``: American English,
+``jf_alpha``: Japanese); :meth:`VoiceStore.language` reads it, for the request's language rule
+(:mod:`backends.lang`) and the voice listings.
+
 Aliases (``KOKORO_VOICE_ALIASES``): extra names for a loaded voice or a blend, e.g. ``nova`` for
 ``jf_nezumi``, so clients that only send OpenAI's voice names reach the voices they mean. The store
 resolves them wherever a voice is named (every route), also inside a blend (``nova(1)+jm_kumo(1)``);
@@ -27,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import InvalidRequest, UnknownVoice
+from .lang import voice_language
 
 PACK_SHAPE = (510, 1, 256)
 #: Preferred default voices, first present wins. af_heart is the official pack's flagship; of the
@@ -153,6 +158,15 @@ class VoiceStore:
 
     def names(self) -> list[str]:
         return sorted(self._packs)
+
+    def language(self, spec: str | None) -> str | None:
+        """The language a voice (or alias, or blend: its first part) says it speaks, from its name
+        (``af_heart`` -> ``en-us``, ``jm_kumo`` -> ``ja``); ``None`` for a name that says none."""
+        return voice_language(self.resolve(spec))
+
+    def languages(self) -> dict[str, str | None]:
+        """``{voice: language}`` for every loaded voice."""
+        return {name: voice_language(name) for name in self.names()}
 
     @property
     def aliases(self) -> dict[str, str]:

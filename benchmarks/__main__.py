@@ -1,5 +1,5 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, overload or all — and
-``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``);
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, languages, overload or
+all — and ``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``);
 ``--help`` lists every suite.
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
@@ -29,6 +29,7 @@ TITLES = {
     "payload": "Payload size by wire format",
     "overhead": "Serving overhead vs the raw runtime",
     "e2e": "End to end: first audio through the agent, bidi vs batch vs bidi without the early first clause",
+    "languages": "Languages: each G2P front end's cost; English intelligibility, espeak-ng vs misaki",
     "overload": "Overload and stalled readers: a newcomer behind late streams, admit vs refuse",
 }
 NAMES = tuple(TITLES)

@@ -188,8 +188,8 @@ def voices(settings: Settings) -> int:
 
     files = ModelFiles.discover(Path(settings.model_dir or default_model_dir()))
     store = VoiceStore.from_path(files.voices, settings.default_voice, settings.voice_alias_map)
-    for name in store.names():
-        print(f"{name}{'  (default)' if name == store.default else ''}")
+    for name, lang in store.languages().items():
+        print(f"{name}  {lang or '-'}{'  (default)' if name == store.default else ''}")
     for alias, target in store.aliases.items():
         print(f"{alias} -> {target}")
     return 0
@@ -295,7 +295,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["wav", "mp3", "pcm", "opus", "aac", "flac"],
                    help="default: from the file's extension, else wav")
     p.add_argument("--sample-rate", type=int, help="8000, 16000, 22050, 24000 (default), 44100 or 48000")
-    p.add_argument("--lang", help="language code, e.g. en-us (default: KOKORO_DEFAULT_LANG, which is en-us)")
+    p.add_argument("--lang", help="language code, e.g. en-us (default: the voice's language when the text is in "
+                   "its script, else the text's script; docs/languages.md)")
     return parser
 
 

@@ -157,7 +157,8 @@ class OpenAIRoutes:
 
     async def voices(self, request: Request) -> Response:
         catalog = self.backend.voices
-        return JSONResponse({"voices": catalog.names(), "aliases": catalog.aliases, "default": catalog.default})
+        return JSONResponse({"voices": catalog.names(), "aliases": catalog.aliases, "default": catalog.default,
+                             "languages": catalog.languages()})
 
 
 def error_response(error: KokoroError, job: Synthesis, request: Request) -> Response:

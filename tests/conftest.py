@@ -48,16 +48,27 @@ def vocab(model_files):
 
 @pytest.fixture(scope="session")
 def g2p():
+    """espeak-ng alone (the G2P of Spanish, French, Hindi, Italian, Portuguese)."""
     from backends.g2p import EspeakG2P
 
     return EspeakG2P()
 
 
 @pytest.fixture(scope="session")
-def pipeline(g2p, vocab):
+def server_g2p():
+    """The server's G2P with its default settings: every language's front end (espeak-ng for English), each built
+    on first use."""
+    from backends.g2p import G2P
+
+    return G2P()
+
+
+@pytest.fixture(scope="session")
+def pipeline(vocab, server_g2p):
+    """The server's text pipeline."""
     from backends.text import TextPipeline
 
-    return TextPipeline(g2p.phonemize, vocab)
+    return TextPipeline(server_g2p.phonemize, vocab)
 
 
 @pytest.fixture(scope="session")

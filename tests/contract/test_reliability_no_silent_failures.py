@@ -4,7 +4,8 @@ typed error on every route, never a 200 (or a ``synthesis_complete``) without sp
 
 The voice/language rule: a voice's language prefix (``jf_`` = Japanese) does *not* restrict the
 request's ``lang`` — Kokoro voices are style vectors that read any phonemes (accent transfer is a
-feature, and the offline default ``jm_kumo`` reads English). What is refused is what would come out
+feature, and the offline default ``jm_kumo`` reads English); without a ``lang``, the text's script picks
+the language (``backends.lang.resolve_lang``). What is refused is what would come out
 as garbage: letters the language's G2P can only spell out ("Japanese letter, Japanese letter").
 """
 
@@ -21,7 +22,7 @@ from tests.support.inproc import WS, answer, audio_bytes, client
 NOTHING = ["", " ", "\t\n  \r\n", "\x00", "\x00\x00\x00", "\u200b\u200b", "\ufeff", "...", "!?", "- - -", "\u2028"]
 REFUSED = [
     # (text, lang, code)
-    ("こんにちは", None, "language_mismatch"),  # Japanese text, default en-us: would say "Japanese letter" x5
+    ("こんにちは", "en-us", "language_mismatch"),  # Japanese text read as English: "Japanese letter" x5
     ("漢字です。", "en-gb", "language_mismatch"),
     ("Привет, мир.", None, "language_mismatch"),  # no supported language reads Cyrillic
     ("नमस्ते", "fr-fr", "language_mismatch"),
@@ -31,6 +32,8 @@ REFUSED = [
 ACCEPTED = [
     ("Hello there.", None, "jf_third"),  # a Japanese voice reading English: allowed, by design
     ("こんにちは。", "ja", "af_test"),  # an American voice reading Japanese: allowed
+    ("こんにちは。", None, "af_test"),  # no lang: kana are Japanese, whatever the voice
+    ("東京へ行きます。", None, "jf_third"),  # no lang: a Japanese voice reads Han text as Japanese
     ("漢字", "cmn", None),
     ("Tokyo is called 東京.", "ja", None),  # Latin letters are fine in Japanese text
     ("The angle α is small.", None, None),  # Greek letters are read by name

@@ -9,6 +9,7 @@ runtime or as shipped; a few run the real ONNX runtime, and one runs the torch r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 import time
@@ -347,3 +348,14 @@ async def test_torch_batches_under_load(make_backend, model_dir, voices):
         assert [c.index for c in chunks] == list(range(len(req.segments)))
         assert all(c.seconds > 0.2 for c in chunks)
     assert np.mean(recorder.batches) > 1
+
+
+async def test_the_shipped_fake_takes_the_scheduler_path_onnx_takes(make_backend, onnx_synth):
+    """A load rehearsal on ``KOKORO_BACKEND=fake`` exercises production's scheduler: the fake
+    declares what ONNX declares (word timings aside), so the concurrent mode treats both alike."""
+    fake, onnx = FakeSynthesizer(), LoadedRuntime(onnx_synth)
+    assert dataclasses.replace(fake.capabilities, timed=False) == dataclasses.replace(onnx.capabilities, timed=False)
+    on_fake, on_onnx = make_backend(fake), make_backend(onnx)
+    for what in ("workers", "batched", "interrupts"):
+        assert getattr(on_fake, what) == getattr(on_onnx, what), what
+    assert on_fake.workers == min(2, os.cpu_count() or 1) and not on_fake.batched and on_fake.interrupts

@@ -38,10 +38,11 @@ def stepped(voices) -> FakeSynthesizer:
     return FakeSynthesizer(voices, segment_s=0.0, held=True, interruptible=False)
 
 
-def keyed(voices) -> FakeSynthesizer:
+def keyed(voices, timed: bool = False) -> FakeSynthesizer:
     """The fake runtime where the test says which running call finishes (``finish(text)``); its
-    calls can be interrupted, as an ONNX Runtime call can (``interrupted`` lists their texts)."""
-    return FakeSynthesizer(voices, segment_s=0.0, held=True)
+    calls can be interrupted, as an ONNX Runtime call can (``interrupted`` lists their texts);
+    ``timed``: it reports durations, as the torch runtime does (the engine's timed path)."""
+    return FakeSynthesizer(voices, segment_s=0.0, held=True, timed=timed)
 
 
 MODES = {
@@ -268,11 +269,11 @@ async def test_short_first_segment_setting_when_idle(when, first, pipeline, voic
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("interrupts", [True, False])
-async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_after_it(mode, interrupts, pipeline,
-                                                                                      voices):
+@pytest.mark.parametrize(("interrupts", "timed"), [(True, False), (True, True), (False, False)])
+async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_after_it(mode, interrupts, timed,
+                                                                                      pipeline, voices):
     cls, extra = MODES[mode]
-    synth, recorder, clock = keyed(voices), Recorder(), VirtualClock()
+    synth, recorder, clock = keyed(voices, timed), Recorder(), VirtualClock()
     config = BackendConfig.defaults(interrupt_for_first_audio=interrupts, **extra)
     backend = cls(synth, pipeline, voices, config, observer=recorder, clock=clock)
     prepared = {k: await backend.prepare(_request(clock, t, k))
@@ -304,3 +305,4 @@ async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_af
     for request, chunks in zip(prepared.values(), answered, strict=True):  # nothing lost, in order
         assert [c.index for c in chunks] == list(range(len(request.segments)))
         assert all(c.seconds > 0 for c in chunks)
+        assert all((c.durations is not None) is timed for c in chunks)

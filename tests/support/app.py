@@ -1,5 +1,5 @@
 """The one in-process app builder: the real app (:func:`server.app.create_app`) over the real
-sequential or concurrent backend and text pipeline (espeak-ng, offline), around a given
+sequential or concurrent backend and text pipeline (every language's G2P, offline), around a given
 synthesizer — :class:`~backends.fake.FakeSynthesizer` (built by :func:`fake_synth`) or a real,
 already-loaded runtime wrapped in :class:`LoadedRuntime`.
 
@@ -23,7 +23,7 @@ from backends.base import Capabilities, Segment, Synthesizer
 from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
 from backends.fake import FakeSynthesizer
-from backends.g2p import EspeakG2P
+from backends.g2p import G2P
 from backends.onnx_runtime import load_vocab
 from backends.sequential import SequentialBackend
 from backends.text import TextPipeline
@@ -42,7 +42,7 @@ def fake_pipeline(segment_phonemes: int = 60) -> TextPipeline:
     import kokoro_onnx
 
     vocab = load_vocab(Path(kokoro_onnx.__file__).parent / "config.json")
-    return TextPipeline(EspeakG2P().phonemize, vocab, segment_phonemes=segment_phonemes)
+    return TextPipeline(G2P().phonemize, vocab, segment_phonemes=segment_phonemes)
 
 
 @cache

@@ -23,6 +23,7 @@ __all__ = ["ERROR_CODES", "WS", "answer", "audio_bytes", "client", "metric", "wa
 #: Every error code the wire contract (and this server) may send.
 ERROR_CODES = frozenset({
     "invalid_json", "invalid_request", "empty_text", "invalid_voice", "invalid_language", "language_mismatch",
+    "unreadable_text",
     "unknown_voice",
     "text_too_long", "not_ready", "overloaded", "timeout", "backend_error", "cancelled", "internal_error",
 })

@@ -16,10 +16,10 @@ def test_serve_is_the_default_command():
     assert (args.backend, args.device) == ("torch", "cuda")
 
 
-def test_voices_lists_the_loaded_voices_and_marks_the_default(model_dir, capsys):
+def test_voices_lists_the_loaded_voices_with_their_language_and_marks_the_default(model_dir, capsys):
     assert main(["voices", "--model-dir", str(model_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "jm_kumo  (default)" in lines and "jf_alpha" in lines
+    assert "jm_kumo  ja  (default)" in lines and "jf_alpha  ja" in lines
 
 
 def test_missing_assets_exit_2_with_a_hint(tmp_path, capsys):

@@ -1,0 +1,211 @@
+"""Languages: what each G2P front end costs, and which English G2P the listener understands better.
+
+* **Front-end cost** — for each front end, a fresh Python process imports it, builds it and
+  phonemises one sentence; the import-and-build time and the growth of the process's peak RSS are
+  recorded (``backends.g2p.G2P``: misaki English, espeak-ng English, Japanese, Mandarin, Spanish).
+* **English intelligibility** — a live server per English G2P (``KOKORO_ENGLISH_G2P`` = ``espeak``,
+  ``misaki``; its start-up time recorded too) reads held-out sentences over ``POST /invocations``;
+  pocketsphinx's bundled en-us model transcribes each, and the word error rate is taken against the
+  spoken form of the sentence (numbers, money and dates written out by ``backends.normalize``).
+  Two sets: plain sentences, and sentences with numbers, money, dates and abbreviations. Both
+  servers normalise, so the plain set is also the figure of espeak-ng as the server read English
+  before misaki (the normaliser changes nothing in it).
+
+pocketsphinx is a weak recogniser; what counts is the difference between the two G2Ps on the same
+sentences, voice and recogniser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+import numpy as np
+
+from backends.config import BackendConfig
+
+from .live import LiveServer
+from .results import Result, command_line, load_average, markdown_table, rnd
+
+VOICE = "jm_kumo"
+PLAIN = (
+    "The garden looks lovely after the rain.",
+    "Please remember to lock the back door tonight.",
+    "She walked slowly along the quiet river bank.",
+    "We should leave early to avoid the traffic.",
+    "My brother fixed the broken window last week.",
+    "The children are playing football in the park.",
+    "Could you send me the report before lunch?",
+    "The library closes late on most weekdays.",
+    "He poured a cup of tea and sat by the fire.",
+    "The mountain road was closed because of snow.",
+    "They painted the kitchen a warm shade of yellow.",
+    "Our neighbours are moving to a smaller house.",
+    "The teacher asked everyone to read the first chapter.",
+    "A small boat drifted across the calm lake.",
+    "I lost my keys somewhere in the garden.",
+    "The doctor said the results look good.",
+    "We watched the sun go down behind the hills.",
+    "Please turn off the lights when you leave.",
+    "The market sells fresh fish every morning.",
+    "My sister plays the piano beautifully.",
+)
+WRITTEN = (
+    "The invoice lists 1,250 units at $12.50 each.",
+    "Dr. Smith will see you at 3:30 pm on March 5th.",
+    "Prices rose 7.5% in 2023, to $4.2 million.",
+    "Call 555-123-4567 before Jan. 10th, 2025.",
+    "The parcel weighs 12 kg and costs £30.",
+    "Our office is at 221 Baker St., on the 2nd floor.",
+    "The meeting moved to 2024-06-14 at 9am.",
+    "It was about 25°C, e.g. warm for May.",
+    "The flight leaves at 6:45 am from gate 12.",
+    "She paid $1,999 for a 65 inch screen.",
+    "Mr. Brown was born on 7/4/1976.",
+    "The car drove 120 km in 1.5 hours.",
+    "Only 3% of the 4,000 tickets are left.",
+    "Prof. Lee wrote 2 books, i.e. a pair.",
+    "The 3rd race starts at 10:15.",
+    "We saved €250 on the 14th of June.",
+)
+#: Front ends measured: (label, language, KOKORO_ENGLISH_G2P value).
+FRONT_ENDS = (
+    ("English, misaki", "en-us", "misaki"),
+    ("English, espeak-ng", "en-us", "espeak"),
+    ("Japanese (OpenJTalk + misaki romaniser)", "ja", "misaki"),
+    ("Mandarin (misaki)", "cmn", "espeak"),
+    ("Spanish (espeak-ng)", "es", "misaki"),
+)
+SAMPLES = {"en-us": "The train leaves at seven.", "ja": "東京駅から新幹線で大阪へ行きます。",
+           "cmn": "今天天气很好。", "es": "El tren sale a las siete."}
+_PROBE = """
+import json, resource, sys, time
+def rss(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+import backends.g2p as g
+g2p = g.G2P(english=sys.argv[2], torch_free=True)  # as an ONNX server builds it
+g2p.phonemize("a", "fr-fr")  # espeak-ng itself, which every server loads: not the front end's cost
+base, t0 = rss(), time.perf_counter()
+g2p.preload(sys.argv[1])
+built = time.perf_counter() - t0
+t1 = time.perf_counter(); g2p.phonemize(sys.argv[3], sys.argv[1]); first = time.perf_counter() - t1
+t2 = time.perf_counter(); g2p.phonemize(sys.argv[3], sys.argv[1]); again = time.perf_counter() - t2
+print(json.dumps({"load_s": built, "first_call_s": first, "call_s": again, "rss_mib": rss() - base}))
+"""
+
+
+def front_end_cost(lang: str, english: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", _PROBE, lang, english, SAMPLES[lang]],
+                         capture_output=True, text=True, check=True, timeout=300)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def wer(reference: list[str], heard: list[str]) -> tuple[int, int]:
+    """(word edits, reference words): Levenshtein distance over words."""
+    prev = list(range(len(heard) + 1))
+    for i, r in enumerate(reference, 1):
+        cur = [i]
+        for j, h in enumerate(heard, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h)))
+        prev = cur
+    return prev[-1], len(reference)
+
+
+#: Spellings the recogniser and the normaliser write differently for one spoken form.
+_SAME = ((r"\b(?:pee em|p m)\b", "pm"), (r"\b(?:ay em|a m)\b", "am"))
+
+
+def _fold(words: str) -> list[str]:
+    for pattern, repl in _SAME:
+        words = re.sub(pattern, repl, words)
+    return words.split()
+
+
+def spoken_words(sentence: str) -> list[str]:
+    from backends.normalize import normalize_english
+
+    return _fold(" ".join(re.findall(r"[a-z']+", normalize_english(sentence).lower().replace("-", " "))))
+
+
+def _recogniser():
+    import soxr
+    from pocketsphinx import Decoder
+
+    decoder = Decoder(samprate=16000)
+
+    def transcribe(pcm: bytes) -> list[str]:
+        audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+        pcm16 = (np.clip(soxr.resample(audio, 24000, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
+        decoder.start_utt()
+        decoder.process_raw(pcm16, full_utt=True)
+        decoder.end_utt()
+        hyp = decoder.hyp()
+        return _fold(" ".join(w for w in (hyp.hypstr.lower().split() if hyp else []) if not w.startswith("<")))
+
+    return transcribe
+
+
+def _intelligibility(english: str, sets: dict[str, tuple[str, ...]], model_dir, log) -> dict[str, Any]:
+    transcribe = _recogniser()
+    rows: list[dict[str, Any]] = []
+    with LiveServer(env={"KOKORO_ENGLISH_G2P": english, "KOKORO_DEFAULT_VOICE": VOICE}, model_dir=model_dir,
+                    log=log) as srv, httpx.Client(timeout=120.0) as client:
+        for set_name, sentences in sets.items():
+            for sentence in sentences:
+                r = client.post(f"{srv.url}/invocations", json={"text": sentence, "format": "pcm", "voice": VOICE})
+                r.raise_for_status()
+                ref, heard = spoken_words(sentence), transcribe(r.content)
+                edits, n = wer(ref, heard)
+                rows.append({"g2p": english, "set": set_name, "text": sentence, "reference": " ".join(ref),
+                             "heard": " ".join(heard), "edits": edits, "words": n})
+                log(f"  {english:7} {set_name:8} WER {edits}/{n}  {sentence!r} -> {' '.join(heard)!r}")
+    return {"rows": rows, "startup_s": srv.startup_s, "peak_rss_mib": srv.peak_rss_mib}
+
+
+def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+    sets = {"plain": PLAIN[:6] if quick else PLAIN, "written": WRITTEN[:6] if quick else WRITTEN}
+    result = Result("languages", quick, command_line("languages", quick),
+                    config={"voice": VOICE, "sets": {k: list(v) for k, v in sets.items()},
+                            "load_average_at_start": load_average()})
+    costs = {}
+    for label, lang, english in FRONT_ENDS:
+        costs[label] = {k: rnd(v, 3) for k, v in front_end_cost(lang, english).items()}
+        log(f"  front end {label}: {costs[label]}")
+    servers = {}
+    for english in ("espeak", "misaki"):
+        measured = _intelligibility(english, sets, model_dir, log)
+        result.samples.extend(measured["rows"])
+        servers[english] = {"startup_s": rnd(measured["startup_s"], 2), "peak_rss_mib": measured["peak_rss_mib"]}
+    table: dict[str, dict[str, float | None]] = {}
+    for english in ("espeak", "misaki"):
+        for set_name in sets:
+            rows = [s for s in result.samples if s["g2p"] == english and s["set"] == set_name]
+            table.setdefault(english, {})[set_name] = rnd(
+                100.0 * sum(r["edits"] for r in rows) / max(1, sum(r["words"] for r in rows)), 1)
+    result.medians = {"wer_percent": table}
+    result.summary = {"front_ends": costs, "servers": servers, "wer_percent": table}
+    default = BackendConfig.defaults().english_g2p
+    best = min(table[g]["written"] for g in table)
+    result.target(f"the default English G2P ({default}) within one point of the best WER on written forms",
+                  f"<= {best + 1.0:.1f} %", table[default]["written"], table[default]["written"] <= best + 1.0)
+    result.target("misaki's WER on plain sentences no worse than espeak-ng's", "<= espeak-ng",
+                  table["misaki"]["plain"], table["misaki"]["plain"] <= table["espeak"]["plain"])
+    result.notes.append("measured on a shared 2-core machine; the load averages are in config and machine")
+    return result
+
+
+def body(data: dict[str, Any]) -> str:
+    s = data["summary"]
+    wer_rows = [[g, v["plain"], v["written"], s["servers"][g]["startup_s"], s["servers"][g]["peak_rss_mib"]]
+                for g, v in s["wer_percent"].items()]
+    cost_rows = [[label, c["load_s"], c["first_call_s"], c["call_s"], c["rss_mib"]] for label, c in s["front_ends"].items()]
+    return (
+        "English word error rate (pocketsphinx, %, lower is better) and server start-up:\n\n"
+        + markdown_table(["English G2P", "plain", "numbers, money, dates", "server start (s)", "server peak RSS (MiB)"],
+                         wer_rows)
+        + "\n\nFront ends (a fresh process each; load = import + build, RSS growth over espeak-ng):\n\n"
+        + markdown_table(["front end", "load (s)", "first call (s)", "next call (s)", "RSS (MiB)"], cost_rows)
+    )
