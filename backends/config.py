@@ -160,7 +160,8 @@ class BackendConfig(BaseSettings):
     solo_calls: bool = Field(
         True,
         description="Concurrent mode, ONNX: a call that runs alone (no other call running, nothing queued that "
-        "must start before it) uses every core, through a second session of the model (about 200 MiB more memory); off: every call gets its share.",
+        "must start yet) uses every core, through a second session of the model (about 200 MiB more memory); "
+        "off: every call gets its share.",
     )
     batch_on_cpu: bool = Field(
         False,

@@ -36,7 +36,7 @@ request offers its next segment when the previous one is done) and ask this poli
    times its expected time beside another call. Until then it waits for urgent work (a newcomer's
    first segment). A held segment starts by its start-by time at the latest.
 7. **Solo calls** (concurrent mode, a runtime with ``solo_calls``). A call runs alone, with every
-   core, when no other call is running and nothing queued must start before it ends (rule 6's
+   core, when no other call is running and nothing queued must start yet (rule 6's
    start-by time): segments may still be queued, and wait their start-by time for a free worker.
 8. **Batches** (a batching runtime). A batch takes segments in rank order, a session's second only
    after every session's first; beside its head only segments within ``batch_length_ratio`` of
