@@ -174,6 +174,8 @@ class SchedulingPolicy:
         ends, a call of it still running no longer counts as a late stream."""
         stream = playout is not None
         self.load.streams += stream
+        if stream:
+            self._observer.load(self.load.demanded, self.load.delivered)
         try:
             with self._listeners.serving(self.session_of(request)):
                 yield
@@ -181,6 +183,7 @@ class SchedulingPolicy:
             self.load.streams -= stream
             if playout is not None:
                 playout.ended = True
+                self._observer.load(self.load.demanded, self.load.delivered)  # the gauges never stay stale
 
     def short_first(self, request: SynthesisRequest) -> bool:
         """Whether ``request``'s first segment is cut short: only while its listener hears nothing,

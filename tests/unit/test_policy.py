@@ -269,3 +269,14 @@ def test_a_call_still_running_for_a_request_that_ended_is_not_a_late_stream():
         assert policy.overloaded(queue)
     assert not policy.overloaded(queue)
     policy.admit(queue, request("new", 2.0))
+
+
+def test_the_load_is_reported_as_streams_begin_and_end():
+    clock = Clock()
+    policy, recorder = make_policy(clock)
+    playout = Playout(0.0, 0.0)
+    with policy.tracked(request("s"), playout):
+        assert recorder.loads[-1] == (1.0, 0.0)
+        policy.segment_ready(playout, [0.0] * RATE * 2, request("s"))  # two seconds of audio made
+        assert recorder.loads[-1] == (1.0, pytest.approx(0.2))  # over the 10 s window
+    assert recorder.loads[-1][0] == 0.0 and playout.ended
