@@ -12,6 +12,7 @@ TEST_EXTRAS ?= dev,torch,agent,deploy,s3,languages
 # pyenv's python3.12 shim can fail when 3.12 is not the selected version: prefer the real binary.
 PY312 ?= $(shell ls ~/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1 || command -v python3.12)
 STAMP312 := .venv312/.stamp-install
+STAMP312P := .venv312-pipecat/.stamp-install
 export KOKORO_PORT ?= 8080
 export KOKORO_HOST ?= 127.0.0.1
 
@@ -93,14 +94,25 @@ $(STAMP312): Makefile
 		pytest pytest-asyncio pytest-timeout
 	touch $(STAMP312)
 
-test: install $(STAMP312)
-	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests
+# Pipecat's SageMaker services pin an older SageMaker HTTP/2 SDK (<0.10) than the agent's transport:
+# their tests (stock DeepgramSageMakerTTSService through the SageMaker stand-in) get a venv of their own.
+$(STAMP312P): Makefile
+	test -x .venv312-pipecat/bin/python || $(PY312) -m venv .venv312-pipecat
+	.venv312-pipecat/bin/python -m pip install -q 'pipecat-ai[sagemaker]==1.14.0' boto3 websockets \
+		pytest pytest-asyncio pytest-timeout
+	touch $(STAMP312P)
+
+test: install $(STAMP312) $(STAMP312P)
+	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -p no:cacheprovider
-	.venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312
+	.venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312 --ignore=tests/agent_py312/pipecat
+	.venv312-pipecat/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312/pipecat
 	bash deploy/check.sh --static
 
 lint: install
-	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests
+	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) -m benchmarks all --quick

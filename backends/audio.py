@@ -42,12 +42,17 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Iterable
 from fractions import Fraction
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
 from backends.base import SAMPLE_RATE, InvalidRequest, clip_audio
+
+if TYPE_CHECKING:
+    from av.audio.frame import AudioFrame
+    from av.audio.stream import AudioStream
 
 SUPPORTED_RATES: tuple[int, ...] = (8000, 16000, 22050, 24000, 44100, 48000)
 FORMATS: tuple[str, ...] = ("mp3", "opus", "aac", "flac", "wav", "pcm")
@@ -127,13 +132,15 @@ class Resampler:
         x = np.ascontiguousarray(np.asarray(chunk, dtype=np.float32).reshape(-1))
         if self._stream is None:
             return x
-        return self._stream.resample_chunk(x, last=False)
+        out: np.ndarray = self._stream.resample_chunk(x, last=False)
+        return out
 
     def flush(self) -> np.ndarray:
         """Return the samples still held in the filter; call once at the end of the stream."""
         if self._stream is None:
             return np.zeros(0, dtype=np.float32)
-        return self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+        tail: np.ndarray = self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+        return tail
 
 
 class Encoder(Protocol):
@@ -302,18 +309,19 @@ class AvEncoder(_BaseEncoder):
         self._whole_file = fmt in _WHOLE_FILE
         self._sink: _Sink | io.BytesIO = io.BytesIO() if self._whole_file else _Sink()
         self._container = av.open(self._sink, mode="w", format=container_fmt, options=dict(options))
-        self._stream = self._container.add_stream(codec, rate=self.sample_rate)
+        # every codec of _AV_SPECS is an audio codec, so its stream is an audio stream
+        self._stream = cast("AudioStream", self._container.add_stream(codec, rate=self.sample_rate))
         ctx = self._stream.codec_context
         ctx.layout = "mono"
         if bit_rate:
             ctx.bit_rate = bit_rate
         # flac takes s16/s32, libopus flt/s16, aac fltp: feed the first format it lists.
-        self._sample_fmt = ctx.codec.audio_formats[0].name
+        self._sample_fmt = (ctx.codec.audio_formats or [])[0].name
         ctx.format = self._sample_fmt
         self._pts = 0
         self._av = av
 
-    def _frame(self, audio: np.ndarray):
+    def _frame(self, audio: np.ndarray) -> AudioFrame:
         if self._sample_fmt.startswith("s16"):
             data = np.round(audio * 32767.0).astype(np.int16)
         elif self._sample_fmt.startswith("s32"):
@@ -360,7 +368,7 @@ def make_encoder(fmt: str, sample_rate: int | None = SAMPLE_RATE, input_rate: in
     return AvEncoder(fmt, rate, input_rate)
 
 
-def encode_all(chunks, fmt: str, sample_rate: int | None = SAMPLE_RATE) -> bytes:
+def encode_all(chunks: Iterable[np.ndarray], fmt: str, sample_rate: int | None = SAMPLE_RATE) -> bytes:
     """Encode an iterable of float32 24 kHz chunks into one complete file's bytes."""
     enc = make_encoder(fmt, sample_rate)
     parts = [enc.encode(c) for c in chunks]

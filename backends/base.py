@@ -62,7 +62,9 @@ class Segment:
     """One unit of synthesis: at most :data:`MAX_PHONEMES` phonemes of one voice and speed.
 
     ``voice`` is a voice name or a blend expression (``"a(2)+b(1)"``) that the runtime resolves
-    through its :class:`~backends.voices.VoiceStore`.
+    through its :class:`~backends.voices.VoiceStore`. ``ends``: the boundary the text was cut at
+    after it — ``sentence`` (or the end of the text), ``clause`` (``, ; : —``) or ``phrase`` (between
+    words inside a clause); the pause a reader makes there follows it (:mod:`backends.joins`).
     """
 
     text: str
@@ -71,6 +73,7 @@ class Segment:
     speed: float = 1.0
     index: int = 0
     lang: str = "en-us"
+    ends: str = "sentence"
 
 
 @dataclass(slots=True)
@@ -287,6 +290,10 @@ class VoiceCatalog(Protocol):
     default: str
 
     def names(self) -> list[str]: ...
+
+    def languages(self) -> dict[str, str | None]:
+        """``{voice: language}`` for every loaded voice (None: not known from its name)."""
+        ...
 
     @property
     def aliases(self) -> dict[str, str]:

@@ -81,7 +81,7 @@ class _Job:
     seq: int
     pending: deque[Segment]
     playout: Playout
-    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     busy: bool = False  # a segment of this job is queued or being synthesised
     cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
 
@@ -93,7 +93,8 @@ class _Item:
 
 
 def _segment_of(entry: Entry) -> Segment:
-    return entry.item.segment
+    item: _Item = entry.item
+    return item.segment
 
 
 def _tokens(entry: Entry) -> int:
@@ -125,7 +126,7 @@ class BatchedBackend(Engine):
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -324,7 +325,7 @@ class BatchedBackend(Engine):
             self._set_queued(self._queued - len(taken))
         return taken
 
-    def _batch_done(self, entries: list[Entry], call: RunningCall, future: asyncio.Future) -> None:
+    def _batch_done(self, entries: list[Entry], call: RunningCall, future: asyncio.Future[Any]) -> None:
         self._free += 1
         self.policy.call_ended(call)
         if future.cancelled():

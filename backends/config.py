@@ -1,15 +1,13 @@
 """The backend's configuration: every ``KOKORO_*`` variable the engine, its runtimes and its text
 pipeline read, declared once (listed in docs/settings.md).
 
-:class:`BackendConfig` is a pydantic-settings object: ``BackendConfig()`` reads the environment
-(prefix ``KOKORO_``), keyword arguments override it, and once built it is immutable, so one object
-can be shared by the event loop and the worker threads. The server's settings extend it with the
-server's own fields and hand the backend its part as is; :func:`backends.factory.create_backend`
-takes it straight to the engine, the text pipeline and the runtime. Nothing in ``backends`` reads
-``os.environ`` on the side.
-
-:meth:`BackendConfig.defaults` builds one from the declared defaults alone (no environment), for
-code that builds an engine without settings.
+:class:`BackendConfig` is an :class:`~backends.envsettings.EnvSettings`:
+``BackendConfig.from_env(environ)`` reads the ``KOKORO_*`` variables of a given environment,
+``BackendConfig(**values)`` (or :meth:`BackendConfig.defaults`) the declared defaults alone, and once
+built it is immutable, so one object can be shared by the event loop and the worker threads. The
+server's settings extend it with the server's own fields and hand the backend its part as is;
+:func:`backends.factory.create_backend` takes it straight to the engine, the text pipeline and the
+runtime. Nothing in ``backends`` reads ``os.environ``.
 """
 
 from __future__ import annotations
@@ -18,7 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from .envsettings import SHOWN_DEFAULT, EnvSettings
 
 ENV_PREFIX = "KOKORO_"
 
@@ -39,15 +39,10 @@ def parse_voice_aliases(text: str) -> dict[str, str]:
     return aliases
 
 
-class BackendConfig(BaseSettings):
+class BackendConfig(EnvSettings):
     """What the backend needs to know: runtime, scheduling, text planning, limits, fake knobs."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        extra="ignore",
-        frozen=True,
-        populate_by_name=True,
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
 
     # -- runtime ------------------------------------------------------------------------------
     backend: Literal["onnx", "torch", "fake"] = Field(
@@ -60,7 +55,9 @@ class BackendConfig(BaseSettings):
         description="`sequential`: one synthesis at a time; `concurrent`: micro-batches across sessions.",
     )
     model_dir: Path | None = Field(
-        None, description="Model directory (ONNX/PyTorch model, voices, config). Default: the user cache dir."
+        None,
+        json_schema_extra={SHOWN_DEFAULT: "user cache dir (`~/.cache/kokoro-serve/models` on Linux)"},
+        description="Model directory (ONNX/PyTorch model, voices, config). Default: the user cache dir.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device for the `torch` runtime.")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
@@ -210,6 +207,18 @@ class BackendConfig(BaseSettings):
     short_first_segment_words: int = Field(
         5, ge=1, description="Most words in a short first segment (`KOKORO_SHORT_FIRST_SEGMENT`)."
     )
+    join_pauses: bool = Field(
+        True,
+        description="Trim each segment's model padding and put back the pause a reading of the whole text makes "
+        "at that boundary (sentence end, clause mark, a cut inside a clause), with a short fade; off: each "
+        "segment's audio as the model made it (up to a second of silence at every join).",
+    )
+    phrase_end_mark: str = Field(
+        "",
+        max_length=2,
+        description="Phoneme mark put after a segment cut between words inside a clause, so the model reads it "
+        "as going on rather than ending (`,`; empty: none). docs/speech-quality.md measures each choice.",
+    )
     segment_phonemes: int = Field(
         300, ge=16, le=510, description="Target phonemes per later segment (the model's limit is 510)."
     )
@@ -283,7 +292,6 @@ class BackendConfig(BaseSettings):
 
     @classmethod
     def defaults(cls, **values: Any) -> BackendConfig:
-        """The declared defaults with ``values`` over them, validated, without reading the
-        environment (a backend built in code, e.g. in a test, does not depend on the shell)."""
-        base = {name: field.default for name, field in cls.model_fields.items()}
-        return cls(**{**base, **values})  # every field given: nothing is taken from the environment
+        """The declared defaults with ``values`` over them, validated — the constructor spelled out:
+        neither reads the environment (a backend built in code does not depend on the shell)."""
+        return cls(**values)

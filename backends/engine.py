@@ -22,10 +22,14 @@ The step, for a list of segments (one runtime call's worth):
   segment: ``synthesize_batch_timed`` when the runtime is ``timed``, else ``synthesize_batch``;
   if that call fails, returns the wrong count or an empty item, each segment is retried alone,
   so one bad segment fails only its own request;
-* alone: ``synthesize_timed`` when the runtime is ``timed``, else ``synthesize`` (``solo=True``,
-  every core, when the mode says the call runs alone and the runtime has ``solo_calls``);
+* alone: ``synthesize_timed`` when the runtime is ``timed`` (torch; ONNX with a timed model), else
+  ``synthesize`` (``solo=True``, every core, when the mode says the call runs alone and the runtime
+  has ``solo_calls``);
 * every output clipped to [-1, 1] (:func:`~backends.base.clip_audio`); empty audio is a
   :class:`~backends.base.BackendFault` (a segment with phonemes always has sound);
+* every output's ends shaped (``join_pauses``, :mod:`backends.joins`): the model's padding
+  trimmed, the pause a reading of the whole text makes at the segment's end put back, the
+  runtime's durations shifted with the audio, so word timings follow the audio that is sent;
 * the observer hears of every runtime call (``batch_done``, size 1 for a single call) and of every
   segment (``segment_done`` with its share of the call's time).
 
@@ -78,6 +82,7 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
+from .joins import pause_for, shape
 from .lang import resolve_lang, voice_language
 from .policy import CallKind, SchedulingPolicy, input_tokens
 from .text import TextPipeline
@@ -343,7 +348,8 @@ class Engine:
                 outs = self._call(self.synthesizer.synthesize_batch, list(segments))
             if len(outs) != len(segments):
                 raise BackendFault(f"the batch call returned {len(outs)} outputs for {len(segments)} segments")
-            pairs = [(clip_audio(o[0]), o[1]) if timed else (clip_audio(o), None) for o in outs]
+            pairs = [self._joined(s, clip_audio(o[0]), o[1]) if timed else self._joined(s, clip_audio(o), None)
+                     for s, o in zip(segments, outs, strict=True)]
             if any(audio.size == 0 for audio, _ in pairs):  # retried one by one: only that segment fails
                 raise BackendFault("the runtime produced no audio for a segment")
         except Exception as e:
@@ -369,6 +375,7 @@ class Engine:
             audio = clip_audio(audio)
             if audio.size == 0:  # a segment with phonemes always has sound: never pass silence as success
                 raise BackendFault(f"the runtime produced no audio for segment {segment.index}")
+            audio, durations = self._joined(segment, audio, durations)
         except Exception as e:
             if isinstance(e, Interrupted):
                 self._observer.interrupted(self.clock() - t0)
@@ -378,6 +385,15 @@ class Engine:
         self._observer.batch_done(1)
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
         return SegmentResult(audio, durations, elapsed)
+
+    def _joined(
+        self, segment: Segment, audio: np.ndarray, durations: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The one place a segment's ends are shaped (:mod:`backends.joins`): padding trimmed, the
+        reading's pause after it, its durations shifted with the audio."""
+        if not self.config.join_pauses:
+            return audio, durations
+        return shape(audio, durations, pause_for(segment.ends, segment.lang))
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One runtime call, where :meth:`stuck_seconds` can see it."""

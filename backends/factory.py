@@ -9,6 +9,7 @@ heavy: ``await backend.start()`` does the loading, off the event loop.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def create_pipeline(config: BackendConfig, files: ModelFiles) -> TextPipeline:
         first_segment_max_words=config.first_segment_max_words,
         segment_phonemes=config.segment_phonemes,
         preload=g2p.preload,
+        phrase_end_mark=config.phrase_end_mark,
     )
 
 
@@ -84,6 +86,6 @@ def create_backend(config: BackendConfig, observer: BackendObserver | None = Non
     files = ModelFiles.discover(Path(config.model_dir or default_model_dir()))
     voices = VoiceStore.from_path(files.voices, config.default_voice, config.voice_alias_map)
     synthesizer = create_synthesizer(config, files, voices)
-    cls = import_from_string(MODES[config.mode])
+    cls: Callable[..., Backend] = import_from_string(MODES[config.mode])
     return cls(synthesizer, create_pipeline(config, files), voices, config,
                observer=observer, model_name=_model_name(config.backend, files))

@@ -26,9 +26,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from .base import Unsupported
+from .g2p_marks import phonemize_keeping_marks
 from .lang import (
     CJK_LANGS,
     ENGLISH,
@@ -68,7 +69,7 @@ class EspeakG2P:
         self._lock = threading.Lock()
         self._backends: dict[str, object] = {}
 
-    def _backend(self, lang: str):
+    def _backend(self, lang: str) -> Any:
         from phonemizer.backend import EspeakBackend
 
         backend = self._backends.get(lang)
@@ -85,9 +86,8 @@ class EspeakG2P:
         if not text.strip():
             return ""
         check_script(text, lang)
-        with self._lock:
-            out = self._backend(lang).phonemize([text], strip=True)
-        return " ".join(out[0].split()) if out else ""
+        with self._lock:  # marks cut where they stand, so no word after a number's "," is lost
+            return phonemize_keeping_marks(self._backend(lang), text)
 
 
 class G2P:

@@ -32,4 +32,5 @@ class JapaneseG2P:
     def __call__(self, text: str) -> str:
         text = _THOUSANDS.sub("", text)
         with self._lock:
-            return self._g2p(text)
+            phonemes: str = self._g2p(text)
+        return phonemes

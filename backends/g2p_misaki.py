@@ -23,7 +23,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .lang import unreadable
 
@@ -76,7 +76,7 @@ class MisakiEnglish:
             phonemes, tokens = self._g2p(text)
         if _UNK in phonemes:
             raise unreadable([t.text for t in tokens if t.phonemes is None or _UNK in t.phonemes], "en-us")
-        return phonemes
+        return str(phonemes)
 
 
 _NO_SPACE_BEFORE = re.compile(r" +([.,!?;:])")
@@ -86,7 +86,7 @@ _LATIN_RUN = re.compile(r"([A-Za-z][A-Za-z '\-]*[A-Za-z]|[A-Za-z])")
 class MisakiMandarin:
     """``text -> phonemes`` through misaki's Mandarin front end; ``english`` reads Latin runs."""
 
-    def __init__(self, english=None):
+    def __init__(self, english: Callable[[str], str] | None = None) -> None:
         import jieba
         from misaki import zh
 

@@ -45,7 +45,7 @@ def formatter(fmt: str) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else logging.Formatter(PLAIN)
 
 
-class StderrHandler(logging.StreamHandler):
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]  # typeshed: generic only in stubs
     """A stream handler on whatever ``sys.stderr`` is when a record is written (not when the
     handler was made), so that code replacing stderr — a test's capture — never leaves it
     writing to a closed stream."""
@@ -53,7 +53,7 @@ class StderrHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__()
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
+from typing import Any
 
 #: The kokoro-onnx GitHub release that publishes the Kokoro v1.0 ONNX files.
 OFFICIAL_BASE_URL = "https://github.com/thewh1teagle/kokoro-onnx/releases/download/model-files-v1.0"
@@ -188,7 +189,7 @@ def fetch_official(
     base_url: str = OFFICIAL_BASE_URL,
     files: tuple[ReleaseFile, ...] | None = None,
     progress: Progress = lambda _m: None,
-    **download_options,
+    **download_options: Any,
 ) -> list[str]:
     """Bring the pinned official files into ``model_dir``; returns the names downloaded (a file already
     there and verified is kept as it is)."""

@@ -31,6 +31,8 @@ request offers its next segment when the previous one is done) and ask this poli
    queue would take after it, if that call has run less than ``interrupt_before_fraction`` of its
    expected time (any such call under overload with ``admit``); the interrupted segment is queued
    again with its own due and runs after it; a request's segment is interrupted at most once.
+   A request closed while its segment runs (a client's cancel, a voice agent's Clear or barge-in)
+   has that call interrupted too (:meth:`SchedulingPolicy.abandon`): nobody waits for its result.
 6. **Holding a worker** (parallel single calls, concurrent mode). While a call runs, a free worker
    takes the queue's head only once some queued segment must start: its due less ``hold_factor``
    times its expected time beside another call. Until then it waits for urgent work (a newcomer's
@@ -231,7 +233,7 @@ class SchedulingPolicy:
     def order(self) -> Order:
         return "deadline" if self.config.deadlines else self.plain_order
 
-    def rank(self, queue: SegmentQueue) -> Callable[[Entry], tuple]:
+    def rank(self, queue: SegmentQueue) -> Callable[[Entry], tuple[Any, ...]]:
         """The sort key of the queue's order for the entries queued now (smaller runs sooner)."""
         if self.order == "fifo":
             return lambda e: (e.seq,)
@@ -240,7 +242,7 @@ class SchedulingPolicy:
         if self.overloaded(queue):
             yields = self.config.overload_yields
 
-            def overloaded(e: Entry) -> tuple:
+            def overloaded(e: Entry) -> tuple[Any, ...]:
                 if not e.playing:
                     return (1, e.cost, e.due, *queue.turn(e))  # first audio at once, shortest first
                 if e.passed >= yields:
@@ -251,7 +253,7 @@ class SchedulingPolicy:
         window = self.config.due_together_ms / 1000.0
         together = min((e.due for e in queue.entries), default=0.0) + window
 
-        def deadline(e: Entry) -> tuple:
+        def deadline(e: Entry) -> tuple[Any, ...]:
             if window > 0 and e.due <= together:
                 return (0, e.cost, e.due, *queue.turn(e))
             return (1, 0.0, e.due, *queue.turn(e))
@@ -315,6 +317,12 @@ class SchedulingPolicy:
         if interruptible:
             self._preemption.started(call)
         return call
+
+    def abandon(self, match: Callable[[Any], bool]) -> None:
+        """A request was closed (a client's cancel or barge-in) while a call of its segment runs:
+        interrupt the interruptible running calls whose queue item ``match`` es, as nobody waits
+        for what they compute (its result is discarded, not queued again)."""
+        self._preemption.abandon(match)
 
     def call_ended(self, call: RunningCall) -> None:
         with contextlib.suppress(ValueError):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: The policy's order for the entries queued now: a sort key (smaller runs sooner).
-Rank = Callable[["SegmentQueue"], Callable[["Entry"], tuple]]
+Rank = Callable[["SegmentQueue"], Callable[["Entry"], tuple[Any, ...]]]
 
 
 class Playout:
@@ -110,7 +110,7 @@ class SegmentQueue:
         """The queued entries, in no particular order."""
         return list(self._entries)
 
-    def turn(self, entry: Entry) -> tuple:
+    def turn(self, entry: Entry) -> tuple[Any, ...]:
         """Round-robin by session (the session served or joined longest ago first), then the
         session's oldest request, then the order of arrival."""
         return (self._turn.get(entry.session, 0), entry.request_seq, entry.seq)
@@ -132,7 +132,7 @@ class SegmentQueue:
         """Up to ``n`` entries in order, a session's second entry only after every session's
         first (a batch spreads over sessions); the first always goes, each later one only when
         ``fits(taken, entry)``. Entries passed over keep their place."""
-        ranked: list[tuple[int, tuple, Entry]] = []
+        ranked: list[tuple[int, tuple[Any, ...], Entry]] = []
         per_session: dict[str, int] = {}
         key = self.rank(self)
         for entry in sorted(self._entries, key=key):
@@ -237,6 +237,13 @@ class Preemption:
     def ended(self, call: RunningCall) -> None:
         with contextlib.suppress(ValueError):
             self._calls.remove(call)
+
+    def abandon(self, match: Callable[[Any], bool]) -> None:
+        """Interrupt the running calls whose queue item ``match`` es: their request was closed
+        (a client's cancel or barge-in), so nobody waits for what they compute."""
+        for call in self._calls:
+            if match(call.entry.item) and not call.interrupt.is_set:
+                call.interrupt.set()
 
     def victim(self, queue: SegmentQueue, entry: Entry, playout: Playout, now: float, *,
                before_fraction: float = 0.5, any_later: bool = False) -> RunningCall | None:

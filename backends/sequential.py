@@ -20,7 +20,8 @@ when the policy refuses a newcomer under overload (``overload=refuse``), ``strea
 :class:`~backends.base.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``) counts the segments
 waiting, not the one running, as in the concurrent mode.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
-that has not started leaves the queue outright, one already running finishes and is discarded. The
+that has not started leaves the queue outright; one already running is interrupted where the runtime
+can be (``interruptible``, with deadlines on), else it finishes, and its result is discarded. The
 request timeout fails the stream with :class:`~backends.base.SynthesisTimeout`. ``aclose()`` fails
 every queued segment with :class:`~backends.base.NotReady`.
 """
@@ -104,8 +105,10 @@ class SequentialBackend(Engine):
                 except Exception as e:  # e.g. the worker was shut down by aclose()
                     raise self._as_error(e, request) from e
                 finally:
-                    self._queue.remove(lambda item, future=future: item[1] is future)
+                    self._queue.remove(partial(_holds, future))
                     self._set_waiting(self._waiting - 1)
+                    if future.cancel() or future.cancelled():  # closed mid-call (cancel, barge-in): stop it
+                        policy.abandon(partial(_holds, future))
                 if result.error is not None:
                     raise self._as_error(result.error, request) from result.error
                 policy.segment_ready(playout, result.audio, request)
@@ -134,7 +137,7 @@ class SequentialBackend(Engine):
             return
         work.add_done_callback(partial(self._done, entry, call))
 
-    def _done(self, entry: Entry, call: RunningCall, work: asyncio.Future) -> None:
+    def _done(self, entry: Entry, call: RunningCall, work: asyncio.Future[Any]) -> None:
         self._running = False
         self.policy.call_ended(call)
         future = entry.item[1]
@@ -150,3 +153,8 @@ class SequentialBackend(Engine):
         else:
             future.set_result(work.result()[0])
         self._run_next()
+
+
+def _holds(future: asyncio.Future[SegmentResult], item: Any) -> bool:
+    """Whether a queue entry's item, ``(segment, future, playout)``, is the one of ``future``."""
+    return item[1] is future

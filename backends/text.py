@@ -28,7 +28,12 @@ Rules (docs/runtimes.md states them for users):
   whole sentences, each segment at most twice the size of the one before, up to
   ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
 * Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
-  whitespace).
+  whitespace), and their phonemes, joined, are the whole text's (up to pauses and stress).
+* Each segment says where it ends (:attr:`~backends.base.Segment.ends`): ``sentence`` (the last
+  piece of a sentence), ``clause`` (at ``, ; : —``) or ``phrase`` (a cut between words inside a
+  clause); the engine puts the reading's pause for that kind after it (:mod:`backends.joins`). A
+  ``phrase`` segment's phonemes end with ``phrase_end_mark`` when one is set, so the model reads
+  the fragment as going on.
 
 Pure Python plus the G2P callable; call from a worker thread (phonemisation is CPU work).
 """
@@ -44,7 +49,8 @@ from .base import MAX_PHONEMES, EmptyText, Segment
 from .sentences import split_sentences
 
 __all__ = [
-    "SegmentPlan", "TextPipeline", "clause_boundaries", "count_words", "normalize", "phrase_boundaries", "split_sentences",
+    "SegmentPlan", "TextPipeline", "boundary_kind", "clause_boundaries", "count_words", "normalize",
+    "phrase_boundaries", "split_sentences",
     "word_boundaries",
 ]
 
@@ -152,10 +158,22 @@ def _split_at(sentence: str, cuts: list[int]) -> list[str]:
     return pieces
 
 
+_SENTENCE_END = frozenset(".!?…。！？")
+_CLAUSE_END = frozenset(",;:—–-、，；：")
+
+
+def boundary_kind(text: str) -> str:
+    """The kind of boundary a piece of a sentence ends at, by its last mark (closing quotes and
+    brackets aside): ``sentence``, ``clause`` or ``phrase`` (no mark: a cut between words)."""
+    last = text.rstrip().rstrip("\"'”’)]}»")[-1:]
+    return "sentence" if last in _SENTENCE_END else "clause" if last and last in _CLAUSE_END else "phrase"
+
+
 @dataclass(frozen=True)
 class SegmentPlan:
     text: str
     phonemes: str
+    ends: str = "sentence"
 
 
 class TextPipeline:
@@ -172,9 +190,13 @@ class TextPipeline:
         segment_phonemes: int = 300,
         max_phonemes: int = MAX_PHONEMES,
         preload: Callable[[str], None] | None = None,
+        phrase_end_mark: str = "",
     ):
         self._phonemize = phonemize
         self._preload = preload
+        #: Put after the phonemes of a segment cut between words inside a clause (``phrase``), so
+        #: the model reads it as going on rather than ending (docs/speech-quality.md measures it).
+        self.phrase_end_mark = "".join(c for c in phrase_end_mark if c in vocab)
         self._vocab = vocab
         self.first_segment_words = first_segment_words
         self.first_segment_max_words = first_segment_max_words
@@ -216,7 +238,7 @@ class TextPipeline:
         for piece in pieces:
             if out and len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
                 last = out[-1]
-                out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}")
+                out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}", piece.ends)
             else:
                 out.append(piece)
         return out
@@ -258,21 +280,26 @@ class TextPipeline:
         """The request's segments (see the module docstring). ``short_first_words``: cut the first
         segment short, after at most this many words where a cut can go."""
         text = normalize(text)
-        sentences = split_sentences(text)
-        if fast_first and sentences:
-            cut = self._first_cut(sentences[0], short_first_words)
+        units = [(sentence, True) for sentence in split_sentences(text)]  # (text, ends its sentence)
+        if fast_first and units:
+            cut = self._first_cut(units[0][0], short_first_words)
             if cut is not None:
-                first, *rest = _split_at(sentences[0], [cut])
+                first, *rest = _split_at(units[0][0], [cut])
                 if short_first_words and rest:
                     rest = _split_at(rest[0], clause_boundaries(rest[0]))
-                sentences[:1] = [first, *rest]
+                units[:1] = [(first, not rest), *((r, i == len(rest) - 1) for i, r in enumerate(rest))]
         pieces: list[SegmentPlan] = []
-        for sentence in sentences:
-            pieces.extend(p for p in self._fit(sentence, lang) if p.phonemes)
+        for unit, closes in units:
+            fitted = self._fit(unit, lang)
+            ends = [boundary_kind(p.text) for p in fitted[:-1]] + ["sentence" if closes else boundary_kind(unit)]
+            pieces.extend(SegmentPlan(p.text, p.phonemes, end) for p, end in zip(fitted, ends, strict=True) if p.phonemes)
         if not any(any(c.isalpha() for c in p.phonemes) for p in pieces):
             raise EmptyText("text has nothing to pronounce")
+        mark = self.phrase_end_mark
         return [
-            Segment(text=p.text, phonemes=p.phonemes, voice=voice, speed=speed, index=i, lang=lang)
+            Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and len(p.phonemes) < self.max_phonemes
+                    else p.phonemes,
+                    voice=voice, speed=speed, index=i, lang=lang, ends=p.ends)
             for i, p in enumerate(self._grow(pieces))
         ]
 
@@ -290,7 +317,7 @@ class TextPipeline:
                 budget = min(self.segment_phonemes, max(2 * len(out[-2].phonemes), self.min_pack))
                 if len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
                     last = out[-1]
-                    out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}")
+                    out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}", piece.ends)
                     continue
             out.append(piece)
         return out

@@ -197,7 +197,9 @@ def _weight_norm(w: np.ndarray, g_shape: tuple[int, ...]) -> tuple[np.ndarray, n
     return v, norm.astype(np.float32).reshape(g_shape), int(zero.sum())
 
 
-def build_state_dicts(onnx_path: Path, config: dict[str, Any]) -> tuple[dict[str, dict], dict[str, Any]]:
+def build_state_dicts(
+    onnx_path: Path, config: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Map the ONNX weights onto a KModel of ``config``: (component -> state dict, report)."""
     import torch
 

@@ -66,7 +66,8 @@ def _repeat(m: Mask, factor: int) -> Mask:
 def _lstm(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """A batch-first bidirectional LSTM over packed sequences, padded back to x's length."""
     if bool((lengths >= x.shape[1]).all()):
-        return lstm(x)[0]
+        whole: torch.Tensor = lstm(x)[0]
+        return whole
     packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     out, _ = lstm(packed)
     out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
@@ -121,7 +122,9 @@ def _res_block1(blk: Any, x: torch.Tensor, s: torch.Tensor, m: Mask) -> torch.Te
     return x
 
 
-def _f0_n(pred: Any, en: torch.Tensor, s: torch.Tensor, frames: torch.Tensor, m: Mask):
+def _f0_n(
+    pred: Any, en: torch.Tensor, s: torch.Tensor, frames: torch.Tensor, m: Mask
+) -> tuple[torch.Tensor, torch.Tensor]:
     """ProsodyPredictor.F0Ntrain, masked: F0 and N curves (B, 2 * frames), zero past each end.
     Lengths (``frames`` here, ``n_*`` below) are CPU tensors throughout."""
     x = _lstm(pred.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
@@ -181,7 +184,9 @@ def _stft(x: torch.Tensor, n: torch.Tensor, n_fft: int, hop: int, window: torch.
     return torch.cat([spec.abs(), spec.angle()], dim=1)
 
 
-def _istft(mag, phase, fm: Mask, n_fft: int, hop: int, window: torch.Tensor) -> torch.Tensor:
+def _istft(
+    mag: torch.Tensor, phase: torch.Tensor, fm: Mask, n_fft: int, hop: int, window: torch.Tensor
+) -> torch.Tensor:
     """``torch.istft(center=True)`` per item: overlap-add normalised by the window envelope of the
     item's own frames (``fm``), so an item's last samples do not see its neighbours' padding."""
     b, _, k = mag.shape
@@ -194,7 +199,9 @@ def _istft(mag, phase, fm: Mask, n_fft: int, hop: int, window: torch.Tensor) -> 
     return out[:, n_fft // 2 : n_fft // 2 + (k - 1) * hop]
 
 
-def _generator(gen: Any, x, s, f0, n_f0: torch.Tensor, deterministic: bool) -> torch.Tensor:
+def _generator(
+    gen: Any, x: torch.Tensor, s: torch.Tensor, f0: torch.Tensor, n_f0: torch.Tensor, deterministic: bool
+) -> torch.Tensor:
     """Generator.forward, masked; ``x`` and ``f0`` have ``n_f0`` valid steps per item."""
     n_fft, hop = gen.stft.filter_length, gen.stft.hop_length
     window = torch.hann_window(n_fft, periodic=True, dtype=_wide(x).dtype, device=x.device)
@@ -227,7 +234,10 @@ def _generator(gen: Any, x, s, f0, n_f0: torch.Tensor, deterministic: bool) -> t
         return _istft(torch.exp(x[:, :half]), torch.sin(x[:, half:]), fm, n_fft, hop, window)
 
 
-def _decoder(dec: Any, asr, f0, n_curve, s, frames: torch.Tensor, deterministic: bool) -> torch.Tensor:
+def _decoder(
+    dec: Any, asr: torch.Tensor, f0: torch.Tensor, n_curve: torch.Tensor, s: torch.Tensor, frames: torch.Tensor,
+    deterministic: bool,
+) -> torch.Tensor:
     """Decoder.forward, masked; ``asr`` has ``frames`` valid steps, the curves twice as many."""
     mf = _mask(frames, asr.shape[-1], asr.device)
     f0_c = _masked(dec.F0_conv(f0[:, None].to(asr.dtype)), mf)

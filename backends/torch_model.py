@@ -43,7 +43,8 @@ def kmodel_class() -> type:
     """``kokoro.model.KModel`` without running ``kokoro/__init__.py`` (which needs misaki)."""
     with _import_lock:
         if "kokoro.model" in sys.modules:
-            return sys.modules["kokoro.model"].KModel
+            cached: type = sys.modules["kokoro.model"].KModel
+            return cached
         spec = importlib.util.find_spec("kokoro")
         if spec is None or not spec.submodule_search_locations:
             raise ImportError(
@@ -66,11 +67,12 @@ def kmodel_class() -> type:
             if placeholder:
                 # Leave no half-package behind: a later real `import kokoro` runs its __init__.
                 sys.modules.pop("kokoro", None)
-        return module.KModel
+        kmodel: type = module.KModel
+        return kmodel
 
 
 def read_config(config_path: Path) -> dict[str, Any]:
-    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    config: dict[str, Any] = json.loads(Path(config_path).read_text(encoding="utf-8"))
     for key in ("vocab", "n_token", "plbert", "istftnet", "hidden_dim", "style_dim"):
         if key not in config:
             raise ValueError(f"{config_path}: not a Kokoro config (no {key!r})")
@@ -110,7 +112,7 @@ def load_checkpoint(model: Any, checkpoint: Path | dict[str, Any]) -> None:
     import torch
 
     if not isinstance(checkpoint, dict):
-        checkpoint = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        checkpoint = dict(torch.load(checkpoint, map_location="cpu", weights_only=True))
     missing = [c for c in COMPONENTS if c not in checkpoint]
     extra = [c for c in checkpoint if c not in COMPONENTS]
     if missing or extra:

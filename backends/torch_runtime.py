@@ -65,6 +65,7 @@ from .base import (
     NotReady,
     Segment,
     Synthesizer,
+    Unsupported,
     clip_audio,
 )
 from .torch_model import REBUILT_PTH, build_kmodel, find_checkpoint, load_checkpoint, read_config
@@ -108,6 +109,23 @@ def resolve_device(device: str) -> str:
     return device
 
 
+class InterruptWatch:
+    """The forward pre-hook on every leaf module: the running call stops there once its interrupt
+    is set. A copy of the model (``copy.deepcopy``) shares the watch instead of copying the
+    synthesizer, its lock and its model along with it."""
+
+    def __init__(self) -> None:
+        self.interrupt: Interrupt | None = None
+
+    def __call__(self, module: Any, args: Any) -> None:
+        interrupt = self.interrupt
+        if interrupt is not None and interrupt.is_set:
+            raise Interrupted("the call was interrupted")
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> InterruptWatch:
+        return self
+
+
 class TorchSynthesizer(Synthesizer):
     """Kokoro-82M on PyTorch. ``load()`` once (seconds; may rebuild the checkpoint), then
     ``synthesize``, ``synthesize_timed`` or ``synthesize_batch`` from worker threads."""
@@ -143,7 +161,7 @@ class TorchSynthesizer(Synthesizer):
         self._model: Any = None
         self._vocab: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._interrupt: Interrupt | None = None  # the running call's (calls are serialised)
+        self._watch = InterruptWatch()  # the running call's interrupt (calls are serialised)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -157,6 +175,9 @@ class TorchSynthesizer(Synthesizer):
         started = time.perf_counter()
         self.device = resolve_device(self.requested_device)
         self.dtype = resolve_dtype(self.requested_dtype, self.device)
+        problem = reduced_precision_problem(self.dtype, self.device)
+        if problem:
+            raise Unsupported(problem, code="unsupported_dtype")
         if self.device == "cpu" and self.threads:  # (set_threads: before load)
             torch.set_num_threads(self.threads)
         config = read_config(self.model_dir / "config.json")
@@ -169,7 +190,7 @@ class TorchSynthesizer(Synthesizer):
         model = model.to(self.device).eval()
         for module in model.modules():
             if not any(True for _ in module.children()):
-                module.register_forward_pre_hook(self._stop_if_interrupted)
+                module.register_forward_pre_hook(self._watch)
         self._model = model
         if self.warmup:  # first-call allocations and kernel selection, off the request path
             self._forward([self.tokens(WARMUP_PHONEMES)] * 2, np.zeros((2, 256), np.float32), [1.0, 1.0])
@@ -205,7 +226,8 @@ class TorchSynthesizer(Synthesizer):
 
     def _style(self, voice: str, n_tokens: int) -> np.ndarray:
         pack = np.asarray(self.voices.get(voice), dtype=np.float32).reshape(-1, 256)
-        return pack[max(1, min(n_tokens, len(pack))) - 1]
+        row: np.ndarray = pack[max(1, min(n_tokens, len(pack))) - 1]
+        return row
 
     def synthesize(self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False) -> np.ndarray:
         """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary)."""
@@ -240,12 +262,6 @@ class TorchSynthesizer(Synthesizer):
                 results[i] = output
         return results
 
-    def _stop_if_interrupted(self, module: Any, args: Any) -> None:
-        """A forward pre-hook on every leaf module: the running call stops here once interrupted."""
-        interrupt = self._interrupt
-        if interrupt is not None and interrupt.is_set:
-            raise Interrupted("the call was interrupted")
-
     def _forward(
         self, tokens: list[list[int]], styles: np.ndarray, speeds: list[float], interrupt: Interrupt | None = None
     ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -277,19 +293,38 @@ class TorchSynthesizer(Synthesizer):
         """The module hooks watch ``interrupt`` for the duration of one call (under the lock)."""
         if interrupt is not None and interrupt.is_set:
             raise Interrupted("the call was interrupted before it began")
-        self._interrupt = interrupt
+        self._watch.interrupt = interrupt
         try:
             yield
         finally:
-            self._interrupt = None
+            self._watch.interrupt = None
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
 
         if self.dtype == "float32":
             return contextlib.nullcontext()
+        problem = reduced_precision_problem(self.dtype, self.device)
+        if problem:
+            raise Unsupported(problem, code="unsupported_dtype")
         device_type = "cuda" if str(self.device).startswith("cuda") else "cpu"
         return torch.autocast(device_type, dtype=getattr(torch, self.dtype))
+
+
+def reduced_precision_problem(dtype: str, device: str) -> str | None:
+    """Why ``dtype`` cannot run on ``device`` here, or None. On a CPU, oneDNN's reduced-precision
+    LSTM needs AVX-512: an AVX2-only machine fails the first call ("could not create a primitive
+    descriptor for the LSTM forward propagation primitive"), so the runtime refuses the setting up
+    front instead."""
+    import torch
+
+    if dtype == "float32" or str(device).startswith("cuda"):
+        return None
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability.upper().startswith("AVX512"):
+        return None
+    return (f"KOKORO_DTYPE={dtype} cannot run on this CPU ({capability}): PyTorch's reduced-precision LSTM needs "
+            "AVX-512; use KOKORO_DTYPE=float32 (or auto)")
 
 
 def _remove_weight_norm(model: Any) -> None:

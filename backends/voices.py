@@ -212,7 +212,7 @@ class VoiceStore:
         with self._lock:
             pack = self._blends.get(name)
             if pack is None:
-                pack = sum(w * self._packs[n] for n, w in parse_blend(name)).astype(np.float32)
+                pack = _mix([(w, self._packs[n]) for n, w in parse_blend(name)])
                 self._blends[name] = pack
                 if len(self._blends) > MAX_CACHED_BLENDS:  # every distinct weight is a new 0.5 MB pack
                     self._blends.popitem(last=False)
@@ -226,5 +226,12 @@ class VoiceStore:
         name = self.resolve(spec)
         row = max(1, min(n_tokens, PACK_SHAPE[0])) - 1
         if name in self._packs:
-            return self._packs[name][row]
-        return sum(w * self._packs[n][row] for n, w in parse_blend(name)).astype(np.float32)
+            style: np.ndarray = self._packs[name][row]
+            return style
+        return _mix([(w, self._packs[n][row]) for n, w in parse_blend(name)])
+
+
+def _mix(weighted: list[tuple[float, np.ndarray]]) -> np.ndarray:
+    """The weighted sum of same-shaped arrays, float32 (a blend of voice packs or of their rows)."""
+    total: np.ndarray = sum((weight * array for weight, array in weighted), start=np.zeros((), np.float32))
+    return total.astype(np.float32)

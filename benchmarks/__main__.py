@@ -1,6 +1,6 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, e2e, languages, overload or
-all — and ``python -m benchmarks compare --target NAME=URL ...`` (running servers side by side, see ``benchmarks.compare``);
-``--help`` lists every suite.
+"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, quality, e2e,
+languages, agentproto, onnx_durations, overload or all — and ``python -m benchmarks compare --target NAME=URL ...``
+(running servers side by side, see ``benchmarks.compare``); ``--help`` lists every suite.
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
 ``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
@@ -28,8 +28,11 @@ TITLES = {
     "throughput": "Throughput: audio-hours per hour by concurrency",
     "payload": "Payload size by wire format",
     "overhead": "Serving overhead vs the raw runtime",
+    "quality": "Speech quality: streamed audio against one reading of the whole text",
     "e2e": "End to end: first audio through the agent, bidi vs batch vs bidi without the early first clause",
     "languages": "Languages: each G2P front end's cost; English intelligibility, espeak-ng vs misaki",
+    "agentproto": "Voice-agent protocols: first audio from a token stream (server vs client cutting), Clear to silence",
+    "onnx_durations": "Word timings on ONNX: the timed model vs today's export (speed, sameness, intelligibility)",
     "overload": "Overload and stalled readers: a newcomer behind late streams, admit vs refuse",
 }
 NAMES = tuple(TITLES)
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 render(name, args.out)
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model_dir = args.model_dir or BackendConfig().model_dir
+    model_dir = args.model_dir or BackendConfig.from_env(os.environ).model_dir
     names = NAMES if args.name == "all" else (args.name,)
     failed = []
     t0 = time.perf_counter()

@@ -95,7 +95,7 @@ async def one_run(backend, sessions: int, per_session: int) -> dict:
 
 
 async def main(args: argparse.Namespace) -> dict:
-    files = ModelFiles.discover(Path(BackendConfig().model_dir or default_model_dir()))
+    files = ModelFiles.discover(Path(BackendConfig.from_env(os.environ).model_dir or default_model_dir()))
     voices = VoiceStore.from_path(files.voices)
     pipeline = TextPipeline(EspeakG2P().phonemize, load_vocab(files.config))
     cpus = os.cpu_count() or 1

@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     from backends.torch_runtime import TorchSynthesizer, resolve_device
     from backends.voices import VoiceStore
 
-    model_dir = args.model_dir or BackendConfig().model_dir or default_model_dir()
-    args.dtype = args.dtype or BackendConfig().dtype
+    model_dir = args.model_dir or BackendConfig.from_env(os.environ).model_dir or default_model_dir()
+    args.dtype = args.dtype or BackendConfig.from_env(os.environ).dtype
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
     levels = (

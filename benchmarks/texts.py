@@ -6,6 +6,8 @@
 * :data:`CLIPS` — 24 short utterances (one or two sentences each) for the payload table.
 * :data:`THROUGHPUT_TEXTS` — requests the throughput clients cycle through (two sentences each,
   one server segment each when the first segment is not cut early).
+* :data:`QUALITY_TEXTS` — what the speech-quality benchmark reads whole and streamed: sentences
+  with and without an early clause mark, numbers, money and decimals (each within one model call).
 """
 
 from __future__ import annotations
@@ -62,6 +64,18 @@ THROUGHPUT_TEXTS = (
     "The recipe needs two cups of flour and one egg. Bake it for twenty minutes until golden.",
     "The museum is free on the first Sunday of each month. Guided tours leave every hour.",
     "Engineers replaced the old bridge over the river last year. Traffic now moves much faster.",
+)
+
+
+QUALITY_TEXTS = (
+    PARAGRAPH,
+    "Kokoro is a small text to speech model. It runs well on an ordinary laptop without a graphics card.",
+    "We sold 1,250 units, and the invoice lists 1,250 units at $12.50 each, which is more than last year.",
+    "The train to the coast leaves from the main station every morning at seven. Tickets cost $4.75 each.",
+    "Our support team answers every message within a day; urgent problems are handled by phone.",
+    "If the weather holds, we will walk to the lighthouse after lunch and come back along the beach.",
+    THROUGHPUT_TEXTS[1],
+    "The report shows that revenue rose by 3.5 percent in the second quarter, mostly from new customers.",
 )
 
 

@@ -1,8 +1,10 @@
 """The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
 
-Routes (docs/wire-contract.md, docs/openai-api.md): ``GET /ping`` (with ``warnings`` while
-synthesis falls behind real time, ``server.realtime``), ``POST /invocations``, ``WS
-/invocations-bidirectional-stream``, ``GET /metrics`` and the OpenAI-compatible routes; every
+Routes (docs/wire-contract.md, docs/openai-api.md, docs/voice-agents.md): ``GET /ping`` (with
+``warnings`` while synthesis falls behind real time, ``server.realtime``), ``POST /invocations``, ``WS
+/invocations-bidirectional-stream``, ``GET /metrics``, the OpenAI-compatible routes and the
+voice-agent protocols (Deepgram's ``WS /v1/speak``, Cartesia's ``WS /tts/websocket``, ElevenLabs'
+``WS /v1/text-to-speech/{voice}/stream-input`` and ``multi-stream-input``); every
 speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
 backend only through the :class:`~backends.base.Backend` protocol. Middleware: ``x-request-id`` on
 every ``/v1/`` answer (``server.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
@@ -35,6 +37,12 @@ from backends.base import Backend
 from backends.startup import install_hint
 
 from .auth import BearerAuth
+from .cartesia import PATH as CARTESIA_PATH
+from .cartesia import cartesia_routes
+from .deepgram import PATH as DEEPGRAM_PATH
+from .deepgram import deepgram_routes
+from .elevenlabs import PATH_PREFIX as ELEVENLABS_PATHS
+from .elevenlabs import elevenlabs_routes
 from .invocations import invocations_endpoint
 from .metrics import Metrics
 from .openai_api import openai_routes
@@ -152,7 +160,12 @@ def create_app(
         WebSocketRoute("/invocations-bidirectional-stream", websocket_endpoint),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *openai_routes(backend, settings),
+        *deepgram_routes(),
+        *cartesia_routes(),
+        *elevenlabs_routes(),
     ]
+    # WebSocket protocols that check their clients' own key
+    own_key_paths = (DEEPGRAM_PATH, CARTESIA_PATH, ELEVENLABS_PATHS)
     middleware: list[Middleware] = [Middleware(RequestIdMiddleware)]  # outermost: every /v1/ answer has one
     if settings.cors_origin_list:
         middleware.append(Middleware(
@@ -160,7 +173,9 @@ def create_app(
             allow_headers=["Authorization", "Content-Type"], expose_headers=["X-Request-Id"],
         ))
     if settings.api_key is not None:
-        middleware.append(Middleware(BearerAuth, api_key=settings.api_key.get_secret_value()))
+        middleware.append(Middleware(
+            BearerAuth, api_key=settings.api_key.get_secret_value(), own_key_paths=own_key_paths
+        ))
 
     app = Starlette(
         routes=routes,

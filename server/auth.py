@@ -7,6 +7,9 @@ SageMaker poll without credentials). Keys are compared as SHA-256 digests with
 A refused HTTP request gets 401 with the JSON error body (in OpenAI's shape under ``/v1/``); a refused WebSocket gets a 401 HTTP
 response at the upgrade (the denial-response extension), or a 1008 close where the server lacks it.
 CORS preflight (``OPTIONS`` with ``Access-Control-Request-Method``) passes through to the CORS layer.
+WebSocket routes of other providers' protocols (``own_key_paths``: Deepgram's ``/v1/speak`` …) pass
+through too: their clients send the key their own way, and the route checks it with
+:func:`key_matches` (``server.stream_socket``).
 """
 
 from __future__ import annotations
@@ -24,13 +27,27 @@ def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
+def key_matches(want: str, given: str | bytes | None) -> bool:
+    """Whether ``given`` is the key ``want``, compared as digests in constant time."""
+    raw = given.encode("utf-8", "surrogatepass") if isinstance(given, str) else (given or b"")
+    return hmac.compare_digest(_digest(raw.strip()), _digest(want.encode("utf-8"))) and bool(raw.strip())
+
+
 class BearerAuth:
-    def __init__(self, app: ASGIApp, api_key: str, open_paths: frozenset[str] = OPEN_PATHS):
+    def __init__(
+        self, app: ASGIApp, api_key: str, open_paths: frozenset[str] = OPEN_PATHS,
+        own_key_paths: tuple[str, ...] = (),
+    ):
         if not api_key:
             raise ValueError("api_key must be non-empty")
         self.app = app
         self._want = _digest(api_key.encode("utf-8"))
         self.open_paths = open_paths
+        self.own_key_paths = own_key_paths
+
+    def _own_key(self, path: str) -> bool:
+        """``own_key_paths``: exact paths, and folders (ending in ``/``) matched as prefixes."""
+        return any(path == p or (p.endswith("/") and path.startswith(p)) for p in self.own_key_paths)
 
     def authorized(self, scope: Scope) -> bool:
         header = b""
@@ -48,6 +65,9 @@ class BearerAuth:
         kind = scope["type"]
         if kind not in ("http", "websocket") or scope.get("path") in self.open_paths:
             await self.app(scope, receive, send)
+            return
+        if kind == "websocket" and self._own_key(str(scope.get("path", ""))):
+            await self.app(scope, receive, send)  # the route checks the protocol's own key
             return
         if kind == "http" and scope.get("method") == "OPTIONS" and _is_preflight(scope):
             await self.app(scope, receive, send)

@@ -31,16 +31,18 @@ import argparse
 import asyncio
 import errno
 import logging
+import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.logs import configure as configure_logging
 from backends.startup import install_hint, settings_problems
 
-from .settings import Settings, env_names
+from .settings import Settings
 
 if TYPE_CHECKING:
     from backends.base import Backend, BackendObserver
@@ -63,7 +65,7 @@ def _uvicorn_server_class() -> type:
             self.kokoro_state = state
             self.exit_code = 0
             self._loop: asyncio.AbstractEventLoop | None = None
-            self._drain_task: asyncio.Task | None = None
+            self._drain_task: asyncio.Task[None] | None = None
 
         async def serve(self, sockets: Any = None) -> None:
             self._loop = asyncio.get_running_loop()
@@ -96,8 +98,9 @@ def _uvicorn_server_class() -> type:
 
 def build_backend(settings: Settings, observer: BackendObserver | None = None) -> Backend:
     """The backend the settings describe, building the default asset directory when it is empty."""
-    from backends.assets import AssetError, build_assets, default_model_dir
+    from backends.assets import build_assets, default_model_dir
     from backends.factory import create_backend
+    from backends.official import AssetError
 
     config = settings.backend_config()
     try:
@@ -163,7 +166,7 @@ def serve(settings: Settings) -> int:
     server.run()
     if not server.started and server.exit_code == 0:
         return 1  # could not bind, lifespan failed, ...
-    return server.exit_code
+    return int(server.exit_code)
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,7 +299,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: from the file's extension, else wav")
     p.add_argument("--sample-rate", type=int, help="8000, 16000, 22050, 24000 (default), 44100 or 48000")
     p.add_argument("--lang", help="language code, e.g. en-us (default: the voice's language when the text is in "
-                   "its script, else the text's script; docs/languages.md)")
+                   "its script, else the text's script — Latin text: KOKORO_DEFAULT_LANG, en-us; docs/languages.md)")
     return parser
 
 
@@ -304,8 +307,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {key: value for key in FLAGS if (value := getattr(args, key, None)) is not None}
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings(**_overrides(args))
+def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    """The settings ``environ`` gives, the flags given on top."""
+    return Settings.from_env(environ, **_overrides(args))
 
 
 def _problem(line: str) -> int:
@@ -313,7 +317,8 @@ def _problem(line: str) -> int:
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """``kokoro-serve``; ``environ``: the environment its settings are read from (``os.environ`` when None)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
@@ -321,10 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
     try:
-        settings = _settings(args)
+        settings = _settings(args, os.environ if environ is None else environ)
     except ValidationError as e:
         flags = {key: FLAGS[key] for key in _overrides(args)}
-        for line in settings_problems(e, Settings.model_fields, env_names, flags):
+        for line in settings_problems(e, Settings.model_fields, Settings.env_names, flags):
             _problem(line)
         return 2
     configure_logging(settings.log_level, settings.log_format)
@@ -341,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     except KokoroError as e:
         return _problem(f"{e.code}: {e.message}")
     except Exception as e:
-        from backends.assets import AssetError
+        from backends.official import AssetError
 
         if isinstance(e, AssetError):
             return _problem(f"{e} (the model directory: --model-dir / KOKORO_MODEL_DIR; "

@@ -63,7 +63,8 @@ async def invocations(request: Request, job: Synthesis) -> Response:
 
 
 def _state(request: Request) -> ServerState:
-    return request.app.state.kokoro
+    state: ServerState = request.app.state.kokoro
+    return state
 
 
 def _request_id(request: Request) -> str:

@@ -11,8 +11,8 @@ Routes (see :func:`openai_routes`):
   whose ``usage`` counts, in OpenAI's shape, ``input_tokens``: the characters of ``input``;
   ``output_tokens``: the seconds of audio, rounded up; ``total_tokens``: their sum.
 * ``POST /v1/audio/speech/timed`` — same body; JSON with the whole audio (base64) and per-word
-  ``start``/``end`` seconds. Needs a runtime that reports durations (torch); others answer 501
-  ``unsupported``.
+  ``start``/``end`` seconds. Needs a runtime that reports durations (torch; onnx with the timed
+  model ``kokoro-serve assets`` writes); others answer 501 ``unsupported``.
 * ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /v1/audio/voices``.
 
 Choices: ``model`` accepts ``kokoro``, OpenAI's TTS model names and the served model file's name
@@ -101,8 +101,9 @@ class OpenAIRoutes:
         info = self.backend.info
         if not info.capabilities.word_timings:
             raise Unsupported(
-                f"word timings need a backend that reports phoneme durations (the torch runtime); "
-                f"this server runs the {info.runtime!r} runtime in {info.mode} mode, which does not"
+                f"word timings need a backend that reports phoneme durations (the torch runtime, or onnx "
+                f"with the timed model `kokoro-serve assets` writes); this server runs the {info.runtime!r} "
+                f"runtime ({info.model}) in {info.mode} mode, which does not"
             )
         encoder = job.use_encoder(p.format, p.sample_rate)
         first = await self._open(p, request, job)

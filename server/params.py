@@ -69,7 +69,7 @@ def message_type(obj: dict[str, Any]) -> str:
         return "synthesize"
     if kind not in ("synthesize", "cancel", "close"):
         raise InvalidRequest(f"unknown message type {str(kind)[:40]!r}; expected synthesize, cancel or close")
-    return kind
+    return str(kind)
 
 
 def request_id_of(obj: Any) -> str | int | None:

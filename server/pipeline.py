@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -243,7 +243,7 @@ class Synthesis:
             yield tail
 
 
-def retrieve(task: asyncio.Future) -> None:
+def retrieve(task: asyncio.Future[Any]) -> None:
     """Done-callback for a task cancelled and left behind: read its outcome so asyncio does not
     log "exception was never retrieved"."""
     if not task.cancelled():

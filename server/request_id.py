@@ -37,7 +37,7 @@ def request_id_of(request: Request) -> str:
 def _client_header(scope: Scope) -> bytes | None:
     for name, value in scope.get("headers", ()):
         if name == _HEADER:
-            return value
+            return bytes(value)
     return None
 
 

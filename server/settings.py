@@ -1,26 +1,28 @@
 """Every setting of the server, in one object (the table: docs/settings.md).
 
-:class:`Settings` reads ``KOKORO_*`` environment variables once, at start-up; the app factory and the CLI take the object as an
-argument — nothing reads the environment later, so tests build their own ``Settings(...)``. It extends the
-backend's :class:`~backends.config.BackendConfig` (runtime, mode, text planning, limits, fake runtime), and
-:meth:`Settings.backend_config` hands the backend that part as is.
+:class:`Settings` is built once, at start-up: the CLI builds it with ``Settings.from_env(os.environ,
+**flags)`` and hands it to the app factory — nothing reads the environment later, and
+``Settings(...)`` in a test reads no environment at all (see :mod:`backends.envsettings`). It extends
+the backend's :class:`~backends.config.BackendConfig` (runtime, mode, text planning, limits, fake
+runtime), and :meth:`Settings.backend_config` hands the backend that part as is.
 
 The port also honours SageMaker's conventions: ``SAGEMAKER_BIND_TO_PORT`` when ``KOKORO_PORT`` is
 unset, else 8080 (what SageMaker expects in the container). The host defaults to loopback; a
 container sets ``KOKORO_HOST=0.0.0.0``.
 
-``python -m server.settings --markdown`` prints the settings table (docs/settings.md) of every variable.
+``python -m server.settings`` prints the settings the environment gives; ``python settings_table.py``
+at the repository's root prints the table of every variable of the project (docs/settings.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import SettingsConfigDict
 
-from backends.config import ENV_PREFIX, BackendConfig
+from backends.config import BackendConfig
 from backends.official import OFFICIAL_BASE_URL
 
 
@@ -28,16 +30,9 @@ class Settings(BackendConfig):
     """The server's configuration: the backend's fields (:class:`~backends.config.BackendConfig`)
     and the server's own. Immutable once built; safe to share across threads.
 
-    ``Settings()`` reads the environment; ``Settings(_env_file=path)`` also reads a dotenv file;
-    keyword arguments override both.
+    ``Settings.from_env(environ, **overrides)`` reads a given environment, the overrides winning;
+    ``Settings(**values)`` the declared defaults and ``values`` alone.
     """
-
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        extra="ignore",
-        frozen=True,
-        populate_by_name=True,
-    )
 
     # -- network ------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Interface to listen on; `0.0.0.0` in a container.")
@@ -114,56 +109,12 @@ class Settings(BackendConfig):
         return BackendConfig.model_construct(**{name: getattr(self, name) for name in BackendConfig.model_fields})
 
 
-def _env_names(name: str, field: Any) -> list[str]:
-    alias = field.validation_alias
-    if isinstance(alias, AliasChoices):
-        return [a for a in alias.choices if isinstance(a, str) and a.isupper()]
-    return [ENV_PREFIX + name.upper()]
-
-
-def env_names(name: str) -> list[str]:
-    """The variables of the field ``name`` of :class:`Settings`, as the table lists them."""
-    return _env_names(name, Settings.model_fields[name])
-
-
-def _default(name: str, field: Any) -> str:
-    if name == "model_dir":
-        return "user cache dir (`~/.cache/kokoro-serve/models` on Linux)"
-    value = field.default
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "`true`" if value else "`false`"
-    if value == "":
-        return "empty"
-    return f"`{value}`"
-
-
-def markdown_table() -> str:
-    """The settings table (docs/settings.md): every ``KOKORO_*`` variable of the project — the server's and its
-    backend's, then the agent's, the RunPod worker's and the SageMaker entry's (declared in their own packages, which
-    must not import the server) — with its default and what it does."""
-    from agent.settings import AgentSettings
-    from deploy.runpod.settings import RunPodSettings
-    from deploy.sagemaker.settings import ServeSettings
-
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        env = " / ".join(f"`{e}`" for e in _env_names(name, field))
-        rows.append(f"| {env} | {_default(name, field)} | {field.description} |")
-    rows += AgentSettings.markdown_rows() + RunPodSettings.markdown_rows() + ServeSettings.markdown_rows()
-    return "\n".join(rows) + "\n"
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m server.settings", description=__doc__.split("\n")[0])
-    parser.add_argument("--markdown", action="store_true", help="print the table of variables (docs/settings.md)")
-    args = parser.parse_args(argv)
-    if args.markdown:
-        print(markdown_table(), end="")
-    else:
-        for key, value in Settings().model_dump().items():
-            print(f"{key} = {value!r}")
+    parser = argparse.ArgumentParser(prog="python -m server.settings", description="print the settings the "
+                                     "environment gives (the table of every variable: settings_table.py)")
+    parser.parse_args(argv)
+    for key, value in Settings.from_env(os.environ).model_dump().items():
+        print(f"{key} = {value!r}")
 
 
 if __name__ == "__main__":

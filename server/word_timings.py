@@ -120,8 +120,10 @@ def _aligned_spans(
         m = k
         while m < len(words) and first[m] is None:
             m += 1
-        lo = (last[k - 1] + 1) if k > 0 else 0  # type: ignore[operator]
-        hi = first[m] if m < len(words) else len(target)
+        before = last[k - 1] if k > 0 else None
+        lo = before + 1 if before is not None else 0
+        after = first[m] if m < len(words) else None
+        hi = after if after is not None else len(target)
         run = m - k
         for j in range(k, m):
             a = lo + (hi - lo) * (j - k) // run
@@ -131,11 +133,12 @@ def _aligned_spans(
         k = m
     spans: list[tuple[int, int] | None] = []
     for k in range(len(words)):
-        if first[k] is None:
+        start, end = first[k], last[k]
+        if start is None or end is None:
             spans.append(None)
             continue
-        nxt = next((first[j] for j in range(k + 1, len(words)) if first[j] is not None), len(target))
-        spans.append((first[k], max(last[k], nxt - 1)))  # type: ignore[arg-type]
+        nxt = next((f for f in first[k + 1:] if f is not None), len(target))
+        spans.append((start, max(end, nxt - 1)))
     if spans and spans[0] is not None:
         spans[0] = (0, spans[0][1])
     return spans

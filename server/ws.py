@@ -10,6 +10,8 @@ is :class:`server.ws_session.Session`.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
@@ -23,17 +25,25 @@ from .ws_session import ROUTE, Session
 
 async def websocket_endpoint(websocket: WebSocket) -> None:
     """Admit the upgrade (ready, not draining, session limit), then serve one :class:`Session`."""
+    await admit_and_serve(websocket, ROUTE, Session, _deny)
+
+
+async def admit_and_serve(websocket: WebSocket, route: str, session_class: Callable[[WebSocket, ServerState], Any],
+                          deny: Callable[[WebSocket, KokoroError], Awaitable[None]]) -> None:
+    """Every WebSocket route's upgrade: admission (loaded, warmed up, not draining, the session limit;
+    a refusal counted like any request), ``deny`` with the error when refused, else one session of
+    ``session_class`` accepted, run and removed."""
     state: ServerState = websocket.app.state.kokoro
-    upgrade = Synthesis(state.backend, ROUTE, state=state)  # counts a refusal like any request
+    upgrade = Synthesis(state.backend, route, state=state)
     try:
         upgrade.admit()
         if len(state.sessions) >= state.settings.max_sessions:
             raise Overloaded(f"{state.settings.max_sessions} sessions are open; try again shortly")
     except KokoroError as e:
         upgrade.fail(e)
-        await _deny(websocket, e)
+        await deny(websocket, e)
         return
-    session = Session(websocket, state)
+    session = session_class(websocket, state)
     state.add_session(session)
     try:
         await websocket.accept()

@@ -91,8 +91,8 @@ class Session:
         self._wake = asyncio.Event()
         self._send_lock = asyncio.Lock()
         self._current: _Item | None = None
-        self._synth_task: asyncio.Task | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._synth_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._close: tuple[int, str] | None = None
         self._peer_closed = False
         self._closing = False  # the client sent {"type": "close"}
@@ -130,7 +130,7 @@ class Session:
             finally:
                 self._finished.set()
 
-    def _ended(self, task: asyncio.Task) -> None:
+    def _ended(self, task: asyncio.Task[None]) -> None:
         """Why ``task`` ended: a stalled client (closed 1008, counted), a fault (1011), or normally."""
         error = None if task.cancelled() else task.exception()
         if isinstance(error, SendTimeout):

@@ -25,10 +25,14 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploy.cli import env_pairs
+
+if TYPE_CHECKING:
+    from deploy.settings import DeploySettings
 
 PORT = 8080
 
@@ -131,24 +135,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _sdk() -> Any:
+def _sdk(settings: DeploySettings) -> Any:
     import runpod
 
-    runpod.api_key = os.environ.get("RUNPOD_API_KEY") or runpod.api_key
+    runpod.api_key = settings.runpod_api_key or runpod.api_key
     if not runpod.api_key:
         raise SystemExit("set RUNPOD_API_KEY (or use --dry-run)")
     return runpod
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """CLI entry; ``environ``: the environment to read (``os.environ`` when None)."""
+    from deploy.settings import DeploySettings  # pydantic: imported when the command runs
+
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    settings = DeploySettings.from_env(env)
     args = _parser().parse_args(argv)
     if args.command == "smoke":
         from deploy.runpod.settings import RunPodSettings
 
-        print(wait_and_smoke(args.pod_id, args.api_key or RunPodSettings().api_key))
+        print(wait_and_smoke(args.pod_id, args.api_key or RunPodSettings.from_env(env).api_key))
         return 0
     if args.command == "terminate":
-        _sdk().terminate_pod(args.pod_id)
+        _sdk(settings).terminate_pod(args.pod_id)
         print(f"pod {args.pod_id} terminated")
         return 0
     api_key = None
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 c["kwargs"]["env"]["KOKORO_API_KEY"] = "<generated at deploy time>"
         print(json.dumps(shown, indent=2))
         return 0
-    results = execute(calls, _sdk())
+    results = execute(calls, _sdk(settings))
     if args.command == "endpoint":
         ep = results["create_endpoint"]
         print(f"endpoint {ep['id']} ({ep.get('name')}): POST https://api.runpod.ai/v2/{ep['id']}/run, "

@@ -175,7 +175,7 @@ def main() -> None:
 
     from deploy.runpod.settings import RunPodSettings
 
-    settings = RunPodSettings()
+    settings = RunPodSettings.from_env(os.environ)
     server = None
     url = settings.server_url
     if not url:

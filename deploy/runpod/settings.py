@@ -2,10 +2,11 @@
 serverless handler read, declared once with its default and meaning.
 
 The RunPod-only variables (``KOKORO_RUNPOD_MODE``, ``KOKORO_SERVER_URL``, ``KOKORO_SERVER_API_KEY``,
-``KOKORO_ALLOW_NO_AUTH``) appear in the table in docs/settings.md through :meth:`RunPodSettings.markdown_rows`;
-the server's own variables that the entry consults to plan the pod (``KOKORO_API_KEY``,
-``KOKORO_PORT``, ``KOKORO_MODE``) are declared by the server's settings and listed there, so they are
-left out of these rows. Importing this module loads pydantic; ``start.py`` and ``handler.py`` import
+``KOKORO_ALLOW_NO_AUTH``, and RunPod's own ``RUNPOD_WEBHOOK_GET_JOB``) appear in the table in
+docs/settings.md through :meth:`RunPodSettings.markdown_rows`; the server's own variables that the
+entry consults to plan the pod (``KOKORO_API_KEY``, ``KOKORO_PORT``, ``KOKORO_MODE``) are declared by
+the server's settings and listed there, so they are marked ``LISTED_ELSEWHERE`` and left out of these
+rows. Importing this module loads pydantic; ``start.py`` and ``handler.py`` import
 it only when they run.
 """
 
@@ -16,18 +17,13 @@ from typing import Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from agent.settings import EnvironSettings
-
-#: Marks a field that the server's settings declare (and list in docs/settings.md) already.
-SERVER_OWNED = {"server_owned": True}
+from backends.envsettings import LISTED_ELSEWHERE, EnvSettings
 
 
-class RunPodSettings(EnvironSettings):
+class RunPodSettings(EnvSettings):
     """What the RunPod entry and worker read. Immutable once built."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="KOKORO_", extra="ignore", frozen=True, populate_by_name=True, env_ignore_empty=True
-    )
+    model_config = SettingsConfigDict(env_prefix="KOKORO_")
 
     runpod_mode: Literal["pod", "serverless"] | None = Field(
         None,
@@ -42,19 +38,17 @@ class RunPodSettings(EnvironSettings):
         "loopback).",
     )
     server_api_key: str | None = Field(None, description="RunPod worker: bearer key of `KOKORO_SERVER_URL`.")
-    api_key: str | None = Field(None, json_schema_extra=SERVER_OWNED, description="The server's API key.")
+    runpod_webhook_get_job: str | None = Field(
+        None, validation_alias=AliasChoices("RUNPOD_WEBHOOK_GET_JOB"),
+        description="Set by RunPod on a serverless worker (its job queue); when `KOKORO_RUNPOD_MODE` is unset, its "
+        "presence means `serverless`.",
+    )
+    api_key: str | None = Field(None, json_schema_extra=LISTED_ELSEWHERE, description="The server's API key.")
     port: int = Field(
-        8080, ge=0, le=65535, validation_alias=AliasChoices("KOKORO_PORT"), json_schema_extra=SERVER_OWNED,
+        8080, ge=0, le=65535, validation_alias=AliasChoices("KOKORO_PORT"), json_schema_extra=LISTED_ELSEWHERE,
         description="The server's port.",
     )
     mode: Literal["sequential", "concurrent"] = Field(
-        "concurrent", json_schema_extra=SERVER_OWNED,
+        "concurrent", json_schema_extra=LISTED_ELSEWHERE,
         description="The server's scheduling mode (concurrent in the RunPod image).",
     )
-
-    @classmethod
-    def markdown_rows(cls) -> list[str]:
-        """The docs/settings.md rows of the RunPod-only variables (the server's own are in its table)."""
-        own = [name for name, f in cls.model_fields.items() if not (f.json_schema_extra or {}).get("server_owned")]
-        rows = super().markdown_rows()
-        return [row for name, row in zip(cls.model_fields, rows, strict=True) if name in own]

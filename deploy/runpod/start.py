@@ -29,13 +29,14 @@ def _settings(environ: Mapping[str, str]) -> Any:
     from .settings import RunPodSettings
 
     try:
-        return RunPodSettings.from_environ(environ)
+        return RunPodSettings.from_env(environ)
     except ValidationError as exc:
         raise SystemExit(f"invalid RunPod settings: {exc}") from exc
 
 
 def mode_of(environ: Mapping[str, str]) -> str:
-    return _settings(environ).runpod_mode or ("serverless" if environ.get("RUNPOD_WEBHOOK_GET_JOB") else "pod")
+    settings = _settings(environ)
+    return settings.runpod_mode or ("serverless" if settings.runpod_webhook_get_job else "pod")
 
 
 def plan(environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

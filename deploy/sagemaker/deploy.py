@@ -29,12 +29,16 @@ import argparse
 import functools
 import os
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from deploy.cli import env_pairs
 from deploy.sagemaker import agent_runtime, endpoint, stack, teardown
 from deploy.sagemaker.endpoint import DeployError, EndpointSpec
 from deploy.sagemaker.rollout import AwsClients, DeployResult, Scaling, SmokeTest, default_smoke, deploy
+
+if TYPE_CHECKING:
+    from deploy.settings import DeploySettings
 
 __all__ = ["AwsClients", "DeployResult", "Scaling", "SmokeTest", "default_smoke", "deploy", "main"]
 
@@ -63,13 +67,13 @@ def _scaling(args: argparse.Namespace) -> Scaling | None:
     return None if args.no_autoscaling else Scaling(args.min_instances, args.max_instances, args.target_sessions)
 
 
-def _global_options(parser: argparse.ArgumentParser, where: str) -> None:
+def _global_options(parser: argparse.ArgumentParser, where: str, region: str | None) -> None:
     """The options every command takes, before or after the subcommand (``where`` = "main" or "sub").
-    A subcommand's copy has no default of its own, so it never overwrites a value given before it."""
+    A subcommand's copy has no default of its own, so it never overwrites a value given before it.
+    ``region``: the default region (``AWS_REGION`` / ``AWS_DEFAULT_REGION``; None leaves it to boto3's profile)."""
     sub = where == "sub"
-    parser.add_argument("--region", default=argparse.SUPPRESS if sub else
-                        os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
-                        help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION)")
+    parser.add_argument("--region", default=argparse.SUPPRESS if sub else region,
+                        help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else the profile's)")
     parser.add_argument("--name", "--stack", dest="name", default=argparse.SUPPRESS if sub else None,
                         help="endpoint (and, for up/down, stack) name, <= 52 characters")
     parser.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS if sub else False,
@@ -97,11 +101,12 @@ def _endpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait-timeout", type=float, default=3600, help="seconds to wait for InService")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(settings: DeploySettings | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m deploy.sagemaker.deploy", description=__doc__.split("\n\n")[0])
-    _global_options(p, "main")
+    region = settings.aws_region if settings is not None else None
+    _global_options(p, "main", region)
     common = argparse.ArgumentParser(add_help=False)
-    _global_options(common, "sub")
+    _global_options(common, "sub", region)
     # every subcommand's parser takes the global options too
     sub = p.add_subparsers(dest="command", required=True,
                            parser_class=functools.partial(argparse.ArgumentParser, parents=[common]))
@@ -207,9 +212,13 @@ def _run(args: argparse.Namespace, clients: Any, smoke: SmokeTest) -> None:
         _print_teardown(report, args.name)
 
 
-def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest | None = None) -> int:
-    """CLI entry. ``clients``/``smoke`` are injectable (tests, or another transport)."""
-    parser = _parser()
+def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest | None = None,
+         environ: Mapping[str, str] | None = None) -> int:
+    """CLI entry. ``clients``/``smoke`` are injectable (tests, or another transport); ``environ`` is the
+    environment the deploy settings are read from (``os.environ`` when None)."""
+    from deploy.settings import DeploySettings  # pydantic: imported when the command runs
+
+    parser = _parser(DeploySettings.from_env(os.environ if environ is None else environ))
     args = parser.parse_args(argv)
     if not args.name:
         parser.error(f"{args.command}: --name (or --stack) is required")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 import tarfile
 from pathlib import Path
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     from backends.config import BackendConfig
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", type=Path, default=BackendConfig().model_dir,
+    p.add_argument("--model-dir", type=Path, default=BackendConfig.from_env(os.environ).model_dir,
                    help="the model directory (default: $KOKORO_MODEL_DIR)")
     p.add_argument("--s3-uri", help="s3://bucket/key for model.tar.gz; omit to only build --out")
     p.add_argument("--out", type=Path, help="keep the archive here")

@@ -9,17 +9,15 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from agent.settings import EnvironSettings
+from backends.envsettings import EnvSettings
 
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
 
 
-class ServeSettings(EnvironSettings):
+class ServeSettings(EnvSettings):
     """Where the container entry looks for the model. Immutable once built."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="KOKORO_", extra="ignore", frozen=True, populate_by_name=True, env_ignore_empty=True
-    )
+    model_config = SettingsConfigDict(env_prefix="KOKORO_")
 
     sm_model_dir: Path = Field(
         SAGEMAKER_MODEL_DIR,

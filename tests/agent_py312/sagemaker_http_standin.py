@@ -7,7 +7,9 @@ transport) reads the signed request body as SageMaker does, unwraps each signed 
 its ``PayloadPart`` to the container's WebSocket (a text frame when ``DataType`` is ``UTF8``, else
 binary); every container message goes back as a ``PayloadPart`` event with ``DataType`` ``UTF8`` or
 ``BINARY`` and ``CompletionState`` ``COMPLETE``. The empty signed frame that ends the input closes the
-container's WebSocket; the container closing ends the response body.
+container's WebSocket; the container closing ends the response body. As SageMaker does, a request
+with the ``X-Amzn-SageMaker-Model-Invocation-Path`` header (and ``-Model-Query-String``) opens the
+container's WebSocket at that path and query instead of ``/invocations-bidirectional-stream``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from smithy_http.aio import HTTPResponse
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.agent_support.sagemaker_standin import container_target
+
+INVOCATION_PATH = "x-amzn-sagemaker-model-invocation-path"
+QUERY_STRING = "x-amzn-sagemaker-model-query-string"
+
 
 class SageMakerHTTPStandIn:
     SUPPORTS_DUPLEX_STREAMING = True
@@ -31,12 +38,21 @@ class SageMakerHTTPStandIn:
         self.requests: list = []
         self.signed_events = 0
         self.container_frames: list[str] = []
+        self.targets: list[str] = []
         self.input_ended = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
 
+    def __deepcopy__(self, memo) -> SageMakerHTTPStandIn:
+        return self  # some SDK versions copy their config: the network stays this one object
+
+    def __copy__(self) -> SageMakerHTTPStandIn:
+        return self
+
     async def send(self, request, *, request_config=None) -> HTTPResponse:
         self.requests.append(request)
-        ws = await connect(self.container_url, compression=None, max_size=2**24)
+        target = container_target(self.container_url, _header(request, INVOCATION_PATH), _header(request, QUERY_STRING))
+        self.targets.append(target)
+        ws = await connect(target, compression=None, max_size=2**24)
         body = AsyncBytesProvider()
         for coro in (self._requests_to_container(request.body, ws), self._container_to_response(ws, body)):
             task = asyncio.create_task(coro)
@@ -84,3 +100,10 @@ class SageMakerHTTPStandIn:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _header(request, name: str) -> str | None:
+    try:
+        return request.fields[name].as_string()
+    except KeyError:
+        return None

@@ -18,7 +18,11 @@ SageMaker's side: each request part becomes one WebSocket message to the contain
 ``data_type == "UTF8"``; each container message becomes response parts with ``data_type`` ``"UTF8"``
 (text frame) or ``"BINARY"`` (binary frame), split into pieces of at most ``max_part_bytes`` marked
 ``PARTIAL`` … ``COMPLETE``. A normal close by the container ends the output; an abnormal one is a
-``ModelStreamError``. Closing the input closes the container's WebSocket.
+``ModelStreamError``. Closing the input closes the container's WebSocket. Where the invocation gives
+a ``model_invocation_path`` (Pipecat's Deepgram services: ``v1/speak``) SageMaker opens the
+container's WebSocket at that path with ``model_query_string`` as its query, instead of
+``/invocations-bidirectional-stream`` (:func:`container_target`; the HTTP stand-in does the same
+with the ``X-Amzn-SageMaker-Model-Invocation-Path`` / ``-Model-Query-String`` headers).
 
 ``models`` here has no dependencies so the py3.12 venv can compare it with the real one; the bridge
 imports ``websockets`` when used.
@@ -30,6 +34,21 @@ import asyncio
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+BIDI_PATH = "/invocations-bidirectional-stream"
+
+
+def container_target(container_url: str, invocation_path: str | None = None, query_string: str | None = None) -> str:
+    """The container WebSocket SageMaker opens for one invocation: ``/<invocation_path>?<query_string>``
+    when a model invocation path is given, else the container's ``/invocations-bidirectional-stream``
+    (``container_url`` is the container's address, with or without that path)."""
+    parts = urlsplit(container_url)
+    if invocation_path:
+        path = "/" + invocation_path.lstrip("/")
+    else:
+        path = parts.path if parts.path not in ("", "/") else BIDI_PATH
+    return urlunsplit((parts.scheme, parts.netloc, path, query_string or "", ""))
 
 
 @dataclass(kw_only=True)
@@ -238,8 +257,10 @@ class DuplexStream:
 
 
 class SageMakerStandIn:
-    """The stand-in client: each invoke opens a WebSocket to ``container_url`` (the container's
-    ``/invocations-bidirectional-stream``). ``invocations`` records every input given."""
+    """The stand-in client: each invoke opens a WebSocket to the container at ``container_url`` —
+    at its ``/invocations-bidirectional-stream``, or at the invocation's model invocation path and
+    query (:func:`container_target`). ``invocations`` records every input given, ``targets`` every
+    URL opened."""
 
     def __init__(self, container_url: str, *, models: Any = models, max_part_bytes: int = 16_384,
                  fail_after_events: int | None = None) -> None:
@@ -248,6 +269,7 @@ class SageMakerStandIn:
         self.max_part_bytes = max_part_bytes
         self.fail_after_events = fail_after_events
         self.invocations: list[Any] = []
+        self.targets: list[str] = []
         self.streams: list[DuplexStream] = []
 
     async def invoke_endpoint_with_bidirectional_stream(self, input: Any, plugins: Any = None) -> DuplexStream:
@@ -256,7 +278,9 @@ class SageMakerStandIn:
         if not isinstance(input, self.models.InvokeEndpointWithBidirectionalStreamInput):
             raise TypeError("input must be InvokeEndpointWithBidirectionalStreamInput")
         self.invocations.append(input)
-        ws = await connect(self.container_url, compression=None, max_size=2**24)
+        target = container_target(self.container_url, input.model_invocation_path, input.model_query_string)
+        self.targets.append(target)
+        ws = await connect(target, compression=None, max_size=2**24)
         stream = DuplexStream(_Bridge(ws, self.models, self.max_part_bytes, self.fail_after_events))
         self.streams.append(stream)
         return stream

@@ -14,9 +14,14 @@ from server.settings import Settings
 from tests.support.app import LoadedRuntime, build_app, wait_for
 
 
+def contract_settings() -> Settings:
+    """The contract tests' settings: built in code, so no variable of the shell reaches them."""
+    return Settings(max_text_chars=400, max_message_bytes=4096)
+
+
 @pytest.fixture(scope="session")
 def server_settings() -> Settings:
-    return Settings(max_text_chars=400, max_message_bytes=4096)
+    return contract_settings()
 
 
 @pytest.fixture(scope="session")

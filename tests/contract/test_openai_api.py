@@ -307,7 +307,9 @@ def test_openai_speed_range_gives_audio(client, reference_pcm, asked, same_as):
     assert np.array_equal(audio, decode(same.content, "pcm")[1])
 
 
-def test_word_timings_unsupported_on_onnx(onnx_server):
+def test_word_timings_unsupported_without_durations(onnx_server):
+    # LoadedRuntime (without timed=True) passes on only `synthesize`: no durations. (ONNX with its
+    # timed model answers: tests/integration/test_onnx_durations.py.)
     body = {"model": "kokoro", "input": TEXT, "voice": "jm_kumo"}
     with httpx.Client(base_url=onnx_server.url, timeout=60) as http:
         r = http.post("/v1/audio/speech/timed", json=body)

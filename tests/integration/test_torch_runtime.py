@@ -24,12 +24,13 @@ import numpy as np
 import pytest
 import torch
 
-from backends.base import MAX_PHONEMES, SAMPLE_RATE, Segment, SynthesisRequest
+from backends.base import MAX_PHONEMES, SAMPLE_RATE, Segment, SynthesisRequest, Unsupported
 from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
+from backends.joins import pause_for, shape
 from backends.sequential import SequentialBackend
 from backends.torch_forward import forward_batch
-from backends.torch_runtime import TorchSynthesizer, resolve_dtype
+from backends.torch_runtime import TorchSynthesizer, reduced_precision_problem, resolve_dtype
 from tests.support.observer import Recorder
 
 FRAME = 600  # samples per predicted duration frame
@@ -249,7 +250,8 @@ async def test_word_timings_survive_every_mode(torch_synth, pipeline, voices, sp
         (chunk,) = chunks
         assert chunk.durations is not None and chunk.durations.sum() * FRAME == len(chunk.audio)
         assert len(chunk.durations) == len(torch_synth.tokens(chunk.phonemes)) + 2  # bos, phonemes, eos
-        np.testing.assert_array_equal(chunk.durations, speak(text)[1])  # what the runtime says alone
+        alone = shape(*speak(text), pause_for("sentence"))  # what the runtime says alone, ends shaped for the join
+        np.testing.assert_array_equal(chunk.durations, alone[1])
     assert recorder.batches == ([2] if mode == "concurrent-batched" else [1, 1])
 
 
@@ -266,6 +268,11 @@ def test_bfloat16_on_cpu_still_speaks(torch_synth, segments, speak):
     text = "Open the door."
     low = copy.copy(torch_synth)  # the same loaded model, another precision
     low.dtype = "bfloat16"
+    if reduced_precision_problem("bfloat16", "cpu"):  # an AVX2-only CPU: refused with what to do, not a crash
+        with pytest.raises(Unsupported, match=r"AVX-512.*float32") as refused:
+            low.synthesize_timed(segments(text))
+        assert refused.value.code == "unsupported_dtype"
+        return
     audio, durations = low.synthesize_timed(segments(text))
     ref_audio, _ = speak(text)
     assert durations.sum() * FRAME == len(audio) and abs(len(audio) - len(ref_audio)) <= 3 * FRAME

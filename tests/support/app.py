@@ -9,6 +9,7 @@ handed to the backend when it is built, as the server's CLI does.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -60,19 +61,22 @@ def fake_synth(**knobs: Any) -> FakeSynthesizer:
 class LoadedRuntime(Synthesizer):
     """A real runtime the test session has already loaded, behind the whole interface with the
     inner runtime's capabilities: ``load()`` does not load it again, it only waits on ``gate`` when
-    one is given (a model "still loading"). ``calls`` lists the text of every segment call in call
-    order; ``hold`` (a :class:`threading.Event`, settable at any time) makes every call wait on it."""
+    one is given (a model "still loading"). It declares no word timings unless ``timed`` (and the
+    runtime reports durations). ``calls`` lists the text of every segment call in call order;
+    ``hold`` (a :class:`threading.Event`, settable at any time) makes every call wait on it."""
 
-    def __init__(self, inner: Synthesizer, gate: threading.Event | None = None):
+    def __init__(self, inner: Synthesizer, gate: threading.Event | None = None, *, timed: bool = False):
         self.inner, self.gate = inner, gate
         self.name, self.sample_rate, self.model_name = inner.name, inner.sample_rate, inner.model_name
         self.threads, self.solo_threads = inner.threads, inner.solo_threads
+        self.timed = timed
         self.calls: list[str] = []
         self.hold: threading.Event | None = None
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
+        caps = self.inner.capabilities
+        return dataclasses.replace(caps, timed=self.timed and caps.timed)
 
     @property
     def loaded(self) -> bool:

@@ -132,13 +132,15 @@ def test_every_agent_variable_is_declared_with_a_description():
 
 
 def test_agent_imports_no_server_and_no_runtime():
-    """The agent may use the pure-Python sentence rules, log format and start-up messages of backends,
-    nothing else of it."""
+    """The agent may use the pure-Python sentence rules, streaming chunker, settings base, log format and
+    start-up messages of backends, nothing else of it."""
     code = (
-        "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, agent.chunker, "
+        "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, backends.chunker, "
         "agent.messages, agent.ws_client, agent.settings; "
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('server', 'onnxruntime', 'torch', 'numpy') "
-        "or (m.startswith('backends.') and m not in ('backends.sentences', 'backends.logs', 'backends.startup'))]; "
+        "or (m.startswith('backends.') and m not in ('backends.sentences', 'backends.chunker', 'backends.envsettings', "
+        "'backends.logs', "
+        "'backends.startup'))]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

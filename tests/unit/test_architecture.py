@@ -71,3 +71,18 @@ def test_no_import_cycle_among_the_products_modules():
 def test_no_product_module_over_400_lines():
     long = {name: n for name, path in product_modules().items() if (n := len(path.read_text().splitlines())) > 400}
     assert long == {}
+
+
+def test_imports_point_down_the_layers():
+    """backends imports none of the packages above it; the server neither the agent nor deploy (the
+    agent talks to the server over the wire); the agent no server. Imports inside functions count."""
+    modules = product_modules()
+    above = {"backends": ("server", "agent", "deploy", "benchmarks"), "server": ("agent", "deploy", "benchmarks"),
+             "agent": ("server", "deploy", "benchmarks")}
+    wrong = {
+        (name, dep)
+        for name, path in modules.items()
+        for dep in imports_of(name, path, modules)
+        if dep.split(".")[0] in above.get(name.split(".")[0], ())
+    }
+    assert wrong == set()

@@ -16,8 +16,8 @@ from backends.assets import AssetError, ModelFiles, build_assets, fetch_assets
 
 def test_build_produces_a_verified_model_dir(model_dir):
     files = ModelFiles.discover(model_dir)
-    assert files.onnx.name == "kokoro-v1.0.int8.onnx"
-    assert assets.sha256_file(files.onnx) == assets.OFFLINE_ONNX_SHA256
+    assert files.onnx.name == "kokoro-v1.0.int8.timed.onnx"  # its timed twin (tests/unit/test_onnx_timed.py)
+    assert assets.sha256_file(files.root / assets.OFFLINE_ONNX) == assets.OFFLINE_ONNX_SHA256
     with np.load(files.voices) as npz:
         assert "jm_kumo" in npz.files and npz["jm_kumo"].shape == (510, 1, 256)
 
@@ -55,14 +55,14 @@ def test_interrupted_build_leaves_no_half_written_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
     monkeypatch.setattr(assets, "_package_file", real)
     files = build_assets(tmp_path, torch=False)
-    assert assets.sha256_file(files.onnx) == assets.OFFLINE_ONNX_SHA256
+    assert assets.sha256_file(files.root / assets.OFFLINE_ONNX) == assets.OFFLINE_ONNX_SHA256
 
 
 def test_corrupt_file_is_rebuilt(tmp_path):
     build_assets(tmp_path, torch=False)
     (tmp_path / assets.OFFLINE_ONNX).write_bytes(b"garbage")
     files = build_assets(tmp_path, torch=False)
-    assert assets.sha256_file(files.onnx) == assets.OFFLINE_ONNX_SHA256
+    assert assets.sha256_file(files.root / assets.OFFLINE_ONNX) == assets.OFFLINE_ONNX_SHA256
 
 
 def test_missing_model_dir_says_how_to_fix(tmp_path):

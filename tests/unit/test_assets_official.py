@@ -91,7 +91,8 @@ def test_official_assets_are_verified_and_af_heart_is_the_default(upstream, tmp_
     assert not (tmp_path / assets.REBUILT_PTH).exists()  # the torch checkpoint waits for the torch runtime
     assert main(["voices", "--model-dir", str(tmp_path)]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert "af_heart  (default)" in listed and {"am_adam", "bf_emma", "jm_kumo"} <= set(listed)
+    names = {line.split()[0] for line in listed}
+    assert "af_heart  en-us  (default)" in listed and {"am_adam", "bf_emma", "jm_kumo"} <= names
     # a second run finds everything verified and downloads nothing
     before = len(handler.seen)
     assert main(["assets", "--official", "--model-dir", str(tmp_path)]) == 0

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.chunker import SentenceChunker, chunk_stream
+from backends.chunker import SentenceChunker, chunk_stream
 from backends.sentences import split_sentences
 
 
@@ -224,6 +224,18 @@ def test_importing_the_chunker_loads_no_numerical_or_model_runtime():
     import subprocess
     import sys
 
-    code = ("import sys, agent.chunker; heavy = {'numpy', 'onnxruntime', 'torch'} & set(sys.modules); "
+    code = ("import sys, backends.chunker; heavy = {'numpy', 'onnxruntime', 'torch'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_settle_takes_a_message_that_ends_a_sentence_as_its_end():
+    """A protocol message ending "… . " is cut at once (no waiting for the next message), and only then."""
+    chunker = SentenceChunker()
+    assert chunker.push("Hello there. ") + chunker.settle() == ["Hello there."]
+    assert chunker.push("Dr. ") + chunker.settle() == []  # an abbreviation still never ends one
+    assert chunker.push("Smith is here") + chunker.settle() == []  # no sentence mark at the end
+    assert chunker.push(" at 3.") + chunker.settle() == []  # no whitespace: "3.14" may follow
+    assert chunker.push("14 now. ") + chunker.settle() == ["Dr. Smith is here at 3.14 now."]
+    assert chunker.push("你好。") + chunker.settle() == ["你好。"]  # a CJK stop needs no whitespace
+    assert chunker.flush() == []

@@ -19,7 +19,7 @@ def test_ping_names_the_file_the_runtime_loads(model_dir):
     assert torch_backend.info.model.endswith(".pth")
 
 
-def test_environment_reaches_the_engine_and_the_runtime(monkeypatch, model_dir):
+def test_environment_reaches_the_engine_and_the_runtime(model_dir):
     """env -> Settings -> backend: the concurrent mode's knobs (settable at last), the fake runtime's."""
     env = {
         "KOKORO_BACKEND": "fake", "KOKORO_MODE": "concurrent", "KOKORO_MODEL_DIR": str(model_dir),
@@ -27,10 +27,8 @@ def test_environment_reaches_the_engine_and_the_runtime(monkeypatch, model_dir):
         "KOKORO_MAX_BATCH_SIZE": "5", "KOKORO_MAX_WAIT_MS": "7", "KOKORO_MAX_TEXT_CHARS": "40",
         "KOKORO_FAKE_SEGMENT_S": "0.001", "KOKORO_FAKE_FAIL_ON": "Boom",
     }
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
     recorder = Recorder()
-    backend = build_backend(Settings(), observer=recorder)
+    backend = build_backend(Settings.from_env(env), observer=recorder)
     assert (backend.mode, backend.workers, backend.max_ahead, backend.batch_on_cpu) == ("concurrent", 3, 4, True)
     assert (backend.max_batch_size, backend.max_wait_s, backend.config.max_text_chars) == (5, 0.007, 40)
     assert backend.info.capabilities.batching  # a CPU runtime, batched because KOKORO_BATCH_ON_CPU says so
@@ -55,7 +53,8 @@ def test_torch_precision_comes_from_the_configuration(model_dir):
     assert (info.runtime, info.device, info.dtype) == ("torch", "cpu", "bfloat16")
 
 
-def test_defaults_ignore_the_environment(monkeypatch):
-    monkeypatch.setenv("KOKORO_MAX_QUEUE", "3")
-    assert BackendConfig().max_queue == 3
-    assert BackendConfig.defaults().max_queue == 256 and BackendConfig.defaults(max_queue=9).max_queue == 9
+def test_only_the_given_environment_is_read(monkeypatch):
+    monkeypatch.setenv("KOKORO_MAX_QUEUE", "3")  # the process's environment: read by no constructor
+    assert BackendConfig().max_queue == 256 and BackendConfig.defaults().max_queue == 256
+    assert BackendConfig.defaults(max_queue=9).max_queue == 9
+    assert BackendConfig.from_env({"KOKORO_MAX_QUEUE": "4"}).max_queue == 4

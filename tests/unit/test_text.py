@@ -210,3 +210,20 @@ def test_after_a_short_busy_cut_the_rest_of_the_sentence_is_cut_at_its_clause_ma
     segments = pipeline.plan(text, voice="jm_kumo", short_first_words=5)
     assert [s.text for s in segments] == [
         "When you ask", "a voice assistant a question,", "the silence before it answers is what you notice most."]
+
+
+def test_each_segment_says_where_it_ends(pipeline):
+    text = "When you ask a voice assistant a question, the silence before it answers is what you notice most. Then"
+    segments = pipeline.plan(text, voice="v", short_first_words=5)
+    assert [(s.text, s.ends) for s in segments] == [
+        ("When you ask", "phrase"),  # a cut between words inside the clause
+        ("a voice assistant a question,", "clause"),
+        ("the silence before it answers is what you notice most. Then", "sentence"),  # the text's end
+    ]
+
+
+def test_a_cut_inside_a_clause_can_end_with_a_mark(g2p, vocab):
+    pipe = TextPipeline(g2p.phonemize, vocab, phrase_end_mark=",")
+    first, *rest = pipe.plan("Kokoro is a small text to speech model.", voice="v", short_first_words=5)
+    assert first.ends == "phrase" and first.phonemes.endswith(",") and not rest[0].phonemes.endswith(",,")
+    assert TextPipeline(g2p.phonemize, vocab, phrase_end_mark="\u0000").phrase_end_mark == ""  # not in vocab

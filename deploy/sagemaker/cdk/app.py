@@ -8,7 +8,8 @@ field of ``SpeechConfig`` (endpoint_name, image_uri, model_data_url, instance_ty
 inference_ami_version, min_instances, max_instances, target_sessions, backend, mode,
 invoke_principal_arn) plus ``agent_image_uri``, ``agent_model`` and ``agent_bedrock_model_id``. Without ``image_uri`` /
 ``agent_image_uri`` the images are built from the Dockerfiles as CDK assets (Docker needed at deploy
-time, not at synth time). The account/region come from the CLI's environment.
+time, not at synth time). The account/region come from the CLI's environment
+(``CDK_DEFAULT_ACCOUNT``/``CDK_DEFAULT_REGION``, read through :class:`deploy.settings.DeploySettings`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository r
 import aws_cdk as cdk
 
 from deploy.sagemaker.cdk.stacks import build_app
+from deploy.settings import DeploySettings
 
 
 def main() -> None:
     app = cdk.App()
-    account, region = os.environ.get("CDK_DEFAULT_ACCOUNT"), os.environ.get("CDK_DEFAULT_REGION")
+    settings = DeploySettings.from_env(os.environ)
+    account, region = settings.cdk_default_account, settings.cdk_default_region
     env = cdk.Environment(account=account, region=region) if account and region else None
     build_app(app, env)
     app.synth()

@@ -24,10 +24,8 @@ def test_version(capsys):
     assert done.value.code == 0 and capsys.readouterr().out.startswith("kokoro-serve 0.")
 
 
-def test_a_bad_variable_or_flag_is_one_line_each_naming_it_its_value_and_what_is_allowed(monkeypatch, capsys):
-    monkeypatch.setenv("KOKORO_MODE", "fast")
-    monkeypatch.setenv("KOKORO_PORT", "eighty")
-    assert main(["serve", "--threads", "0"]) == 2
+def test_a_bad_variable_or_flag_is_one_line_each_naming_it_its_value_and_what_is_allowed(capsys):
+    assert main(["serve", "--threads", "0"], environ={"KOKORO_MODE": "fast", "KOKORO_PORT": "eighty"}) == 2
     assert capsys.readouterr().err.splitlines() == [
         "kokoro-serve: KOKORO_MODE='fast': Input should be 'sequential' or 'concurrent'",
         "kokoro-serve: --threads=0: Input should be greater than or equal to 1",

@@ -17,18 +17,18 @@ def test_serve_is_the_default_command():
 
 
 def test_voices_lists_the_loaded_voices_with_their_language_and_marks_the_default(model_dir, capsys):
-    assert main(["voices", "--model-dir", str(model_dir)]) == 0
+    assert main(["voices", "--model-dir", str(model_dir)], environ={}) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "jm_kumo  ja  (default)" in lines and "jf_alpha  ja" in lines
 
 
 def test_missing_assets_exit_2_with_a_hint(tmp_path, capsys):
-    assert main(["voices", "--model-dir", str(tmp_path)]) == 2
+    assert main(["voices", "--model-dir", str(tmp_path)], environ={}) == 2
     assert "kokoro-serve assets" in capsys.readouterr().err
 
 
 def test_say_rejects_an_unknown_format_before_loading_anything(tmp_path, capsys):
-    assert main(["say", "Hi.", "-o", str(tmp_path / "x.xyz"), "--model-dir", str(tmp_path)]) == 2
+    assert main(["say", "Hi.", "-o", str(tmp_path / "x.xyz"), "--model-dir", str(tmp_path)], environ={}) == 2
     assert "unsupported audio format" in capsys.readouterr().err
 
 
@@ -40,9 +40,9 @@ def test_say_writes_a_wav_file(model_dir, tmp_path):
         assert w.getframerate() == 24000 and w.getnframes() > 2400
 
 
-def test_voices_lists_the_aliases(model_dir, capsys, monkeypatch):
-    monkeypatch.setenv("KOKORO_VOICE_ALIASES", "nova=jf_nezumi,alloy=jm_kumo(2)+jf_alpha(1)")
-    assert main(["voices", "--model-dir", str(model_dir)]) == 0
+def test_voices_lists_the_aliases(model_dir, capsys):
+    aliases = {"KOKORO_VOICE_ALIASES": "nova=jf_nezumi,alloy=jm_kumo(2)+jf_alpha(1)"}
+    assert main(["voices", "--model-dir", str(model_dir)], environ=aliases) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "nova -> jf_nezumi" in lines and "alloy -> jm_kumo(2)+jf_alpha(1)" in lines
 

@@ -1,5 +1,7 @@
 """Streaming sentence chunker: feed text deltas from a language model, get complete sentences back as
-soon as they end, so speech can start while the model is still writing.
+soon as they end, so speech can start while the model is still writing. The agent cuts its model's
+reply with it, and the server's streaming-input sessions (``server.text_stream``) cut the text that
+voice-agent plugins send in pieces.
 
 Rules (what a listener would expect; docs/runtimes.md repeats them):
 
@@ -18,14 +20,14 @@ A decision is only taken once the text that settles it has arrived (one characte
 lookahead), so the chunks do not depend on how the text was split into deltas. Joined with spaces the
 chunks equal the input up to whitespace; no chunk is empty.
 
-Pure Python, no I/O; one instance per stream, not thread-safe (use it from one task).
+Pure Python (standard library only: the agent imports it), no I/O; one instance per stream, not thread-safe (use it from one task).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 
-from backends.sentences import CLOSERS, TERMINATORS, next_end, skip, speakable
+from backends.sentences import CJK_TERMINATORS, CLOSERS, TERMINATORS, next_end, skip, speakable
 
 CLAUSE_MARKS = ",;:，、；："
 
@@ -56,6 +58,27 @@ class SentenceChunker:
             if cut is None:
                 break
             self._take(cut, out)
+        return out
+
+    def settle(self) -> list[str]:
+        """The writer's message ended here: when the buffer ends with a sentence mark and whitespace
+        (``"Hello there. "``; a CJK full stop needs none), decide that end now as if a sentence
+        began next, instead of waiting for the next word, and return the chunks it completes. The
+        other rules hold (``"Dr. "`` is no end); the rest stays buffered. The one cut this takes
+        that waiting would not is before a lower-case word in the next message (``"Really? "`` +
+        ``"she asked"``)."""
+        stripped = self._buf.rstrip()
+        core = stripped.rstrip(CLOSERS)
+        if not core.endswith(tuple(TERMINATORS + CJK_TERMINATORS)):
+            return []
+        if stripped == self._buf and not core.endswith(tuple(CJK_TERMINATORS)):
+            return []
+        probe = " A" if stripped == self._buf else "A"  # the start of a sentence, never spoken
+        self._buf += probe
+        out: list[str] = []
+        while (cut := self._next_cut(final=False)) is not None and cut <= len(self._buf) - len(probe):
+            self._take(cut, out)
+        self._buf = self._buf[: -len(probe)]
         return out
 
     def flush(self) -> list[str]:
@@ -96,7 +119,8 @@ class SentenceChunker:
         i = body_start = skip(buf, 0, " \t\r\n\f\v")
         words = 0
         in_word = False
-        last_clause = last_space = None
+        last_clause: int | None = None
+        last_space: int | None = None
         while i < limit:
             ch = buf[i]
             if ch.isspace():

@@ -1,0 +1,205 @@
+"""Voice-agent protocols: first audio from the first token of a token stream, the server cutting
+sentences vs the client cutting them, and the time from a barge-in (``Clear``) to the last audio.
+
+The LLM is simulated: the TTFA paragraph (``benchmarks.texts.PARAGRAPH``, 267 characters) as word
+tokens at 30 tokens/s. Variants, alternating run by run so load drift hits them alike:
+
+* ``server_buffer`` — Deepgram's ``/v1/speak``: every token its own ``Speak`` message (as a plugin
+  in token mode sends it), ``Flush`` after the last; the server's streaming text buffer cuts the
+  sentences and starts the first clause early.
+* ``client_cut`` — the bidi route ``/invocations-bidirectional-stream``: the client runs the same
+  sentence chunker (``backends.chunker``, first clause after 6 words, as the agent does) and sends
+  each chunk as a request as soon as it is complete.
+* ``clear`` — ``/v1/speak``, the whole paragraph and ``Flush`` at once; ``Clear`` as soon as the first
+  audio frame arrives; measured: ``Clear`` to ``Cleared`` and the audio the server sent in between.
+
+First audio is when the first binary frame reaches this client, from the moment the first token
+was sent. One live server (``kokoro-serve serve``, ONNX, sequential), one client at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from backends.chunker import SentenceChunker
+
+from .live import LiveServer
+from .raw import VOICE
+from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .texts import PARAGRAPH
+
+TOKENS_PER_SECOND = 30.0
+VARIANTS = ("server_buffer", "client_cut", "clear")
+
+
+def tokens(text: str) -> list[str]:
+    words = text.split(" ")
+    return [words[0], *(" " + w for w in words[1:])]
+
+
+async def _paced(send, items: list[str]) -> None:
+    for i, item in enumerate(items):
+        await send(item)
+        if i + 1 < len(items):
+            await asyncio.sleep(1 / TOKENS_PER_SECOND)  # the LLM's pace
+
+
+async def server_buffer(ws_url: str) -> dict:
+    from websockets.asyncio.client import connect
+
+    async with connect(f"{ws_url}/v1/speak?model={VOICE}&encoding=linear16&sample_rate=24000",
+                       compression=None, max_size=None) as ws:
+        await ws.recv()  # Metadata
+        t0 = time.perf_counter()
+        first: list[float] = []
+
+        async def send(token: str) -> None:
+            await ws.send(json.dumps({"type": "Speak", "text": token}))
+
+        async def feed() -> None:
+            await _paced(send, tokens(PARAGRAPH))
+            await ws.send(json.dumps({"type": "Flush"}))
+
+        feeder = asyncio.create_task(feed())
+        audio = 0
+        async for frame in ws:
+            if isinstance(frame, bytes):
+                first = first or [time.perf_counter()]
+                audio += len(frame)
+            elif json.loads(frame).get("type") == "Flushed":
+                break
+        await feeder
+        end = time.perf_counter()
+        await ws.send(json.dumps({"type": "Close"}))
+    return {"first_audio_ms": rnd((first[0] - t0) * 1000), "end_ms": rnd((end - t0) * 1000),
+            "audio_s": round(audio / 48_000, 3)}
+
+
+async def client_cut(ws_url: str) -> dict:
+    from websockets.asyncio.client import connect
+
+    async with connect(f"{ws_url}/invocations-bidirectional-stream", compression=None, max_size=None) as ws:
+        chunker = SentenceChunker(first_clause_words=6)
+        sent = [0]
+        t0 = time.perf_counter()
+
+        async def say(chunks: list[str]) -> None:
+            for chunk in chunks:
+                sent[0] += 1
+                await ws.send(json.dumps({"text": chunk, "voice": VOICE, "request_id": sent[0]}))
+
+        async def feed() -> None:
+            await _paced(lambda token: say(chunker.push(token)), tokens(PARAGRAPH))
+            await say(chunker.flush())
+
+        feeder = asyncio.create_task(feed())
+        first: list[float] = []
+        audio = done = 0
+        async for frame in ws:
+            if isinstance(frame, bytes):
+                first = first or [time.perf_counter()]
+                audio += len(frame)
+            elif json.loads(frame).get("type") in ("synthesis_complete", "error"):
+                done += 1
+                if feeder.done() and done == sent[0]:
+                    break
+        await feeder
+        end = time.perf_counter()
+    return {"first_audio_ms": rnd((first[0] - t0) * 1000), "end_ms": rnd((end - t0) * 1000),
+            "audio_s": round(audio / 48_000, 3), "requests": sent[0]}
+
+
+async def clear(ws_url: str) -> dict:
+    from websockets.asyncio.client import connect
+
+    async with connect(f"{ws_url}/v1/speak?model={VOICE}", compression=None, max_size=None) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "Speak", "text": PARAGRAPH}))
+        await ws.send(json.dumps({"type": "Flush"}))
+        frames_after, bytes_after, cleared_at, last_audio = 0, 0, None, None
+        t_clear = None
+        async for frame in ws:
+            if isinstance(frame, bytes):
+                if t_clear is None:
+                    t_clear = time.perf_counter()
+                    await ws.send(json.dumps({"type": "Clear"}))
+                    continue
+                frames_after += 1
+                bytes_after += len(frame)
+                last_audio = time.perf_counter()
+            elif json.loads(frame).get("type") == "Cleared":
+                cleared_at = time.perf_counter()
+                break
+        await ws.send(json.dumps({"type": "Close"}))
+    assert t_clear is not None and cleared_at is not None
+    return {"clear_to_cleared_ms": rnd((cleared_at - t_clear) * 1000, 2),
+            "clear_to_last_audio_ms": rnd(((last_audio or t_clear) - t_clear) * 1000, 2),
+            "frames_after_clear": frames_after, "audio_after_clear_s": round(bytes_after / 48_000, 3)}
+
+
+async def _measure(ws_url: str, runs: int, log) -> list[dict]:
+    samples = []
+    for run in range(1, runs + 1):
+        for variant in VARIANTS:
+            s = await {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}[variant](ws_url)
+            s.update({"variant": variant, "run": run, "load_1m": (load_average() or [None])[0]})
+            samples.append(s)
+            log(f"  run {run}/{runs} {variant:<13} " + "  ".join(f"{k} {v}" for k, v in s.items()
+                                                                 if k not in ("variant", "run")))
+    return samples
+
+
+def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+    runs = 2 if quick else 3
+    result = Result("agentproto", quick, command_line("agentproto", quick), config={
+        "text": PARAGRAPH, "tokens": len(tokens(PARAGRAPH)), "tokens_per_second": TOKENS_PER_SECOND, "voice": VOICE,
+        "variants": list(VARIANTS), "runs_per_variant": runs, "server": "kokoro-serve serve (onnx, sequential)",
+    })
+    with LiveServer(model_dir=model_dir, log=log) as tts:
+        result.samples = asyncio.run(_measure(tts.url.replace("http://", "ws://"), runs, log))
+    summarize(result)
+    return result
+
+
+def summarize(result: Result) -> None:
+    for variant in VARIANTS:
+        xs = [s for s in result.samples if s["variant"] == variant]
+        keys = [k for k in xs[0] if k not in ("variant", "run", "load_1m")]
+        result.medians[variant] = {k: rnd(median(s[k] for s in xs), 2) for k in keys} | {"runs": len(xs)}
+    m = result.medians
+    result.summary = {
+        "server_buffer_first_audio_ms": m["server_buffer"]["first_audio_ms"],
+        "client_cut_first_audio_ms": m["client_cut"]["first_audio_ms"],
+        "clear_to_last_audio_ms": m["clear"]["clear_to_last_audio_ms"],
+        "clear_to_cleared_ms": m["clear"]["clear_to_cleared_ms"],
+        "load_1m": [s["load_1m"] for s in result.samples],
+    }
+    a, b = m["server_buffer"]["first_audio_ms"], m["client_cut"]["first_audio_ms"]
+    result.target("server-side buffering first audio", "within 100 ms of the client cutting sentences",
+                  rnd(a - b, 1) if a and b else None, None if not (a and b) else a - b <= 100)
+    frames = max(s["frames_after_clear"] for s in result.samples if s["variant"] == "clear")
+    result.target("audio after Clear", "at most one segment (frame)", frames, frames <= 1)
+
+
+def body(data: dict[str, Any]) -> str:
+    m, s = data["medians"], data["summary"]
+    rows = [[v, m[v].get("first_audio_ms"), m[v].get("end_ms"), m[v].get("audio_s"), m[v]["runs"]]
+            for v in ("server_buffer", "client_cut")]
+    table = markdown_table(["variant", "first audio ms (from first token)", "last audio ms", "audio s", "runs"], rows)
+    c = m["clear"]
+    clear_table = markdown_table(
+        ["Clear to Cleared ms", "Clear to last audio ms", "frames after Clear", "audio after Clear s", "runs"],
+        [[c["clear_to_cleared_ms"], c["clear_to_last_audio_ms"], c["frames_after_clear"], c["audio_after_clear_s"],
+          c["runs"]]],
+    )
+    return (
+        f"A token stream ({data['config']['tokens']} word tokens at {data['config']['tokens_per_second']:.0f}/s, the "
+        f"267-character paragraph): first audio with the server cutting sentences (Deepgram `/v1/speak`, one "
+        f"`Speak` per token) **{s['server_buffer_first_audio_ms']} ms** vs the client cutting them (bidi route) "
+        f"**{s['client_cut_first_audio_ms']} ms**; barge-in: `Clear` to the last audio frame "
+        f"**{s['clear_to_last_audio_ms']} ms**, to `Cleared` **{s['clear_to_cleared_ms']} ms**. Medians; the 1-minute "
+        f"load average at each sample: {s['load_1m']}.\n\n{table}\n\n{clear_table}"
+    )

@@ -1,0 +1,299 @@
+"""Word timings on ONNX cost nothing: the timed model (the shipped export with its predicted
+durations as a second output, ``backends/onnx_timed.py``) against today's export.
+
+* speed — per-segment synthesis time of today's export, the timed model and a control (a second
+  session of today's export), loaded side by side in this process with one intra-op thread each,
+  on the same segments (the ttfa paragraph's sentences and two clips, each one segment), the order
+  rotating segment by segment and round by round, so load drift hits all alike. The figures are
+  medians of the per-segment ratios to today's export, of wall time and of the CPU time the
+  process spent in the call (``time.process_time``: nothing else runs in this process, and CPU
+  time moves far less than wall time when other processes take the cores). The control's ratio
+  is the noise floor: two identical models differ by that much here. One thread each, because a
+  thread pool's spin-waiting under contention adds CPU time that belongs to neither model.
+* sameness — the log-spectral distance (dB) between the two models' audio of each segment, and
+  whether the samples are identical; then through two servers (one on a model directory holding
+  only today's export, one on the default, timed directory): ``/v1/audio/speech`` against
+  ``/v1/audio/speech/timed`` on the same clips, the audio compared the same way, and each side
+  transcribed with pocketsphinx's bundled en-us model (word error rate against the text). The timed
+  route's word times are checked to be monotonic and inside the audio.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .raw import LANG, VOICE, model_files
+from .results import Result, command_line, markdown_table, median, rnd
+from .texts import CLIPS, SENTENCES
+
+TARGET_RATIO, TARGET_LSD_DB = 1.03, 0.1
+
+
+def log_spectral_distance(a: np.ndarray, b: np.ndarray, n_fft: int = 1024, hop: int = 256) -> float:
+    """Mean over frames of the RMS difference (dB) of the two power spectra; 0 for identical audio.
+    Audio of different lengths is compared over the shorter one."""
+    n = min(len(a), len(b))
+    if n < n_fft:
+        return 0.0 if np.array_equal(a[:n], b[:n]) else float("inf")
+
+    def spectrum(x: np.ndarray) -> np.ndarray:
+        frames = np.lib.stride_tricks.sliding_window_view(np.asarray(x[:n], np.float64), n_fft)[::hop]
+        return 10 * np.log10(np.abs(np.fft.rfft(frames * np.hanning(n_fft), axis=1)) ** 2 + 1e-10)
+
+    return float(np.mean(np.sqrt(np.mean((spectrum(a) - spectrum(b)) ** 2, axis=1))))
+
+
+def words_of(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def word_error_rate(reference: str, heard: list[str]) -> float:
+    """Word error rate of ``heard`` against ``reference`` (edit operations / reference words)."""
+    ref = words_of(reference)
+    d = list(range(len(heard) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(heard, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(heard)] / max(1, len(ref))
+
+
+class Transcriber:
+    """pocketsphinx (bundled en-us model) on 24 kHz float audio; lower-case words."""
+
+    def __init__(self) -> None:
+        from pocketsphinx import Decoder
+
+        self.decoder = Decoder(samprate=16000)
+
+    def __call__(self, audio: np.ndarray, rate: int = 24_000) -> list[str]:
+        import soxr
+
+        pcm = (np.clip(soxr.resample(audio, rate, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
+        self.decoder.start_utt()
+        self.decoder.process_raw(pcm, full_utt=True)
+        self.decoder.end_utt()
+        hyp = self.decoder.hyp()
+        return hyp.hypstr.lower().split() if hyp else []
+
+
+def _synthesizers(files) -> tuple[dict[str, Any], list[Any]]:
+    """The ONNX runtimes (today's export, the timed model, today's export again), loaded, and the
+    segments they speak."""
+    from backends.assets import OFFLINE_ONNX
+    from backends.config import BackendConfig
+    from backends.factory import create_pipeline
+    from backends.onnx_runtime import OnnxSynthesizer
+    from backends.voices import VoiceStore
+
+    if not files.onnx_durations:
+        raise RuntimeError(f"{files.root} has no timed model; run `kokoro-serve assets`")
+    voices = VoiceStore.from_path(files.voices)
+    plain_files = replace(files, onnx=files.root / OFFLINE_ONNX)
+    synths = {
+        "plain": OnnxSynthesizer(plain_files, voices, threads=1),
+        "timed": OnnxSynthesizer(files, voices, threads=1),
+        "control": OnnxSynthesizer(plain_files, voices, threads=1),  # today's export again: the noise floor
+    }
+    for synth in synths.values():
+        synth.load()
+    pipeline = create_pipeline(BackendConfig.defaults(), files)
+    segments = [pipeline.plan(t, voice=VOICE, speed=1.0, lang=LANG, fast_first=False)[0] for t in SEGMENT_TEXTS]
+    return synths, segments
+
+
+SEGMENT_TEXTS = (*SENTENCES, *CLIPS[:2])
+
+
+def _runtime_rounds(synths: dict[str, Any], segments, rounds: int, log) -> list[dict]:
+    """Each segment through the three sessions in turn; who goes first rotates."""
+    calls = {
+        "plain": synths["plain"].synthesize,
+        "timed": lambda s: synths["timed"].synthesize_timed(s)[0],
+        "control": synths["control"].synthesize,
+    }
+    for call in calls.values():  # first-call allocations off the clock
+        call(segments[0])
+    names = list(calls)
+    samples = []
+    for rnd_i in range(1, rounds + 1):
+        for i, seg in enumerate(segments):
+            shift = (rnd_i + i) % len(names)
+            order = names[shift:] + names[:shift]
+            took, cpu, audio = {}, {}, {}
+            for name in order:
+                t0, c0 = time.perf_counter(), time.process_time()
+                audio[name] = calls[name](seg)
+                took[name], cpu[name] = time.perf_counter() - t0, time.process_time() - c0
+            sample: dict[str, Any] = {"round": rnd_i, "segment": i, "text": seg.text, "order": order}
+            for name in names:
+                sample[f"{name}_ms"] = rnd(took[name] * 1000, 2)
+                sample[f"{name}_cpu_ms"] = rnd(cpu[name] * 1000, 2)
+            for name in ("timed", "control"):
+                sample[f"{name}_ratio"] = rnd(took[name] / took["plain"], 4)
+                sample[f"{name}_cpu_ratio"] = rnd(cpu[name] / cpu["plain"], 4)
+            sample.update({
+                "audio_s": rnd(len(audio["plain"]) / 24_000, 3),
+                "identical": bool(np.array_equal(audio["plain"], audio["timed"])),
+                "lsd_db": rnd(log_spectral_distance(audio["plain"], audio["timed"]), 4),
+            })
+            samples.append(sample)
+            log(f"  round {rnd_i} segment {i}: plain {sample['plain_ms']:8.1f} ms  timed / plain "
+                f"{sample['timed_ratio']:.3f} (CPU {sample['timed_cpu_ratio']:.3f})  control / plain "
+                f"{sample['control_ratio']:.3f} (CPU {sample['control_cpu_ratio']:.3f})  identical {sample['identical']}")
+    return samples
+
+
+def _decode_wav(data: bytes) -> tuple[np.ndarray, int]:
+    import soundfile
+
+    audio, rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    return audio, rate
+
+
+def _monotonic_inside(words: list[dict], duration: float) -> bool:
+    prev = 0.0
+    for w in words:
+        if not prev <= w["start"] <= w["end"] <= duration + 0.001:
+            return False
+        prev = w["end"]
+    return True
+
+
+def _server_clips(files, clips: list[str], log) -> list[dict]:
+    """Today's export behind one server, the timed model behind another; the same clips to each."""
+    import httpx
+
+    from backends.assets import CONFIG, OFFLINE_ONNX
+
+    from .live import LiveServer
+
+    transcribe = Transcriber()
+    samples = []
+    with tempfile.TemporaryDirectory(prefix="kokoro-plain-") as tmp:
+        plain_dir = Path(tmp)
+        for name in (OFFLINE_ONNX, CONFIG, files.voices.name):
+            (plain_dir / name).symlink_to(files.root / name)
+        with LiveServer(model_dir=plain_dir, log=log, name="plain") as plain_srv, \
+                LiveServer(model_dir=files.root, log=log, name="timed") as timed_srv, \
+                httpx.Client(timeout=300) as http:
+            models = {"plain": plain_srv.ping.get("model"), "timed": timed_srv.ping.get("model")}
+            for i, text in enumerate(clips):
+                body = {"model": "kokoro", "input": text, "voice": VOICE, "response_format": "wav"}
+                t0 = time.perf_counter()
+                r_plain = http.post(plain_srv.url + "/v1/audio/speech", json=body)
+                t1 = time.perf_counter()
+                r_timed = http.post(timed_srv.url + "/v1/audio/speech/timed", json=body)
+                t2 = time.perf_counter()
+                r_plain.raise_for_status()
+                r_timed.raise_for_status()
+                plain_audio, rate = _decode_wav(r_plain.content)
+                timed_json = r_timed.json()
+                timed_audio, _ = _decode_wav(base64.b64decode(timed_json["audio"]))
+                heard_plain, heard_timed = transcribe(plain_audio, rate), transcribe(timed_audio, rate)
+                sample = {
+                    "clip": i, "text": text, "plain_ms": rnd((t1 - t0) * 1000, 1), "timed_ms": rnd((t2 - t1) * 1000, 1),
+                    "audio_s": rnd(len(plain_audio) / rate, 3),
+                    "identical": bool(np.array_equal(plain_audio, timed_audio)),
+                    "lsd_db": rnd(log_spectral_distance(plain_audio, timed_audio), 4),
+                    "heard_plain": " ".join(heard_plain), "heard_timed": " ".join(heard_timed),
+                    "wer_plain": rnd(word_error_rate(text, heard_plain), 3),
+                    "wer_timed": rnd(word_error_rate(text, heard_timed), 3),
+                    "words": len(timed_json["words"]),
+                    "words_monotonic_inside": _monotonic_inside(timed_json["words"], len(timed_audio) / rate),
+                }
+                samples.append(sample)
+                log(f"  clip {i}: identical {sample['identical']}  WER plain {sample['wer_plain']:.2f} "
+                    f"timed {sample['wer_timed']:.2f}  words ok {sample['words_monotonic_inside']}")
+    for s in samples:
+        s["models"] = models
+    return samples
+
+
+def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+    from backends.assets import OFFLINE_ONNX
+
+    files = model_files(model_dir)
+    rounds = 2 if quick else 3
+    texts = SEGMENT_TEXTS[:3] if quick else SEGMENT_TEXTS
+    clips = list(CLIPS[:3] if quick else CLIPS[:8])
+    result = Result("onnx_durations", quick, command_line("onnx_durations", quick))
+    synths, segments = _synthesizers(files)
+    segments = segments[: len(texts)]
+    result.config = {
+        "voice": VOICE, "rounds": rounds, "segments": len(segments), "server_clips": len(clips),
+        "plain_model": OFFLINE_ONNX, "timed_model": files.onnx.name, "control_model": OFFLINE_ONNX, "threads": 1,
+    }
+    log(f"runtime: {len(segments)} segments x {rounds} rounds, today's export / timed / today's export again")
+    raw = _runtime_rounds(synths, segments, rounds, log)
+    del synths  # free the sessions before the servers load theirs
+    log(f"servers: {len(clips)} clips, /v1/audio/speech (plain) vs /v1/audio/speech/timed (timed)")
+    served = _server_clips(files, clips, log)
+    result.samples = [{"phase": "runtime", **s} for s in raw] + [{"phase": "server", **s} for s in served]
+    lsd = max(s["lsd_db"] for s in raw + served)
+    result.medians = {f"runtime_{n}_{unit}": rnd(median(s[f"{n}_{unit}"] for s in raw), 1)
+                      for n in ("plain", "timed", "control") for unit in ("ms", "cpu_ms")}
+    for name in ("timed", "control"):
+        for kind in ("ratio", "cpu_ratio"):
+            result.medians[f"runtime_{name}_{kind}"] = rnd(median(s[f"{name}_{kind}"] for s in raw), 4)
+    result.medians["server_plain_ms"] = rnd(median(s["plain_ms"] for s in served), 1)
+    result.medians["server_timed_ms"] = rnd(median(s["timed_ms"] for s in served), 1)
+    result.summary = {
+        "runtime_identical": sum(s["identical"] for s in raw), "runtime_samples": len(raw),
+        "server_identical": sum(s["identical"] for s in served), "server_clips": len(served),
+        "max_lsd_db": lsd,
+        "wer_plain": rnd(float(np.mean([s["wer_plain"] for s in served])), 3),
+        "wer_timed": rnd(float(np.mean([s["wer_timed"] for s in served])), 3),
+        "word_times_ok": sum(s["words_monotonic_inside"] for s in served),
+    }
+    m = result.medians
+    for kind, label in (("cpu_ratio", "CPU time"), ("ratio", "wall time")):
+        ratio, control = m[f"runtime_timed_{kind}"], m[f"runtime_control_{kind}"]
+        allowed = 1 + max(TARGET_RATIO - 1, abs(control - 1))
+        result.target(f"timed / plain per-segment {label} (median of paired calls)",
+                      f"<= {TARGET_RATIO}x, or within the control's {control}x", ratio, ratio <= allowed)
+    result.target("log-spectral distance to today's output (max)", f"<= {TARGET_LSD_DB} dB", lsd, lsd <= TARGET_LSD_DB)
+    result.target("pocketsphinx word error rate, timed vs plain (mean)", "no higher",
+                  result.summary["wer_timed"], result.summary["wer_timed"] <= result.summary["wer_plain"])
+    result.notes.append("the three sessions run in one process with one intra-op thread each; the control is a "
+                        "second session of today's export, so its ratio to the first is what the shared cores and "
+                        "the sessions' placement in memory alone make of two identical models")
+    result.notes.append("the server's timed route also aligns each word to the phonemes (G2P per word) and "
+                        "base64-encodes the audio: its request time includes that work, the runtime call does not")
+    return result
+
+
+def body(data: dict) -> str:
+    m, s = data["medians"], data["summary"]
+    ident = f"{s['runtime_identical']}/{s['runtime_samples']}"
+    rows = [
+        ["runtime call, CPU", m["runtime_plain_cpu_ms"], m["runtime_timed_cpu_ms"], m["runtime_timed_cpu_ratio"],
+         m["runtime_control_cpu_ratio"], ident],
+        ["runtime call, wall", m["runtime_plain_ms"], m["runtime_timed_ms"], m["runtime_timed_ratio"],
+         m["runtime_control_ratio"], ident],
+        ["server request (whole clip)", m["server_plain_ms"], m["server_timed_ms"],
+         rnd(m["server_timed_ms"] / m["server_plain_ms"], 4) if m["server_plain_ms"] else None, None,
+         f"{s['server_identical']}/{s['server_clips']}"],
+    ]
+    table = markdown_table(["path", "today's export ms (median)", "timed model ms (median)", "timed / today",
+                            "control / today", "identical audio"], rows)
+    return (
+        f"Per segment the timed model takes **{m['runtime_timed_cpu_ratio']}x** the CPU time of today's export "
+        f"(a second session of today's export, the control: {m['runtime_control_cpu_ratio']}x) and "
+        f"{m['runtime_timed_ratio']}x its wall time (control {m['runtime_control_ratio']}x); medians of "
+        f"{s['runtime_samples']} rotating calls. Its audio is the same: log-spectral distance at most "
+        f"**{s['max_lsd_db']} dB**, identical samples in {ident} runtime calls and "
+        f"{s['server_identical']}/{s['server_clips']} server clips. pocketsphinx hears both alike (mean word error "
+        f"rate {s['wer_plain']} today, {s['wer_timed']} timed; jm_kumo is a Japanese voice reading English, so "
+        f"neither is low), and the timed route's word times were monotonic and inside the audio in "
+        f"{s['word_times_ok']}/{s['server_clips']} clips.\n\n{table}"
+    )

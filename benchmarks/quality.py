@@ -1,0 +1,241 @@
+"""Speech quality of streamed audio against one reading of the whole text, per text and setting.
+
+Each text of :data:`benchmarks.texts.QUALITY_TEXTS` is synthesised once whole (one model call:
+the reference, the way the model reads the text when it sees all of it) and once through the
+engine for each setting of :data:`SETTINGS` (the sequential backend in this process, one fresh
+session per text, so the first segment is cut as a listener who hears nothing yet gets it). The
+streamed chunks are joined and measured against the reference (:mod:`benchmarks.speech_measures`):
+
+* duration excess: the speech span (first to last sound) of the streamed audio over the
+  reference's, in percent;
+* the gap at each join (the silent run there) against the reading's pause at the same place
+  (the reference's silent run at the DTW-aligned frames; none: 0), by the kind of boundary;
+* pitch at each cut (median F0 over the last voiced 200 ms before the join) against the reading
+  at the same frames, in semitones; ``phrase`` cuts (inside a clause) are the early cuts;
+* clicks: 2–8 kHz energy across each join, dB re speech;
+* intelligibility: the share of the text's words pocketsphinx hears, streamed and reference;
+  DNSMOS when ``speechmos`` and its ``librosa`` are importable (they are not installed: see notes);
+* first audio: when the first chunk left the backend, in this process (``python -m benchmarks
+  ttfa`` measures it through the server).
+
+``--quick``: two texts, the default setting and the model's own joins, no intelligibility: under a
+minute on an idle 2-core machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.joins import sound_extent
+
+from . import speech_measures as sm
+from .raw import LANG, VOICE, model_files
+from .results import Result, command_line, load_average, markdown_table, mean, rnd
+from .texts import QUALITY_TEXTS
+
+#: name -> the backend settings it changes
+SETTINGS: dict[str, dict[str, Any]] = {
+    "model joins": {"join_pauses": False, "phrase_end_mark": ""},
+    "default": {},
+    "comma mark": {"phrase_end_mark": ","},
+    "clause first": {"short_first_segment": "never"},
+}
+QUICK_SETTINGS = ("model joins", "default")
+#: Where intelligibility is measured in a full run (pocketsphinx is the slow part of the analysis).
+WORDS_SETTINGS = ("model joins", "default")
+GOALS = {"gap_mean_s": 0.1, "gap_worst_s": 0.25, "click_db": -40.0, "excess_pct": 3.0, "cut_st_mean": 1.5,
+         "cut_st_worst": 4.0}
+
+
+class _Loaded:
+    """The one loaded runtime, shared by every setting's backend (their ``start()`` loads nothing)."""
+
+    def __init__(self, synth: Any):
+        self._synth = synth
+
+    def load(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._synth, name)
+
+
+def measure(text: str, chunks: list[tuple[np.ndarray, str]], reference: np.ndarray, *, words: bool = True) -> dict[str, Any]:
+    """The measures of one streamed reading (``chunks``: audio and the kind of boundary it ends at);
+    ``words``: with intelligibility (pocketsphinx: seconds per second of audio on a busy machine)."""
+    stream = np.concatenate([a for a, _ in chunks])
+    path = sm.align(stream, reference)
+    runs_s, runs_r = sm.silent_runs(stream), sm.silent_runs(reference, min_s=0.03)
+    f0_s, f0_r = sm.pitch(stream), sm.pitch(reference)
+    joins, at = [], 0
+    for audio, kind in chunks[:-1]:
+        at += len(audio)
+        k = at // sm.WINDOW
+        run = sm.run_at(runs_s, k)
+        start, end = run if run else (k, k)
+        mapped = path[max(0, start - 1) : min(len(path), end + 1)]
+        lo, hi = int(mapped.min()), int(mapped.max())
+        overlap = [(min(e, hi + 1) - max(s, lo), s, e) for s, e in runs_r if s <= hi and e >= lo]
+        ref = max(overlap)[1:] if overlap else None
+        cut = sm.cut_pitch(f0_s, f0_r, path, start)
+        joins.append({
+            "kind": kind, "gap_s": round((end - start) * sm.HOP_S, 3),
+            "reading_pause_s": round((ref[1] - ref[0]) * sm.HOP_S, 3) if ref else 0.0,
+            "cut_hz": rnd(cut[0]) if cut else None, "reading_hz": rnd(cut[1]) if cut else None,
+            "cut_st": round(sm.semitones(*cut), 2) if cut else None,
+            "click_db": round(sm.band_db(stream, at), 1),
+        })
+    speech_s, reference_s = speech_span(stream), speech_span(reference)
+    return {
+        "seconds": round(len(stream) / sm.SR, 3), "reference_seconds": round(len(reference) / sm.SR, 3),
+        "speech_s": round(speech_s, 3), "reference_speech_s": round(reference_s, 3),
+        "excess_pct": round(100 * (speech_s - reference_s) / reference_s, 2), "joins": joins,
+        "words_heard": round(sm.words_heard(stream, text), 3) if words else None,
+        "dnsmos": dnsmos(stream),
+    }
+
+
+def speech_span(audio: np.ndarray) -> float:
+    """Seconds from the first to the last sound."""
+    extent = sound_extent(audio)
+    return 0.0 if extent is None else (extent[1] - extent[0]) / sm.SR
+
+
+def dnsmos(audio: np.ndarray) -> float | None:
+    if importlib.util.find_spec("speechmos") is None or importlib.util.find_spec("librosa") is None:
+        return None
+    import soxr
+    from speechmos import dnsmos as dns
+
+    return round(float(dns.run(np.clip(soxr.resample(audio, sm.SR, 16000), -1, 1), sr=16000)["ovrl_mos"]), 2)
+
+
+async def _stream(backend: Any, text: str, session: str) -> tuple[list[tuple[np.ndarray, str]], float]:
+    from backends.base import SynthesisRequest
+
+    request = await backend.prepare(SynthesisRequest(text=text, voice=VOICE, lang=LANG, session=session))
+    t0, first, chunks = time.perf_counter(), None, []
+    async for chunk in backend.stream(request):
+        first = first if first is not None else time.perf_counter() - t0
+        chunks.append((chunk.audio, request.segments[chunk.index].ends))
+    return chunks, first or 0.0
+
+
+def summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    joins = [j for s in samples for j in s["joins"]]
+    errors = [abs(j["gap_s"] - j["reading_pause_s"]) for j in joins]
+    early = [abs(j["cut_st"]) for j in joins if j["kind"] == "phrase" and j["cut_st"] is not None]
+    signed = [j["cut_st"] for j in joins if j["kind"] == "phrase" and j["cut_st"] is not None]
+    by_kind = {k: {"joins": len(g), "gap_s": rnd(mean(j["gap_s"] for j in g), 3),
+                   "reading_pause_s": rnd(statistics.median([j["reading_pause_s"] for j in g]), 3)}
+               for k in ("sentence", "clause", "phrase") if (g := [j for j in joins if j["kind"] == k])}
+    return {
+        "texts": len(samples), "joins": len(joins), "by_kind": by_kind,
+        "gap_error_mean_s": rnd(mean(errors), 3), "gap_error_worst_s": rnd(max(errors, default=None), 3),
+        "cut_st_mean": rnd(mean(early), 2), "cut_st_signed_mean": rnd(mean(signed), 2),
+        "cut_st_worst": rnd(max(early, default=None), 2), "early_cuts": len(early),
+        "click_db_worst": rnd(max((j["click_db"] for j in joins), default=None)),
+        "excess_pct_mean": rnd(mean(s["excess_pct"] for s in samples), 2),
+        "excess_pct_worst": rnd(max(s["excess_pct"] for s in samples), 2),
+        "first_audio_s": rnd(mean(s["first_audio_s"] for s in samples), 3),
+        "words_heard": rnd(mean(s["words_heard"] for s in samples), 3),
+        "reference_words_heard": rnd(mean(s["reference_words_heard"] for s in samples), 3),
+        "dnsmos": rnd(mean(s["dnsmos"] for s in samples), 2),
+    }
+
+
+async def _run(quick: bool, model_dir: Path | None, log) -> Result:
+    from backends.base import Segment
+    from backends.config import BackendConfig
+    from backends.factory import create_pipeline, create_synthesizer
+    from backends.sequential import SequentialBackend
+    from backends.text import normalize
+    from backends.voices import VoiceStore
+
+    result = Result("quality", quick, command_line("quality", quick))
+    files = model_files(model_dir)
+    base = BackendConfig.defaults(backend="onnx")
+    voices = VoiceStore.from_path(files.voices, VOICE)
+    synth = create_synthesizer(base, files, voices)
+    synth.load()
+    texts = QUALITY_TEXTS[1:3] if quick else QUALITY_TEXTS
+    names = QUICK_SETTINGS if quick else tuple(SETTINGS)
+    result.config.update({"runtime": "onnx", "voice": VOICE, "texts": list(texts), "settings": {
+        n: SETTINGS[n] for n in names}, "load_average_at_start": load_average()})
+    references = {}
+    for text in texts:
+        phonemes = create_pipeline(base, files).phonemes(normalize(text), LANG)
+        references[text] = await asyncio.to_thread(synth.synthesize, Segment(text, phonemes, VOICE, lang=LANG))
+    heard = {t: None if quick else round(sm.words_heard(a, t), 3) for t, a in references.items()}
+    for name in names:
+        config = BackendConfig.defaults(**SETTINGS[name])
+        pipeline = create_pipeline(config, files)
+        backend = SequentialBackend(_Loaded(synth), pipeline, voices, config)
+        await backend.start()
+        try:
+            for i, text in enumerate(texts):
+                chunks, first = await _stream(backend, text, f"{name}-{i}")
+                sample = await asyncio.to_thread(measure, text, chunks, references[text],
+                                           words=not quick and name in WORDS_SETTINGS)
+                sample.update({"setting": name, "text": text, "first_audio_s": round(first, 3),
+                               "segments": len(chunks), "reference_words_heard": heard[text]})
+                result.samples.append(sample)
+                log(f"  {name}: {text[:40]!r}… excess {sample['excess_pct']:+.1f}%, "
+                    f"gaps {[j['gap_s'] for j in sample['joins']]} vs {[j['reading_pause_s'] for j in sample['joins']]}")
+        finally:
+            await backend.aclose()
+    result.summary = {name: summarise([s for s in result.samples if s["setting"] == name]) for name in names}
+    result.medians = {name: {k: v for k, v in s.items() if k != "by_kind"} for name, s in result.summary.items()}
+    d = result.summary["default"]
+    result.target("mean join gap vs the reading's pause", f"<= {GOALS['gap_mean_s']} s", d["gap_error_mean_s"],
+                  None if d["gap_error_mean_s"] is None else d["gap_error_mean_s"] <= GOALS["gap_mean_s"])
+    result.target("worst join gap vs the reading's pause", f"<= {GOALS['gap_worst_s']} s", d["gap_error_worst_s"],
+                  None if d["gap_error_worst_s"] is None else d["gap_error_worst_s"] <= GOALS["gap_worst_s"])
+    result.target("2-8 kHz at a join, re speech", f"< {GOALS['click_db']} dB", d["click_db_worst"],
+                  None if d["click_db_worst"] is None else d["click_db_worst"] < GOALS["click_db"])
+    result.target("speech duration over the reading (mean)", f"<= {GOALS['excess_pct']} %", d["excess_pct_mean"],
+                  abs(d["excess_pct_mean"]) <= GOALS["excess_pct"])
+    met = None if d["cut_st_mean"] is None else (d["cut_st_mean"] <= GOALS["cut_st_mean"]
+                                                 and d["cut_st_worst"] <= GOALS["cut_st_worst"])
+    result.target("pitch at an early cut vs the reading (mean / worst)",
+                  f"<= {GOALS['cut_st_mean']} / {GOALS['cut_st_worst']} st", f"{d['cut_st_mean']} / {d['cut_st_worst']}",
+                  met)
+    result.notes.append("DNSMOS: the speechmos wheel carries its ONNX models, but imports librosa (numba, llvmlite, "
+                        "scipy) for a mel spectrogram; that stack is not installed here, so DNSMOS is left out.")
+    result.notes.append("Duration excess compares speech spans (first to last sound): the trimmed lead of the first "
+                        "segment and the tail after the last are not counted against either reading.")
+    return result
+
+
+def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> Result:
+    return asyncio.run(_run(quick, model_dir, log))
+
+
+def _or_dash(value: Any) -> str:
+    return "—" if value is None else str(value)
+
+
+def body(data: dict[str, Any]) -> str:
+    rows = []
+    for name, s in data["summary"].items():
+        rows.append([name, s["first_audio_s"], s["excess_pct_mean"], s["excess_pct_worst"], s["gap_error_mean_s"],
+                     s["gap_error_worst_s"], f"{s['cut_st_mean']} / {s['cut_st_worst']} ({s['early_cuts']})",
+                     s["click_db_worst"], f"{_or_dash(s['words_heard'])} ({_or_dash(s['reference_words_heard'])})"])
+    table = markdown_table(
+        ["setting", "first audio s", "duration +% mean", "+% worst", "gap error mean s", "worst s",
+         "early-cut pitch st mean / worst (cuts)", "click dB worst", "words heard (reading)"], rows)
+    kinds = []
+    for name, s in data["summary"].items():
+        for kind, k in s["by_kind"].items():
+            kinds.append([name, kind, k["joins"], k["gap_s"], k["reading_pause_s"]])
+    pauses = markdown_table(["setting", "boundary", "joins", "mean gap s", "reading's pause s (median)"], kinds)
+    return (f"{table}\n\nJoins by kind of boundary:\n\n{pauses}\n\n"
+            "First audio here is in process (the first chunk out of the backend); `python -m benchmarks ttfa` "
+            "measures it through the server.")
