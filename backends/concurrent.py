@@ -45,8 +45,9 @@ call the observer's ``segment_done`` / ``batch_done`` (``queue_depth`` is called
 For a batch, ``segment_done`` gets each segment's share of the call's time (the runtime cost) and
 ``AudioChunk.synth_seconds`` the whole call's time (what that segment waited for).
 Cancellation: closing or cancelling ``stream()``, or the request timeout, drops the job: its queued
-segment leaves the queue at once and its later segments are never synthesised; a segment already
-inside a running batch finishes and is discarded. ``aclose()`` fails every open stream with
+segment leaves the queue at once and its later segments are never synthesised; a single call of
+its segment already running is interrupted where the runtime can be (the policy's rule 5), a
+segment inside a running batch finishes; either way the result is discarded. ``aclose()`` fails every open stream with
 :class:`NotReady`, drops the queue and stops the loop.
 """
 
@@ -247,6 +248,7 @@ class BatchedBackend(Engine):
         dropped = self._queue.remove(lambda it: it.job is job)
         if dropped:
             self._set_queued(self._queued - dropped)
+        self.policy.abandon(lambda it: it.job is job)  # closed mid-call (cancel, barge-in): stop that call
 
     def _set_queued(self, n: int) -> None:
         self._queued = n
