@@ -85,8 +85,9 @@ class BackendConfig(EnvSettings):
     interrupt_for_first_audio: bool = Field(
         True,
         description="With deadlines: a listener who hears nothing yet may interrupt a running call of a later "
-        "segment (whose listener still has audio to play), which runs again after it; ONNX runtime only. `false`: "
-        "a newcomer waits for the running call to end.",
+        "segment (whose listener still has audio to play), which runs again after it; single calls of an "
+        "interruptible runtime (ONNX, torch, the fake), not batches. `false`: a newcomer waits for the running call "
+        "to end.",
     )
 
     due_together_ms: float = Field(
