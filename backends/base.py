@@ -327,6 +327,22 @@ class BackendObserver(Protocol):
         play in real time); the runtime made ``delivered`` per second lately (event loop)."""
 
 
+class NoObserver:
+    """A :class:`BackendObserver` that ignores everything (a backend built without one)."""
+
+    def segment_done(self, synth_seconds: float, audio_seconds: float) -> None: ...
+
+    def batch_done(self, size: int) -> None: ...
+
+    def queue_depth(self, n: int) -> None: ...
+
+    def underrun(self, seconds: float) -> None: ...
+
+    def interrupted(self, seconds: float) -> None: ...
+
+    def load(self, demanded: float, delivered: float) -> None: ...
+
+
 class Backend(Protocol):
     """The asynchronous engine, and the only thing the server knows of it (compare vLLM's
     ``EngineClient``). Every method is called on the event loop; none blocks it."""

@@ -73,6 +73,7 @@ from .base import (
     Interrupt,
     Interrupted,
     KokoroError,
+    NoObserver,
     NotReady,
     Segment,
     SynthesisRequest,
@@ -103,26 +104,6 @@ class SegmentResult:
     durations: np.ndarray | None = None
     seconds: float = 0.0
     error: BaseException | None = None
-
-
-class _NoObserver:
-    def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
-        pass
-
-    def batch_done(self, size: int) -> None:
-        pass
-
-    def queue_depth(self, n: int) -> None:
-        pass
-
-    def underrun(self, seconds: float) -> None:
-        pass
-
-    def interrupted(self, seconds: float) -> None:
-        pass
-
-    def load(self, demanded: float, delivered: float) -> None:
-        pass
 
 
 class Engine:
@@ -157,7 +138,7 @@ class Engine:
         self.pipeline = pipeline
         self.voices = voices
         self.model_name = model_name or synthesizer.model_name
-        self._observer: BackendObserver = observer if observer is not None else _NoObserver()
+        self._observer: BackendObserver = observer if observer is not None else NoObserver()
         self._ready = False
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
