@@ -45,7 +45,7 @@ __all__ = [
     "MAX_PHONEMES", "MAX_SPEED", "MIN_SPEED", "SAMPLE_RATE", "AudioChunk", "Backend", "BackendCapabilities",
     "BackendFault", "BackendInfo", "BackendObserver", "Capabilities", "EmptyText", "Interrupt",
     "Interrupted", "InvalidJSON", "InvalidRequest", "KokoroError", "NotReady", "Overloaded", "Segment",
-    "SynthesisRequest", "SynthesisTimeout", "Synthesizer", "TextTooLong", "UnknownVoice", "Unsupported",
+    "SentenceContext", "SynthesisRequest", "SynthesisTimeout", "Synthesizer", "TextTooLong", "UnknownVoice", "Unsupported",
     "VoiceCatalog", "clip_audio",
 ]
 
@@ -58,6 +58,27 @@ MIN_SPEED, MAX_SPEED = 0.5, 2.0
 # Data
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
+class SentenceContext:
+    """The sentence a segment is a window of: its phonemes (the sentence's segments' phonemes joined
+    by spaces) and the segment's share of them, ``phonemes[start:end]`` (the segment's own phonemes
+    and, unless it is the last, the space after them). A runtime that declares
+    :attr:`Capabilities.windowed` predicts the prosody of the whole sentence and decodes only the
+    segment's frames, so the sentence keeps one intonation across the cut."""
+
+    phonemes: str
+    start: int
+    end: int
+
+    @property
+    def first(self) -> bool:
+        return self.start == 0
+
+    @property
+    def last(self) -> bool:
+        return self.end >= len(self.phonemes)
+
+
+@dataclass(frozen=True, slots=True)
 class Segment:
     """One unit of synthesis: at most :data:`MAX_PHONEMES` phonemes of one voice and speed.
 
@@ -65,6 +86,8 @@ class Segment:
     through its :class:`~backends.voices.VoiceStore`. ``ends``: the boundary the text was cut at
     after it — ``sentence`` (or the end of the text), ``clause`` (``, ; : —``) or ``phrase`` (between
     words inside a clause); the pause a reader makes there follows it (:mod:`backends.joins`).
+    ``sentence``: set by the planner only for a runtime that declares :attr:`Capabilities.windowed`
+    — the segment is a window of that sentence's reading (:class:`SentenceContext`).
     """
 
     text: str
@@ -74,6 +97,7 @@ class Segment:
     index: int = 0
     lang: str = "en-us"
     ends: str = "sentence"
+    sentence: SentenceContext | None = None
 
 
 @dataclass(slots=True)
@@ -176,6 +200,9 @@ class Capabilities:
     thread_safe: bool = False
     #: ``set_threads()`` before ``load()`` chooses the intra-op threads per call.
     threads_settable: bool = False
+    #: A segment with a :attr:`Segment.sentence` is decoded as a window of that sentence's reading
+    #: (one prosody for the sentence; consecutive windows meet without a pause).
+    windowed: bool = False
     #: Where the model runs (``cpu``, ``cuda``...).
     device: str = "cpu"
     #: The precision the forward pass runs in.
