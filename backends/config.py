@@ -158,7 +158,7 @@ class BackendConfig(EnvSettings):
         description="On a runtime that decodes windows (torch), a first sentence cut early is read as one "
         "utterance: the prosody of the whole sentence is predicted in each of its segments' calls and only the "
         "segment's frames are decoded, so the early cut keeps the sentence's intonation and its segments meet "
-        "without a pause (the rest of that sentence is one segment). Off: each segment is read on its own.",
+        "as the reading runs on (no pause put in). Off: each segment is read as an utterance of its own.",
     )
     join_pauses: bool = Field(
         True,

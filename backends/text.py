@@ -34,6 +34,11 @@ Rules (docs/runtimes.md states them for users):
   clause); the engine puts the reading's pause for that kind after it (:mod:`backends.joins`). A
   ``phrase`` segment's phonemes end with ``phrase_end_mark`` when one is set, so the model reads
   the fragment as going on.
+* For a runtime that decodes windows of a sentence (``windowed``), the segments of a first
+  sentence cut early each carry that sentence (:attr:`~backends.base.Segment.sentence`: its
+  segments' phonemes joined by spaces, and each one's share): the runtime reads the sentence as one
+  utterance and sends it piece by piece, so the early cut keeps the sentence's intonation. Those
+  segments are not packed with the next sentence (and take no ``phrase_end_mark``).
 
 Pure Python plus the G2P callable; call from a worker thread (phonemisation is CPU work).
 """

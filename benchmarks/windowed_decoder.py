@@ -24,7 +24,10 @@ against one decode of the whole sentence (the reference):
 * **CPU time**, interleaved in the same run: the fragment alone (today's first call) against the
   predictor over the sentence plus the decode of the fragment's window (the windowed first call).
 
-``--quick``: three texts, context 8 frames, three timing rounds.
+The windows are joined as the engine joins them (:func:`backends.joins.shape_segment`: a 5 ms fade
+where two windows meet, the sentence's pause after the last). ``--quick``: context 8 frames (the
+runtime's :data:`~backends.torch_forward.WINDOW_CONTEXT`), two timing rounds; the full run also
+tries 0, 4 and 16 frames.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ QUICK_CONTEXTS = (8,)
 GOALS = {"cut_st_mean": 1.5, "cut_st_worst": 4.0, "burst_db": 3.0}
 
 
-def _first_sentence(pipeline: Any, text: str) -> list[Any]:
-    """The default plan's segments of the first sentence (a short first segment: five words)."""
-    segments = pipeline.plan(text, voice=VOICE, lang=LANG, short_first_words=5)
+def _first_sentence(pipeline: Any, text: str, windowed: bool) -> list[Any]:
+    """The default plan's segments of the first sentence (a short first segment: five words);
+    ``windowed``: as planned for a runtime that decodes windows (each carries the sentence)."""
+    segments = pipeline.plan(text, voice=VOICE, lang=LANG, short_first_words=5, windowed=windowed)
     out = []
     for seg in segments:
         out.append(seg)
@@ -99,21 +103,17 @@ class _Model:
 
 
 def _tokens(synth: Any, segments: list[Any]) -> tuple[list[int], list[tuple[int, int]]]:
-    """The sentence's tokens (the segments' phonemes joined by spaces) and each segment's range,
-    its trailing space included."""
-    tokens: list[int] = []
-    ranges = []
-    for i, seg in enumerate(segments):
-        start = len(tokens)
-        tokens += synth.tokens(seg.phonemes + (" " if i < len(segments) - 1 else ""))
-        ranges.append((start, len(tokens)))
-    return tokens, ranges
+    """The sentence's tokens and each segment's range of them (its share of the sentence)."""
+    context = segments[0].sentence
+    ranges = [(len(synth.tokens(context.phonemes[: s.sentence.start])), len(synth.tokens(context.phonemes[: s.sentence.end])))
+              for s in segments]
+    return synth.tokens(context.phonemes), ranges
 
 
 def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> Result:
     from backends.config import BackendConfig
     from backends.factory import create_pipeline
-    from backends.joins import pause_for, shape
+    from backends.joins import shape_segment
     from backends.torch_runtime import TorchSynthesizer
     from backends.voices import VoiceStore
 
@@ -127,9 +127,9 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
     m = _Model(synth)
     pipeline = create_pipeline(BackendConfig.defaults(), files)
     contexts = QUICK_CONTEXTS if quick else CONTEXTS
-    rounds = 3 if quick else 5
-    cases = [(t, segs) for t in QUALITY_TEXTS if (segs := _first_sentence(pipeline, t))[0].ends == "phrase"]
-    cases = cases[:3] if quick else cases
+    rounds = 2 if quick else 5
+    cases = [(t, segs) for t in QUALITY_TEXTS if (segs := _first_sentence(pipeline, t, True))[0].ends == "phrase"
+             and segs[0].sentence is not None]
     result.config.update({"runtime": "torch (CPU, float32, deterministic source)", "voice": VOICE,
                           "contexts_frames": list(contexts), "timing_rounds": rounds, "texts": [t for t, _ in cases],
                           "load_average_at_start": load_average()})
@@ -139,21 +139,22 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
         sample: dict[str, Any] = {"text": text, "fragment": segments[0].text, "segments": len(segments)}
         # today: each segment alone, joined as the engine joins them
         chunks = []
-        for seg, (a, b) in zip(segments, ranges, strict=True):
-            audio, _ = shape(m.alone(tokens[a:b]), None, pause_for(seg.ends, LANG))
+        for seg in _first_sentence(pipeline, text, False):
+            audio, _ = shape_segment(seg, m.alone(synth.tokens(seg.phonemes)), None)
             chunks.append((audio, seg.ends))
         today = measure(text, chunks, reference, words=False)["joins"][0]
         sample["alone"] = {"cut_st": today["cut_st"], "click_db": today["click_db"]}
         f0_ref = sm.pitch(reference)
         for context in contexts:
-            windows, frames = m.windows(tokens, ranges, context)
+            decoded, frames = m.windows(tokens, ranges, context)
+            windows = [shape_segment(seg, w, None)[0] for seg, w in zip(segments, decoded, strict=True)]
             joined = np.concatenate(windows)
             cut = frames[0][1] * 600
             f0 = sm.pitch(joined)
             same = sm.cut_pitch(f0, f0_ref, np.arange(len(f0)), cut // sm.WINDOW)
             dtw = measure(text, [(w, s.ends) for w, s in zip(windows, segments, strict=True)], reference, words=False)
             sample[f"window_{context}"] = {
-                "lsd_db": round(log_spectral_distance(windows[0], reference[:cut]), 2),
+                "lsd_db": round(log_spectral_distance(decoded[0], reference[:cut]), 2),
                 "lsd_whole_db": round(log_spectral_distance(joined, reference), 2),
                 "cut_st_same_frames": round(sm.semitones(*same), 2) if same else None,
                 "cut_st": dtw["joins"][0]["cut_st"],
@@ -162,17 +163,20 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
                 "jump": round(float(abs(joined[cut] - joined[cut - 1])), 4),
                 "reference_jump": round(float(abs(reference[cut] - reference[cut - 1])), 4),
             }
-        # CPU time of the first call, interleaved
-        times: dict[str, list[float]] = {"alone": [], **{f"window_{c}": [] for c in contexts}}
+        # CPU time of the first call (process time: every thread's, less inflated by other load than
+        # wall time) and wall time, interleaved
+        times: dict[str, list[tuple[float, float]]] = {"alone": [], **{f"window_{c}": [] for c in contexts}}
+        fragment = tokens[ranges[0][0] : ranges[0][1]]
         for _ in range(rounds):
-            t0 = time.perf_counter()
-            m.alone(tokens[ranges[0][0] : ranges[0][1]])
-            times["alone"].append(time.perf_counter() - t0)
-            for c in contexts:
-                t0 = time.perf_counter()
-                m.windows(tokens, ranges, c, only_first=True)
-                times[f"window_{c}"].append(time.perf_counter() - t0)
-        sample["first_call_s"] = {k: round(float(np.median(v)), 3) for k, v in times.items()}
+            for name in times:
+                c0, w0 = time.process_time(), time.perf_counter()
+                if name == "alone":
+                    m.alone(fragment)
+                else:
+                    m.windows(tokens, ranges, int(name.split("_")[1]), only_first=True)
+                times[name].append((time.process_time() - c0, time.perf_counter() - w0))
+        sample["first_call_s"] = {k: round(float(np.median([c for c, _ in v])), 3) for k, v in times.items()}
+        sample["first_call_wall_s"] = {k: round(float(np.median([w for _, w in v])), 3) for k, v in times.items()}
         result.samples.append(sample)
         log(f"  {segments[0].text!r}: alone {sample['alone']}, "
             + ", ".join(f"ctx {c}: {sample[f'window_{c}']}" for c in contexts) + f", time {sample['first_call_s']}")
@@ -182,7 +186,8 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
         "cut_st_worst": rnd(max((abs(s["alone"]["cut_st"]) for s in result.samples if s["alone"]["cut_st"] is not None),
                                 default=None), 2),
         "click_db_worst": rnd(max(s["alone"]["click_db"] for s in result.samples)),
-        "first_call_s": rnd(mean(s["first_call_s"]["alone"] for s in result.samples), 3)}}
+        "first_call_s": rnd(mean(s["first_call_s"]["alone"] for s in result.samples), 3),
+        "first_call_wall_s": rnd(mean(s["first_call_wall_s"]["alone"] for s in result.samples), 3)}}
     for c in contexts:
         w = [s[f"window_{c}"] for s in result.samples]
         cuts = [abs(x["cut_st"]) for x in w if x["cut_st"] is not None]
@@ -194,7 +199,8 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
             "cut_st_same_frames_mean": rnd(mean(same), 2), "cut_st_same_frames_worst": rnd(max(same, default=None), 2),
             "click_db_worst": rnd(max(x["click_db"] for x in w)),
             "burst_db_worst": rnd(max(x["burst_db"] for x in w)),
-            "first_call_s": rnd(mean(s["first_call_s"][f"window_{c}"] for s in result.samples), 3)}
+            "first_call_s": rnd(mean(s["first_call_s"][f"window_{c}"] for s in result.samples), 3),
+            "first_call_wall_s": rnd(mean(s["first_call_wall_s"][f"window_{c}"] for s in result.samples), 3)}
     result.summary = summary
     result.medians = {k: {kk: vv for kk, vv in v.items()} for k, v in summary.items()}
     best = summary[f"window_{max(contexts)}"] if not quick else summary[f"window_{contexts[0]}"]
@@ -207,8 +213,8 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
                   best["burst_db_worst"], best["burst_db_worst"] <= GOALS["burst_db"])
     result.notes.append("The sentence's tokens are its segments' phonemes joined by spaces, and the style row is the "
                         "sentence's (the voice pack is indexed by length); the fragment alone uses its own, as today.")
-    result.notes.append("CPU times are medians of interleaved rounds on a shared machine: compare the columns, not the "
-                        "absolute figures.")
+    result.notes.append("Times are medians of interleaved rounds on a shared machine (see the load average): compare "
+                        "the rows, not the absolute figures.")
     return result
 
 
@@ -219,14 +225,16 @@ def body(data: dict[str, Any]) -> str:
         rows.append([label, s.get("lsd_db", "—"), s.get("lsd_whole_db", "—"),
                      f"{s['cut_st_signed_mean']} ({s['cut_st_mean']} / {s['cut_st_worst']})",
                      f"{s['cut_st_same_frames_mean']} / {s['cut_st_same_frames_worst']}" if name != "alone" else "—",
-                     s["click_db_worst"], s.get("burst_db_worst", "—"), s["first_call_s"]])
+                     s["click_db_worst"], s.get("burst_db_worst", "—"), s["first_call_s"],
+                     s["first_call_wall_s"]])
     table = markdown_table(
         ["first sentence", "LSD fragment dB", "LSD sentence dB", "pitch at the cut st: signed mean (mean / worst)",
          "same frames st mean / worst", "2-8 kHz at the join dB worst", "over the reading's dB worst",
-         "first call s (CPU)"], rows)
+         "first call CPU s", "wall s"], rows)
     return (f"{table}\n\nLSD: log-spectral distance to one decode of the whole sentence over its speech frames. "
             "Pitch at the cut: as `python -m benchmarks quality` measures it (DTW against the whole sentence's "
             "reading); same frames: against the whole decode at the identical frames. 2-8 kHz at the join: dB re "
             "speech, as the quality benchmark measures a click; a windowed join sits inside speech, so what counts is "
-            "its excess over the whole reading at the same place. First call: CPU seconds to the fragment's audio "
-            "(the windowed call includes the predictor over the whole sentence).")
+            "its excess over the whole reading at the same place. First call: seconds to the fragment's audio, "
+            "process CPU time (all threads) and wall time, medians of interleaved rounds (the windowed call includes "
+            "the predictor over the whole sentence).")
