@@ -18,9 +18,8 @@ Errors carry a stable ``code`` (the wire contract's error codes) and say whether
 from __future__ import annotations
 
 import abc
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,12 +39,13 @@ from .errors import (
     UnknownVoice,
     Unsupported,
 )
+from .interrupt import Interrupt, Interrupted
 
 __all__ = [
     "MAX_PHONEMES", "MAX_SPEED", "MIN_SPEED", "SAMPLE_RATE", "AudioChunk", "Backend", "BackendCapabilities",
     "BackendFault", "BackendInfo", "BackendObserver", "Capabilities", "EmptyText", "Interrupt",
     "Interrupted", "InvalidJSON", "InvalidRequest", "KokoroError", "NotReady", "Overloaded", "Segment",
-    "SynthesisRequest", "SynthesisTimeout", "Synthesizer", "TextTooLong", "UnknownVoice", "Unsupported",
+    "SentenceContext", "SynthesisRequest", "SynthesisTimeout", "Synthesizer", "TextTooLong", "UnknownVoice", "Unsupported",
     "VoiceCatalog", "clip_audio",
 ]
 
@@ -58,6 +58,27 @@ MIN_SPEED, MAX_SPEED = 0.5, 2.0
 # Data
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
+class SentenceContext:
+    """The sentence a segment is a window of: its phonemes (the sentence's segments' phonemes joined
+    by spaces) and the segment's share of them, ``phonemes[start:end]`` (the segment's own phonemes
+    and, unless it is the last, the space after them). A runtime that declares
+    :attr:`Capabilities.windowed` predicts the prosody of the whole sentence and decodes only the
+    segment's frames, so the sentence keeps one intonation across the cut."""
+
+    phonemes: str
+    start: int
+    end: int
+
+    @property
+    def first(self) -> bool:
+        return self.start == 0
+
+    @property
+    def last(self) -> bool:
+        return self.end >= len(self.phonemes)
+
+
+@dataclass(frozen=True, slots=True)
 class Segment:
     """One unit of synthesis: at most :data:`MAX_PHONEMES` phonemes of one voice and speed.
 
@@ -65,6 +86,8 @@ class Segment:
     through its :class:`~backends.voices.VoiceStore`. ``ends``: the boundary the text was cut at
     after it — ``sentence`` (or the end of the text), ``clause`` (``, ; : —``) or ``phrase`` (between
     words inside a clause); the pause a reader makes there follows it (:mod:`backends.joins`).
+    ``sentence``: set by the planner only for a runtime that declares :attr:`Capabilities.windowed`
+    — the segment is a window of that sentence's reading (:class:`SentenceContext`).
     """
 
     text: str
@@ -74,6 +97,7 @@ class Segment:
     index: int = 0
     lang: str = "en-us"
     ends: str = "sentence"
+    sentence: SentenceContext | None = None
 
 
 @dataclass(slots=True)
@@ -117,40 +141,6 @@ class AudioChunk:
         return len(self.audio) / self.sample_rate
 
 
-class Interrupted(Exception):
-    """A runtime call stopped early because its :class:`Interrupt` was set. Never reaches a
-    client: the scheduler that set it runs the segment again."""
-
-
-class Interrupt:
-    """Asks one running runtime call to stop early. Thread-safe: ``set()`` is called on the event
-    loop while the call runs on a worker thread. An interruptible runtime registers how it stops
-    (ONNX Runtime: ``RunOptions.terminate``) with :meth:`on_set`; a hook registered after
-    ``set()`` runs at once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._set = False
-        self._hooks: list[Callable[[], None]] = []
-
-    @property
-    def is_set(self) -> bool:
-        return self._set
-
-    def on_set(self, hook: Callable[[], None]) -> None:
-        with self._lock:
-            if not self._set:
-                self._hooks.append(hook)
-                return
-        hook()
-
-    def set(self) -> None:
-        with self._lock:
-            self._set, hooks, self._hooks = True, self._hooks, []
-        for hook in hooks:
-            hook()
-
-
 # --------------------------------------------------------------------------------------------
 # Protocols
 # --------------------------------------------------------------------------------------------
@@ -176,6 +166,9 @@ class Capabilities:
     thread_safe: bool = False
     #: ``set_threads()`` before ``load()`` chooses the intra-op threads per call.
     threads_settable: bool = False
+    #: A segment with a :attr:`Segment.sentence` is decoded as a window of that sentence's reading
+    #: (one prosody for the sentence; consecutive windows meet without a pause).
+    windowed: bool = False
     #: Where the model runs (``cpu``, ``cuda``...).
     device: str = "cpu"
     #: The precision the forward pass runs in.

@@ -208,6 +208,13 @@ class BackendConfig(EnvSettings):
     short_first_segment_words: int = Field(
         5, ge=1, description="Most words in a short first segment (`KOKORO_SHORT_FIRST_SEGMENT`)."
     )
+    windowed_first_segment: bool = Field(
+        True,
+        description="On a runtime that decodes windows (torch), a first sentence cut early is read as one "
+        "utterance: the prosody of the whole sentence is predicted in each of its segments' calls and only the "
+        "segment's frames are decoded, so the early cut keeps the sentence's intonation and its segments meet "
+        "as the reading runs on (no pause put in). Off: each segment is read as an utterance of its own.",
+    )
     join_pauses: bool = Field(
         True,
         description="Trim each segment's model padding and put back the pause a reading of the whole text makes "

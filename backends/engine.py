@@ -83,7 +83,7 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
-from .joins import pause_for, shape
+from .joins import shape_segment
 from .lang import resolve_lang, voice_language
 from .policy import CallKind, SchedulingPolicy, input_tokens
 from .text import TextPipeline
@@ -251,6 +251,7 @@ class Engine:
         request.segments = self.pipeline.plan(
             request.text, voice=voice, speed=request.speed, lang=request.lang, fast_first=fast,
             short_first_words=self.config.short_first_segment_words if short else None,
+            windowed=self.config.windowed_first_segment and self.synthesizer.capabilities.windowed,
         )
         return request
 
@@ -374,7 +375,7 @@ class Engine:
         reading's pause after it, its durations shifted with the audio."""
         if not self.config.join_pauses:
             return audio, durations
-        return shape(audio, durations, pause_for(segment.ends, segment.lang))
+        return shape_segment(segment, audio, durations)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One runtime call, where :meth:`stuck_seconds` can see it."""

@@ -8,6 +8,12 @@ the reading of the whole text makes at the segment's end (:data:`PAUSES`, by the
 the planner cut at: :attr:`~backends.base.Segment.ends`), with a short raised-cosine fade at each
 cut so no click comes back.
 
+A segment that is a window of its sentence's reading (:attr:`~backends.base.Segment.sentence`, from
+a runtime that decodes windows) is not an utterance of its own: where it meets the next window of
+the same sentence it has no padding and the reading makes no pause, so :func:`shape_segment` keeps
+that end as it is, with only a :data:`FADE_S` fade (the runtime cuts where the predicted energy is
+lowest, between two words, so the fade touches the quietest few milliseconds there).
+
 * Silence is a 10 ms window whose RMS is below :data:`SILENCE_DB` (the model's padding sits near
   −75 dBFS and exact zeros; speech runs −10 to −45 dBFS, its quietest consonants above −55).
 * Each segment keeps :data:`MARGIN_S` of its own padding before the first and after the last
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import SAMPLE_RATE
+from .base import SAMPLE_RATE, Segment
 
 FRAME = 600  # samples per duration frame at 24 kHz (see server.word_timings)
 WINDOW = 240  # 10 ms, the silence detector's window
@@ -79,18 +85,19 @@ def _fade(n: int) -> np.ndarray:
 
 
 def shape(
-    audio: np.ndarray, durations: np.ndarray | None, pause_s: float
+    audio: np.ndarray, durations: np.ndarray | None, pause_s: float, *, keep_start: bool = False
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``audio`` with its padding trimmed and ``pause_s`` of silence after it (see the module
     docstring), and ``durations`` shifted to match (None stays None). Audio with no padding to
     replace (no sound, no silence at its end: not a model's utterance) or shorter than a frame is
-    returned as it is."""
+    returned as it is. ``keep_start``: nothing comes off the front (a window that continues its
+    sentence's reading)."""
     extent = sound_extent(audio)
     if extent is None or extent[1] == len(audio) or len(audio) < FRAME:
         return audio, durations
     margin, fade = round(MARGIN_S * SAMPLE_RATE), round(FADE_S * SAMPLE_RATE)
     start, end = extent
-    cut = max(0, start - margin) // FRAME * FRAME  # whole frames off the front
+    cut = 0 if keep_start else max(0, start - margin) // FRAME * FRAME  # whole frames off the front
     body = audio[cut : min(len(audio), end + margin)].astype(np.float32, copy=True)
     k = min(fade, len(body))
     if cut:
@@ -103,6 +110,27 @@ def shape(
     out = np.zeros(total, dtype=np.float32)
     out[: len(body)] = body
     return out, None if durations is None else shift_durations(durations, cut // FRAME, total // FRAME)
+
+
+def shape_segment(
+    segment: Segment, audio: np.ndarray, durations: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``segment``'s audio joined as the reading would run on: :func:`shape` with the pause for its
+    boundary, except at an end where it meets another window of its sentence (kept, faded)."""
+    context = segment.sentence
+    pause = pause_for(segment.ends, segment.lang)
+    if context is None or (context.first and context.last):
+        return shape(audio, durations, pause)
+    k = min(round(FADE_S * SAMPLE_RATE), len(audio))
+    if context.last:  # its start meets the window before; its end is the sentence's
+        out, shifted = shape(audio, durations, pause, keep_start=True)
+        out = out.copy() if out is audio else out
+    else:
+        out, shifted = np.asarray(audio, dtype=np.float32).copy(), durations
+        out[len(out) - k :] *= _fade(k)[::-1]
+    if not context.first:
+        out[:k] *= _fade(k)
+    return out, shifted
 
 
 def shift_durations(durations: np.ndarray, front: int, frames: int) -> np.ndarray:

@@ -34,6 +34,11 @@ Rules (docs/runtimes.md states them for users):
   clause); the engine puts the reading's pause for that kind after it (:mod:`backends.joins`). A
   ``phrase`` segment's phonemes end with ``phrase_end_mark`` when one is set, so the model reads
   the fragment as going on.
+* For a runtime that decodes windows of a sentence (``windowed``), the segments of a first
+  sentence cut early each carry that sentence (:attr:`~backends.base.Segment.sentence`: its
+  segments' phonemes joined by spaces, and each one's share): the runtime reads the sentence as one
+  utterance and sends it piece by piece, so the early cut keeps the sentence's intonation. Those
+  segments are not packed with the next sentence (and take no ``phrase_end_mark``).
 
 Pure Python plus the G2P callable; call from a worker thread (phonemisation is CPU work).
 """
@@ -45,7 +50,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .base import MAX_PHONEMES, EmptyText, Segment
+from .base import MAX_PHONEMES, EmptyText, Segment, SentenceContext
 from .sentences import split_sentences
 
 __all__ = [
@@ -174,6 +179,7 @@ class SegmentPlan:
     text: str
     phonemes: str
     ends: str = "sentence"
+    sentence: SentenceContext | None = None
 
 
 class TextPipeline:
@@ -275,12 +281,15 @@ class TextPipeline:
 
     def plan(
         self, text: str, *, voice: str, speed: float = 1.0, lang: str = "en-us", fast_first: bool = True,
-        short_first_words: int | None = None,
+        short_first_words: int | None = None, windowed: bool = False,
     ) -> list[Segment]:
         """The request's segments (see the module docstring). ``short_first_words``: cut the first
-        segment short, after at most this many words where a cut can go."""
+        segment short, after at most this many words where a cut can go. ``windowed``: the runtime
+        decodes windows of a sentence, so the segments of a first sentence cut early carry it
+        (:class:`~backends.base.SentenceContext`) and are not packed with other sentences."""
         text = normalize(text)
         units = [(sentence, True) for sentence in split_sentences(text)]  # (text, ends its sentence)
+        first_units = 1
         if fast_first and units:
             cut = self._first_cut(units[0][0], short_first_words)
             if cut is not None:
@@ -288,20 +297,38 @@ class TextPipeline:
                 if short_first_words and rest:
                     rest = _split_at(rest[0], clause_boundaries(rest[0]))
                 units[:1] = [(first, not rest), *((r, i == len(rest) - 1) for i, r in enumerate(rest))]
+                first_units = 1 + len(rest)
         pieces: list[SegmentPlan] = []
-        for unit, closes in units:
+        for u, (unit, closes) in enumerate(units):
             fitted = self._fit(unit, lang)
             ends = [boundary_kind(p.text) for p in fitted[:-1]] + ["sentence" if closes else boundary_kind(unit)]
             pieces.extend(SegmentPlan(p.text, p.phonemes, end) for p, end in zip(fitted, ends, strict=True) if p.phonemes)
+            if u == first_units - 1:
+                first_pieces = len(pieces)
         if not any(any(c.isalpha() for c in p.phonemes) for p in pieces):
             raise EmptyText("text has nothing to pronounce")
+        if windowed and first_units > 1:
+            pieces[:first_pieces] = self._windows(pieces[:first_pieces])
         mark = self.phrase_end_mark
         return [
-            Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and len(p.phonemes) < self.max_phonemes
-                    else p.phonemes,
-                    voice=voice, speed=speed, index=i, lang=lang, ends=p.ends)
+            Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and p.sentence is None
+                    and len(p.phonemes) < self.max_phonemes else p.phonemes,
+                    voice=voice, speed=speed, index=i, lang=lang, ends=p.ends, sentence=p.sentence)
             for i, p in enumerate(self._grow(pieces))
         ]
+
+    def _windows(self, pieces: list[SegmentPlan]) -> list[SegmentPlan]:
+        """The pieces of one sentence, each with its share of the sentence (its phonemes and the
+        space after them); as they are when the sentence is too long for one model call."""
+        sentence = " ".join(p.phonemes for p in pieces)
+        if len(pieces) < 2 or len(sentence) > self.max_phonemes:
+            return pieces
+        out, at = [], 0
+        for p in pieces:
+            end = min(len(sentence), at + len(p.phonemes) + 1)
+            out.append(SegmentPlan(p.text, p.phonemes, p.ends, SentenceContext(sentence, at, end)))
+            at = end
+        return out
 
     def _grow(self, pieces: list[SegmentPlan]) -> list[SegmentPlan]:
         """Pack pieces into segments that at most double in size, up to ``segment_phonemes``.
@@ -313,7 +340,7 @@ class TextPipeline:
         """
         out: list[SegmentPlan] = []
         for piece in pieces:
-            if len(out) >= 2:
+            if len(out) >= 2 and out[-1].sentence is None and piece.sentence is None:
                 budget = min(self.segment_phonemes, max(2 * len(out[-2].phonemes), self.min_pack))
                 if len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
                     last = out[-1]

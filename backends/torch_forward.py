@@ -38,6 +38,9 @@ class BatchResult:
     token_lengths: torch.Tensor  # (B,) input tokens per item, including bos/eos, on the CPU
 
 
+#: Frames decoded on each side of a window and cropped after (``decode_window``): 0.2 s.
+WINDOW_CONTEXT = 8
+
 Mask = torch.Tensor | None  # (B, 1, T) float, 1 inside an item; None when no item is padded
 
 
@@ -200,13 +203,16 @@ def _istft(
 
 
 def _generator(
-    gen: Any, x: torch.Tensor, s: torch.Tensor, f0: torch.Tensor, n_f0: torch.Tensor, deterministic: bool
+    gen: Any, x: torch.Tensor, s: torch.Tensor, f0: torch.Tensor, n_f0: torch.Tensor, deterministic: bool,
+    source: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Generator.forward, masked; ``x`` and ``f0`` have ``n_f0`` valid steps per item."""
+    """Generator.forward, masked; ``x`` and ``f0`` have ``n_f0`` valid steps per item. ``source``:
+    the harmonic excitation when the caller made it (a window's slice of its sentence's)."""
     n_fft, hop = gen.stft.filter_length, gen.stft.hop_length
     window = torch.hann_window(n_fft, periodic=True, dtype=_wide(x).dtype, device=x.device)
     with torch.autocast(x.device.type, enabled=False):
-        source = _sine_source(gen, f0, n_f0, deterministic)
+        if source is None:
+            source = _sine_source(gen, f0, n_f0, deterministic)
         n_samples = n_f0 * gen.m_source.l_sin_gen.upsample_scale
         har = _stft(source, n_samples, n_fft, hop, window)
     k = har.shape[-1]
@@ -236,7 +242,7 @@ def _generator(
 
 def _decoder(
     dec: Any, asr: torch.Tensor, f0: torch.Tensor, n_curve: torch.Tensor, s: torch.Tensor, frames: torch.Tensor,
-    deterministic: bool,
+    deterministic: bool, source: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decoder.forward, masked; ``asr`` has ``frames`` valid steps, the curves twice as many."""
     mf = _mask(frames, asr.shape[-1], asr.device)
@@ -251,20 +257,24 @@ def _decoder(
         x, m = _res_block(block, x, s, m)
         if block.upsample_type != "none":
             res = False
-    return _generator(dec.generator, x, s, f0, frames * 2, deterministic)
+    return _generator(dec.generator, x, s, f0, frames * 2, deterministic, source)
 
 
-def forward_batch(
-    model: Any,
-    tokens: list[list[int]],
-    styles: torch.Tensor,
-    speeds: torch.Tensor,
-    *,
-    deterministic: bool = False,
-) -> BatchResult:
-    """Synthesise a batch. ``tokens``: vocabulary ids per item *without* bos/eos; ``styles``:
-    (B, 256) voice rows; ``speeds``: (B,). ``deterministic`` drops the sine source's random initial
-    phases and noise (as the ONNX export does), making the output a pure function of the input."""
+@dataclass
+class Prosody:
+    """What the text encoder and the prosody predictor make of a batch, before the decoder."""
+
+    durations: torch.Tensor  # (B, T) frames per input token (bos, phonemes, eos), 0 for padding
+    token_lengths: torch.Tensor  # (B,) input tokens per item, including bos/eos, on the CPU
+    frames: torch.Tensor  # (B,) frames per item, on the CPU
+    asr: torch.Tensor  # (B, C, frames) aligned text features
+    f0: torch.Tensor  # (B, 2 * frames) F0 curve
+    n_curve: torch.Tensor  # (B, 2 * frames) energy curve
+
+
+def predict(model: Any, tokens: list[list[int]], styles: torch.Tensor, speeds: torch.Tensor) -> Prosody:
+    """The text encoder and prosody predictor of :func:`forward_batch` (durations, F0, energy and
+    the aligned features the decoder reads); deterministic."""
     device = styles.device
     lengths = torch.tensor([len(t) + 2 for t in tokens])
     width = int(lengths.max())
@@ -276,7 +286,7 @@ def forward_batch(
 
     bert = model.bert(ids, attention_mask=(~pad).int())
     d_en = _masked(model.bert_encoder(bert).transpose(-1, -2), _mask(lengths, width, device))
-    s_pro, s_dec = styles[:, 128:], styles[:, :128]
+    s_pro = styles[:, 128:]
     # KModel's encoders build float32 zero buffers internally: bring results back to the model's dtype.
     d = model.predictor.text_encoder(d_en, s_pro, lengths, pad).to(styles.dtype)
     x = _lstm(model.predictor.lstm, d, lengths)
@@ -296,9 +306,60 @@ def forward_batch(
 
     f0, n_curve = _f0_n(model.predictor, expand(d.transpose(-1, -2)), s_pro, frames, mf)
     asr = expand(model.text_encoder(ids, lengths, pad).to(styles.dtype))
-    audio = _decoder(model.decoder, asr, f0, n_curve, s_dec, frames, deterministic)
-    samples = frames * 2 * model.decoder.generator.m_source.l_sin_gen.upsample_scale
-    m_audio = _mask(samples, audio.shape[-1], device)
+    return Prosody(durations, lengths, frames, asr, f0, n_curve)
+
+
+def forward_batch(
+    model: Any,
+    tokens: list[list[int]],
+    styles: torch.Tensor,
+    speeds: torch.Tensor,
+    *,
+    deterministic: bool = False,
+) -> BatchResult:
+    """Synthesise a batch. ``tokens``: vocabulary ids per item *without* bos/eos; ``styles``:
+    (B, 256) voice rows; ``speeds``: (B,). ``deterministic`` drops the sine source's random initial
+    phases and noise (as the ONNX export does), making the output a pure function of the input."""
+    p = predict(model, tokens, styles, speeds)
+    audio = _decoder(model.decoder, p.asr, p.f0, p.n_curve, styles[:, :128], p.frames, deterministic)
+    samples = p.frames * 2 * model.decoder.generator.m_source.l_sin_gen.upsample_scale
+    m_audio = _mask(samples, audio.shape[-1], styles.device)
     if m_audio is not None:
         audio = audio * m_audio.squeeze(1)
-    return BatchResult(audio=audio, audio_lengths=samples, durations=durations, token_lengths=lengths)
+    return BatchResult(audio=audio, audio_lengths=samples, durations=p.durations, token_lengths=p.token_lengths)
+
+
+def boundary_frame(p: Prosody, token: int, n_tokens: int) -> int:
+    """The frame where a window of one sentence (``p``: batch of one) ends before the sentence's
+    token ``token`` (an index into the ``n_tokens`` tokens without bos/eos; 0: the start, bos
+    included; ``n_tokens``: the end, eos included). Inside, the cut falls at the frame boundary
+    of the token before it (a window's range ends with the space between words) where the predicted
+    energy is lowest, so two windows meet where the reading is quietest; a pure function of ``p``,
+    so the windows on either side agree."""
+    ends = torch.cumsum(p.durations[0], dim=0).cpu()
+    if token <= 0:
+        return 0
+    if token >= n_tokens:
+        return int(ends[-1])
+    lo, hi = int(ends[token - 1]), int(ends[token])  # the frames of the token before the cut
+    energy = p.n_curve[0].float().cpu()
+    around = [float(energy[max(0, 2 * k - 2) : 2 * k + 2].mean()) for k in range(lo, hi + 1)]
+    return lo + int(min(range(len(around)), key=around.__getitem__))
+
+
+def decode_window(
+    model: Any, p: Prosody, style: torch.Tensor, start: int, stop: int, context: int
+) -> torch.Tensor:
+    """The audio of frames ``start`` to ``stop`` of one sentence (``p``: its :func:`predict`, batch
+    of one), decoded over those frames and ``context`` more on each side, then cropped: a window of
+    the sentence's reading. The sine source is the whole sentence's, deterministic, sliced at the
+    window, so consecutive windows meet in phase; the decoder's instance norms see the window."""
+    gen = model.decoder.generator
+    per_frame = 2 * gen.m_source.l_sin_gen.upsample_scale
+    total = int(p.frames[0])
+    lo, hi = max(0, start - context), min(total, stop + context)
+    with torch.autocast(style.device.type, enabled=False):
+        source = _sine_source(gen, p.f0, p.frames * 2, True)[:, lo * per_frame : hi * per_frame]
+    audio = _decoder(model.decoder, p.asr[:, :, lo:hi], p.f0[:, 2 * lo : 2 * hi], p.n_curve[:, 2 * lo : 2 * hi],
+                     style[:, :128], torch.tensor([hi - lo]), True, source)
+    return audio[0, (start - lo) * per_frame : (stop - lo) * per_frame]

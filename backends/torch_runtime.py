@@ -165,7 +165,7 @@ class TorchSynthesizer(Synthesizer):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(batch=True, timed=True, interruptible=True, threads_settable=True,
+        return Capabilities(batch=True, timed=True, interruptible=True, threads_settable=True, windowed=True,
                             device=self.device, dtype=self.dtype)
 
     # ---------------------------------------------------------------------------------- loading
@@ -253,7 +253,11 @@ class TorchSynthesizer(Synthesizer):
         if self._model is None:
             raise NotReady("torch runtime used before load()")
         results = [(np.zeros(0, np.float32), np.zeros(0, np.int64))] * len(segments)
-        work = [(i, toks, seg) for i, seg in enumerate(segments) if (toks := self.tokens(seg.phonemes))]
+        for i, seg in enumerate(segments):
+            if seg.sentence is not None and self.tokens(seg.phonemes):
+                results[i] = self._window(seg, interrupt)
+        work = [(i, toks, seg) for i, seg in enumerate(segments)
+                if seg.sentence is None and (toks := self.tokens(seg.phonemes))]
         if work:
             styles = np.stack([self._style(seg.voice, len(toks)) for _, toks, seg in work])
             speeds = [float(seg.speed) for _, _, seg in work]
@@ -287,6 +291,37 @@ class TorchSynthesizer(Synthesizer):
             (clip_audio(audio[row, : lengths[row]]), durations[row, : token_lengths[row]].astype(np.int64))
             for row in range(len(tokens))
         ]
+
+    def _window(self, segment: Segment, interrupt: Interrupt | None) -> tuple[np.ndarray, np.ndarray]:
+        """A segment that is a window of its sentence: the prosody of the whole sentence, the decoder
+        over the segment's frames (``torch_forward.decode_window``); durations per token of the
+        segment (bos and eos take the frames of the sentence's tokens on either side of it)."""
+        import torch
+
+        from .torch_forward import WINDOW_CONTEXT, boundary_frame, decode_window, predict
+
+        context = segment.sentence
+        assert context is not None
+        tokens = self.tokens(context.phonemes)
+        first, end = len(self.tokens(context.phonemes[: context.start])), len(self.tokens(context.phonemes[: context.end]))
+        own = len(self.tokens(segment.phonemes))
+        style = torch.from_numpy(self._style(segment.voice, len(tokens))[None].copy()).to(self.device)
+        try:
+            with self._lock, self._interrupted_by(interrupt), torch.inference_mode(), self._autocast():
+                p = predict(self._model, [tokens], style, torch.tensor([float(segment.speed)], device=self.device))
+                lo, hi = boundary_frame(p, first, len(tokens)), boundary_frame(p, end, len(tokens))
+                audio = decode_window(self._model, p, style, lo, hi, WINDOW_CONTEXT).float().cpu().numpy()
+                per_token = p.durations[0].cpu().numpy().astype(np.int64)
+        except torch.cuda.OutOfMemoryError as e:
+            raise BackendFault(f"out of GPU memory for a window of a sentence: {e}") from e
+        # frames of the window per sentence token (bos, phonemes, eos), then folded onto the segment's
+        owner = np.repeat(np.arange(len(per_token)), per_token)[lo:hi]
+        counts = np.bincount(owner, minlength=len(per_token))
+        durations = np.zeros(own + 2, np.int64)
+        durations[0] = counts[: first + 1].sum()
+        durations[1 : own + 1] = counts[first + 1 : first + 1 + own]
+        durations[-1] = counts[first + 1 + own :].sum()
+        return clip_audio(audio), durations
 
     @contextlib.contextmanager
     def _interrupted_by(self, interrupt: Interrupt | None) -> Any:

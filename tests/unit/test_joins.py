@@ -77,3 +77,23 @@ def test_every_kind_of_boundary_has_a_pause_and_longer_marks_pause_longer():
     for lang in PAUSES:
         assert pause_for("sentence", lang) > pause_for("clause", lang) > pause_for("phrase", lang) >= 0
     assert pause_for("clause", "pt-br") == pause_for("clause", "en-us")  # no row of its own: English's
+
+
+def test_windows_of_one_sentence_meet_as_decoded_with_only_a_fade():
+    from backends.base import Segment, SentenceContext
+    from backends.joins import FADE_S, shape_segment, sound_extent
+
+    sentence = SentenceContext("abc def", 0, 4)
+    speech = utterance(lead_s=0.0, tail_s=0.0)
+    first = Segment("abc", "abc", "v", ends="phrase", sentence=sentence)
+    out, _ = shape_segment(first, speech, None)
+    assert len(out) == len(speech) and out[-1] == 0.0  # no trim, no pause: the next window goes on
+    k = round(FADE_S * SR)
+    assert np.array_equal(out[:-k], speech[:-k])
+    last = Segment("def", "def", "v", sentence=SentenceContext("abc def", 4, 7))
+    tail = np.concatenate([speech, utterance(lead_s=0.0)[-round(0.5 * SR):]])
+    out, d = shape_segment(last, tail, np.array([0, 10, 10, 0]))
+    assert out[0] == 0.0 and np.array_equal(out[k : len(speech)], tail[k : len(speech)])  # its start is kept
+    extent = sound_extent(out)
+    assert extent is not None and (len(out) - extent[1]) / SR == pytest.approx(pause_for("sentence"), abs=0.05)
+    assert d is not None and int(d.sum()) * FRAME == len(out)

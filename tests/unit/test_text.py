@@ -227,3 +227,20 @@ def test_a_cut_inside_a_clause_can_end_with_a_mark(g2p, vocab):
     first, *rest = pipe.plan("Kokoro is a small text to speech model.", voice="v", short_first_words=5)
     assert first.ends == "phrase" and first.phonemes.endswith(",") and not rest[0].phonemes.endswith(",,")
     assert TextPipeline(g2p.phonemize, vocab, phrase_end_mark="\u0000").phrase_end_mark == ""  # not in vocab
+
+
+def test_for_a_runtime_that_decodes_windows_the_first_sentences_segments_carry_the_sentence(pipeline):
+    text = "When you ask a voice assistant a question, the silence before it answers is what you notice most. Then"
+    segments = pipeline.plan(text, voice="v", short_first_words=5, windowed=True)
+    first = segments[:3]
+    assert [(s.text, s.ends) for s in first] == [
+        ("When you ask", "phrase"), ("a voice assistant a question,", "clause"),
+        ("the silence before it answers is what you notice most.", "sentence")]  # not packed with "Then"
+    sentence = first[0].sentence
+    assert sentence is not None and sentence.phonemes == " ".join(s.phonemes for s in first)
+    assert all(s.sentence is not None and s.sentence.phonemes == sentence.phonemes for s in first)
+    for s in first:  # each share is the segment's phonemes (and the space after them): together the sentence
+        assert s.sentence is not None and s.sentence.phonemes[s.sentence.start : s.sentence.end].strip() == s.phonemes
+    assert first[0].sentence.first and first[-1].sentence.last and first[-1].sentence.end == len(sentence.phonemes)
+    assert segments[3].text == "Then" and segments[3].sentence is None
+    assert all(s.sentence is None for s in pipeline.plan(text, voice="v", short_first_words=5))

@@ -1,0 +1,240 @@
+"""An early cut that keeps the sentence's prosody: the decoder over a window of the whole sentence.
+
+Today a short first segment is its own model call, and the model reads the fragment as a finished
+utterance (its pitch falls at the cut). The windowed decode runs the text encoder and prosody
+predictor over the WHOLE first sentence (durations, F0, energy: deterministic, so every call
+agrees), and the decoder only over the fragment's frames plus ``context`` frames on each side
+(cropped after), with the sine source sliced from the whole sentence's, so the next window meets
+it in phase (:func:`backends.torch_forward.decode_window`).
+
+For each text of :data:`benchmarks.texts.QUALITY_TEXTS` whose first sentence the default planner
+cuts inside a clause (a ``phrase`` cut), on the torch runtime (deterministic source, voice jm_kumo),
+against one decode of the whole sentence (the reference):
+
+* **windowed** (per context): the fragment's window joined to the rest's window, cut where the
+  predicted energy of the space between the words is lowest (:func:`backends.torch_forward.boundary_frame`). Log-spectral
+  distance to the reference over the fragment's speech frames (the same frames: no alignment
+  needed), the pitch at the cut (median F0 over the last voiced 200 ms before it,
+  :func:`benchmarks.speech_measures.cut_pitch`) against the reference at the same frames and, as
+  the quality benchmark measures it, through the DTW path; the 2–8 kHz energy at the join, and its
+  excess over the reference's at the same place (the join sits inside speech);
+* **fragment alone** (today): the fragment and the rest each synthesised alone, joined the way the
+  engine joins them (:func:`backends.joins.shape`), measured with the quality benchmark's
+  :func:`benchmarks.quality.measure` against the same reference;
+* **CPU time**, interleaved in the same run: the fragment alone (today's first call) against the
+  predictor over the sentence plus the decode of the fragment's window (the windowed first call).
+
+The windows are joined as the engine joins them (:func:`backends.joins.shape_segment`: a 5 ms fade
+where two windows meet, the sentence's pause after the last). ``--quick``: context 8 frames (the
+runtime's :data:`~backends.torch_forward.WINDOW_CONTEXT`), two timing rounds; the full run also
+tries 0, 4 and 16 frames.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import speech_measures as sm
+from .raw import LANG, VOICE, model_files
+from .results import Result, command_line, load_average, markdown_table, mean, rnd
+from .texts import QUALITY_TEXTS
+
+CONTEXTS = (0, 4, 8, 16)
+QUICK_CONTEXTS = (8,)
+GOALS = {"cut_st_mean": 1.5, "cut_st_worst": 4.0, "burst_db": 3.0}
+
+
+def _first_sentence(pipeline: Any, text: str, windowed: bool) -> list[Any]:
+    """The default plan's segments of the first sentence (a short first segment: five words);
+    ``windowed``: as planned for a runtime that decodes windows (each carries the sentence)."""
+    segments = pipeline.plan(text, voice=VOICE, lang=LANG, short_first_words=5, windowed=windowed)
+    out = []
+    for seg in segments:
+        out.append(seg)
+        if seg.ends == "sentence":
+            break
+    return out
+
+
+def log_spectral_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """dB: RMS over bins of the log-power difference, averaged over the frames where ``b`` speaks."""
+    n = min(len(a), len(b))
+    pa, pb = sm._stft_power(a[:n]), sm._stft_power(b[:n])
+    loud = (sm.window_db(b[:n]) > sm.SILENCE_DB)[: len(pb)]
+    diff = 10 * np.log10(pa + 1e-10) - 10 * np.log10(pb + 1e-10)
+    per_frame = np.sqrt((diff[: len(loud)] ** 2).mean(axis=1))
+    return float(per_frame[loud[: len(per_frame)]].mean())
+
+
+class _Model:
+    """The torch model and voice, with the calls this benchmark compares."""
+
+    def __init__(self, synth: Any):
+        import torch
+
+        self.torch, self.synth, self.model = torch, synth, synth._model
+
+    def style(self, n_tokens: int) -> Any:
+        return self.torch.from_numpy(self.synth._style(VOICE, n_tokens)[None].copy())
+
+    def alone(self, tokens: list[int]) -> np.ndarray:
+        from backends.torch_forward import forward_batch
+
+        with self.torch.inference_mode():
+            out = forward_batch(self.model, [tokens], self.style(len(tokens)), self.torch.ones(1), deterministic=True)
+            return out.audio[0, : int(out.audio_lengths[0])].numpy()
+
+    def windows(self, tokens: list[int], ranges: list[tuple[int, int]], context: int,
+                only_first: bool = False) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+        """Each token range's window of the sentence (audio, frame range); ``only_first``: the
+        first window alone (what the first call of a request computes)."""
+        from backends.torch_forward import boundary_frame, decode_window, predict
+
+        with self.torch.inference_mode():
+            style = self.style(len(tokens))
+            p = predict(self.model, [tokens], style, self.torch.ones(1))
+            frames = [(boundary_frame(p, a, len(tokens)), boundary_frame(p, b, len(tokens))) for a, b in ranges]
+            picked = frames[:1] if only_first else frames
+            return [decode_window(self.model, p, style, a, b, context).numpy() for a, b in picked], frames
+
+
+def _tokens(synth: Any, segments: list[Any]) -> tuple[list[int], list[tuple[int, int]]]:
+    """The sentence's tokens and each segment's range of them (its share of the sentence)."""
+    context = segments[0].sentence
+    ranges = [(len(synth.tokens(context.phonemes[: s.sentence.start])), len(synth.tokens(context.phonemes[: s.sentence.end])))
+              for s in segments]
+    return synth.tokens(context.phonemes), ranges
+
+
+def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> Result:
+    from backends.config import BackendConfig
+    from backends.factory import create_pipeline
+    from backends.joins import shape_segment
+    from backends.torch_runtime import TorchSynthesizer
+    from backends.voices import VoiceStore
+
+    from .quality import measure
+
+    result = Result("windowed_decoder", quick, command_line("windowed_decoder", quick))
+    files = model_files(model_dir, torch=True)
+    voices = VoiceStore.from_path(files.voices, VOICE)
+    synth = TorchSynthesizer(files.root, voices, device="cpu", dtype="float32", deterministic=True)
+    synth.load()
+    m = _Model(synth)
+    pipeline = create_pipeline(BackendConfig.defaults(), files)
+    contexts = QUICK_CONTEXTS if quick else CONTEXTS
+    rounds = 2 if quick else 5
+    cases = [(t, segs) for t in QUALITY_TEXTS if (segs := _first_sentence(pipeline, t, True))[0].ends == "phrase"
+             and segs[0].sentence is not None]
+    result.config.update({"runtime": "torch (CPU, float32, deterministic source)", "voice": VOICE,
+                          "contexts_frames": list(contexts), "timing_rounds": rounds, "texts": [t for t, _ in cases],
+                          "load_average_at_start": load_average()})
+    for text, segments in cases:
+        tokens, ranges = _tokens(synth, segments)
+        reference = m.alone(tokens)
+        sample: dict[str, Any] = {"text": text, "fragment": segments[0].text, "segments": len(segments)}
+        # today: each segment alone, joined as the engine joins them
+        chunks = []
+        for seg in _first_sentence(pipeline, text, False):
+            audio, _ = shape_segment(seg, m.alone(synth.tokens(seg.phonemes)), None)
+            chunks.append((audio, seg.ends))
+        today = measure(text, chunks, reference, words=False)["joins"][0]
+        sample["alone"] = {"cut_st": today["cut_st"], "click_db": today["click_db"]}
+        f0_ref = sm.pitch(reference)
+        for context in contexts:
+            decoded, frames = m.windows(tokens, ranges, context)
+            windows = [shape_segment(seg, w, None)[0] for seg, w in zip(segments, decoded, strict=True)]
+            joined = np.concatenate(windows)
+            cut = frames[0][1] * 600
+            f0 = sm.pitch(joined)
+            same = sm.cut_pitch(f0, f0_ref, np.arange(len(f0)), cut // sm.WINDOW)
+            dtw = measure(text, [(w, s.ends) for w, s in zip(windows, segments, strict=True)], reference, words=False)
+            sample[f"window_{context}"] = {
+                "lsd_db": round(log_spectral_distance(decoded[0], reference[:cut]), 2),
+                "lsd_whole_db": round(log_spectral_distance(joined, reference), 2),
+                "cut_st_same_frames": round(sm.semitones(*same), 2) if same else None,
+                "cut_st": dtw["joins"][0]["cut_st"],
+                "click_db": round(sm.band_db(joined, cut), 1),
+                "burst_db": round(sm.band_db(joined, cut) - sm.band_db(reference, cut), 1),
+                "jump": round(float(abs(joined[cut] - joined[cut - 1])), 4),
+                "reference_jump": round(float(abs(reference[cut] - reference[cut - 1])), 4),
+            }
+        # CPU time of the first call (process time: every thread's, less inflated by other load than
+        # wall time) and wall time, interleaved
+        times: dict[str, list[tuple[float, float]]] = {"alone": [], **{f"window_{c}": [] for c in contexts}}
+        fragment = tokens[ranges[0][0] : ranges[0][1]]
+        for _ in range(rounds):
+            for name in times:
+                c0, w0 = time.process_time(), time.perf_counter()
+                if name == "alone":
+                    m.alone(fragment)
+                else:
+                    m.windows(tokens, ranges, int(name.split("_")[1]), only_first=True)
+                times[name].append((time.process_time() - c0, time.perf_counter() - w0))
+        sample["first_call_s"] = {k: round(float(np.median([c for c, _ in v])), 3) for k, v in times.items()}
+        sample["first_call_wall_s"] = {k: round(float(np.median([w for _, w in v])), 3) for k, v in times.items()}
+        result.samples.append(sample)
+        log(f"  {segments[0].text!r}: alone {sample['alone']}, "
+            + ", ".join(f"ctx {c}: {sample[f'window_{c}']}" for c in contexts) + f", time {sample['first_call_s']}")
+    summary: dict[str, Any] = {"alone": {
+        "cut_st_mean": rnd(mean(abs(s["alone"]["cut_st"]) for s in result.samples if s["alone"]["cut_st"] is not None), 2),
+        "cut_st_signed_mean": rnd(mean(s["alone"]["cut_st"] for s in result.samples), 2),
+        "cut_st_worst": rnd(max((abs(s["alone"]["cut_st"]) for s in result.samples if s["alone"]["cut_st"] is not None),
+                                default=None), 2),
+        "click_db_worst": rnd(max(s["alone"]["click_db"] for s in result.samples)),
+        "first_call_s": rnd(mean(s["first_call_s"]["alone"] for s in result.samples), 3),
+        "first_call_wall_s": rnd(mean(s["first_call_wall_s"]["alone"] for s in result.samples), 3)}}
+    for c in contexts:
+        w = [s[f"window_{c}"] for s in result.samples]
+        cuts = [abs(x["cut_st"]) for x in w if x["cut_st"] is not None]
+        same = [abs(x["cut_st_same_frames"]) for x in w if x["cut_st_same_frames"] is not None]
+        summary[f"window_{c}"] = {
+            "lsd_db": rnd(mean(x["lsd_db"] for x in w), 2), "lsd_whole_db": rnd(mean(x["lsd_whole_db"] for x in w), 2),
+            "cut_st_mean": rnd(mean(cuts), 2), "cut_st_signed_mean": rnd(mean(x["cut_st"] for x in w), 2),
+            "cut_st_worst": rnd(max(cuts, default=None), 2),
+            "cut_st_same_frames_mean": rnd(mean(same), 2), "cut_st_same_frames_worst": rnd(max(same, default=None), 2),
+            "click_db_worst": rnd(max(x["click_db"] for x in w)),
+            "burst_db_worst": rnd(max(x["burst_db"] for x in w)),
+            "first_call_s": rnd(mean(s["first_call_s"][f"window_{c}"] for s in result.samples), 3),
+            "first_call_wall_s": rnd(mean(s["first_call_wall_s"][f"window_{c}"] for s in result.samples), 3)}
+    result.summary = summary
+    result.medians = {k: {kk: vv for kk, vv in v.items()} for k, v in summary.items()}
+    best = summary[f"window_{max(contexts)}"] if not quick else summary[f"window_{contexts[0]}"]
+    met = None if best["cut_st_mean"] is None else (best["cut_st_mean"] <= GOALS["cut_st_mean"]
+                                                    and best["cut_st_worst"] <= GOALS["cut_st_worst"])
+    result.target("pitch at an early cut vs the reading, windowed (mean / worst)",
+                  f"<= {GOALS['cut_st_mean']} / {GOALS['cut_st_worst']} st",
+                  f"{best['cut_st_mean']} / {best['cut_st_worst']}", met)
+    result.target("2-8 kHz at the windowed join over the whole reading's at the same place", f"<= {GOALS['burst_db']} dB",
+                  best["burst_db_worst"], best["burst_db_worst"] <= GOALS["burst_db"])
+    result.notes.append("The sentence's tokens are its segments' phonemes joined by spaces, and the style row is the "
+                        "sentence's (the voice pack is indexed by length); the fragment alone uses its own, as today.")
+    result.notes.append("Times are medians of interleaved rounds on a shared machine (see the load average): compare "
+                        "the rows, not the absolute figures.")
+    return result
+
+
+def body(data: dict[str, Any]) -> str:
+    rows = []
+    for name, s in data["summary"].items():
+        label = "fragment alone (today)" if name == "alone" else f"windowed, context {name.split('_')[1]} frames"
+        rows.append([label, s.get("lsd_db", "—"), s.get("lsd_whole_db", "—"),
+                     f"{s['cut_st_signed_mean']} ({s['cut_st_mean']} / {s['cut_st_worst']})",
+                     f"{s['cut_st_same_frames_mean']} / {s['cut_st_same_frames_worst']}" if name != "alone" else "—",
+                     s["click_db_worst"], s.get("burst_db_worst", "—"), s["first_call_s"],
+                     s["first_call_wall_s"]])
+    table = markdown_table(
+        ["first sentence", "LSD fragment dB", "LSD sentence dB", "pitch at the cut st: signed mean (mean / worst)",
+         "same frames st mean / worst", "2-8 kHz at the join dB worst", "over the reading's dB worst",
+         "first call CPU s", "wall s"], rows)
+    return (f"{table}\n\nLSD: log-spectral distance to one decode of the whole sentence over its speech frames. "
+            "Pitch at the cut: as `python -m benchmarks quality` measures it (DTW against the whole sentence's "
+            "reading); same frames: against the whole decode at the identical frames. 2-8 kHz at the join: dB re "
+            "speech, as the quality benchmark measures a click; a windowed join sits inside speech, so what counts is "
+            "its excess over the whole reading at the same place. First call: seconds to the fragment's audio, "
+            "process CPU time (all threads) and wall time, medians of interleaved rounds (the windowed call includes "
+            "the predictor over the whole sentence).")
