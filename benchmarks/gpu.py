@@ -51,10 +51,6 @@ def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
-
-
 def _log_mel_db(audio: np.ndarray, n_fft: int = 1024, hop: int = 240, n_mels: int = 64) -> np.ndarray:
     a = np.asarray(audio, np.float64)
     a = a / (np.sqrt(np.mean(a**2)) + 1e-9)
@@ -141,11 +137,11 @@ def run_level(synth: Any, segments: list, clients: int, per_client: int, max_bat
         "audio_s": round(audio_s, 2),
         "wall_s": round(wall, 3),
         "audio_s_per_s": round(audio_s / wall, 2),
-        "first_audio_ms_p50": round(_percentile(latencies, 50) * 1000, 1),
-        "first_audio_ms_p95": round(_percentile(latencies, 95) * 1000, 1),
+        "first_audio_ms_p50": round(results.percentile(latencies, 50) * 1000, 1),
+        "first_audio_ms_p95": round(results.percentile(latencies, 95) * 1000, 1),
         "first_audio_ms_max": round(max(latencies) * 1000, 1),
         "mean_batch": round(float(np.mean(batch_sizes)), 2),
-        "batch_ms_p50": round(_percentile(batch_seconds, 50) * 1000, 1),
+        "batch_ms_p50": round(results.percentile(batch_seconds, 50) * 1000, 1),
         "batches": len(batch_sizes),
     }
 

@@ -27,6 +27,39 @@ from . import prom
 __all__ = ["LiveServer", "ServerFailed", "free_port"]
 
 
+def _status_kib(pid: int, field: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def rss_mib(pid: int, *, peak: bool = False, children: bool = True, digits: int = 2) -> float | None:
+    """Resident memory of a local process in MiB: now (``VmRSS``) or its peak (``peak``:
+    ``VmHWM``), plus, with ``children``, its children's resident memory now (a peer's worker process
+    holds the model; psutil). Where /proc has neither, psutil's figure now; None if unreadable.
+    The one memory reader of the suite."""
+    kib = _status_kib(pid, "VmHWM" if peak else "VmRSS")
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        own = kib * 1024 if kib is not None else proc.memory_info().rss
+        kids = sum(c.memory_info().rss for c in proc.children(recursive=True)) if children else 0
+    except ImportError:
+        if kib is None:
+            return None
+        own, kids = kib * 1024, 0
+    except Exception:  # the process is gone (psutil.Error): what /proc said, if anything
+        if kib is None:
+            return None
+        own, kids = kib * 1024, 0
+    return round((own + kids) / (1 << 20), digits)
+
+
 class _RssSampler(threading.Thread):
     """Samples the RSS of the server and its children every ``interval`` seconds."""
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import threading
 import time
@@ -28,6 +27,8 @@ from typing import Any
 import httpx
 
 from agent.ws_client import ContractSession
+
+from .results import percentile, rnd
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -124,17 +125,9 @@ def tally(outcomes: list[SessionOutcome]) -> dict[str, Any]:
         "violations": sum(len(o.violations) for o in outcomes),
         "closed_normally": sum(o.closed_normally for o in outcomes),
         "audio_s": round(sum(o.audio_bytes for o in outcomes) / 48_000, 2),
-        "ttfa_ms_p50": _pct([t for o in outcomes for t in o.ttfa_ms], 50),
-        "ttfa_ms_p99": _pct([t for o in outcomes for t in o.ttfa_ms], 99),
+        "ttfa_ms_p50": rnd(percentile([t for o in outcomes for t in o.ttfa_ms], 50), 2),
+        "ttfa_ms_p99": rnd(percentile([t for o in outcomes for t in o.ttfa_ms], 99), 2),
     }
-
-
-def _pct(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return round(values[0], 2)
-    return round(statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1], 2)
 
 
 class PingProbe(threading.Thread):
@@ -164,7 +157,7 @@ class PingProbe(threading.Thread):
         self._halt.set()
         self.join(15)
         return {"probes": len(self.latencies_ms), "statuses": self.statuses,
-                "p50_ms": _pct(self.latencies_ms, 50), "p99_ms": _pct(self.latencies_ms, 99),
+                "p50_ms": rnd(percentile(self.latencies_ms, 50), 2), "p99_ms": rnd(percentile(self.latencies_ms, 99), 2),
                 "max_ms": round(max(self.latencies_ms), 2) if self.latencies_ms else None}
 
 

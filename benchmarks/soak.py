@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -30,7 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from websockets.asyncio.client import connect
+
+from agent.messages import AudioChunk, SynthesisFailed
+from agent.ws_client import ContractSession
+
+from . import prom
+from .live import rss_mib
 
 TEXTS = [
     "Short one.",
@@ -45,13 +49,6 @@ BAD_POST = [b"{", b'{"text": ""}', b'{"text": "Hi.", "voice": "zz_nobody"}', b'{
             b'{"text": "\\u3053\\u3093\\u306b\\u3061\\u306f"}', b"\xff\xfe", b'{"text": "Hi.", "lang": "xx"}']
 BAD_WS = ["{", '{"text": 5}', '{"text": "Hi.", "voice": "../x"}', '{"text": "   "}', '{"type": "dance"}']
 KINDS = ["ws"] * 8 + ["post"] * 6 + ["openai"] * 2 + ["bad_post"] * 2 + ["bad_ws"] + ["vanish"]
-
-
-def _rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 class Soak:
@@ -88,21 +85,22 @@ class Soak:
         self._count(kind, n)
         return n
 
+    async def _session(self) -> ContractSession:
+        return await ContractSession.connect(self.ws_url, frames="text", max_size=None, open_timeout=60)
+
+    async def _send(self, session: ContractSession, rid: str, **override: Any) -> None:
+        body = {**self._request(rid), **override}
+        await session.synthesize(body.pop("text"), body.pop("request_id"), **body)
+
     async def _ws(self, i: int, http: httpx.AsyncClient) -> int:
         n = self.rng.randint(1, 3)
-        async with connect(self.ws_url, max_size=None, open_timeout=60) as ws:
+        async with await self._session() as session:
             for j in range(n):
-                await ws.send(json.dumps(self._request(f"{i}-{j}")))
-            done = 0
-            while done < n:
-                message = await ws.recv()
-                if isinstance(message, str):
-                    event = json.loads(message)
-                    if event["type"] == "error":
-                        self.failures.append(f"ws {i}: {event['code']}: {event['message']}")
-                    done += event["type"] in ("synthesis_complete", "error")
-            await ws.send('{"type": "close"}')
-            await ws.wait_closed()
+                await self._send(session, f"{i}-{j}")
+            await session.close()  # the server answers what is queued, then closes
+            async for event in session.events():
+                if isinstance(event, SynthesisFailed):
+                    self.failures.append(f"ws {i}: {event.code}: {event.message}")
         return n
 
     async def _post(self, i: int, http: httpx.AsyncClient) -> int:
@@ -128,29 +126,36 @@ class Soak:
         return 1
 
     async def _bad_ws(self, i: int, http: httpx.AsyncClient) -> int:
-        async with connect(self.ws_url, open_timeout=60) as ws:
-            await ws.send(BAD_WS[i % len(BAD_WS)])
-            event = json.loads(await ws.recv())
-            if event["type"] != "error":
+        async with await self._session() as session:
+            await session.send_raw(BAD_WS[i % len(BAD_WS)].encode())
+            event = await session.next_event()
+            if not isinstance(event, SynthesisFailed):
                 self.failures.append(f"bad_ws {i}: {event}")
         return 1
 
     async def _vanish(self, i: int, http: httpx.AsyncClient) -> int:
         """A client that leaves after the first audio, work still queued."""
-        async with connect(self.ws_url, max_size=None, open_timeout=60) as ws:
-            await ws.send(json.dumps({**self._request(f"{i}-a"), "text": " ".join(self.texts)}))
-            await ws.send(json.dumps(self._request(f"{i}-b")))
-            while not isinstance(await ws.recv(), bytes):
-                pass
-            ws.transport.abort()
+        session = await self._session()
+        await self._send(session, f"{i}-a", text=" ".join(self.texts))
+        await self._send(session, f"{i}-b")
+        while not isinstance(await session.next_event(), AudioChunk):
+            pass
+        session.abort()
         return 2
+
+
+def _rss(pid: int) -> float:
+    mib = rss_mib(pid, children=False)
+    if mib is None:
+        raise RuntimeError(f"no resident memory readable for process {pid}")
+    return mib
 
 
 async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: int, log) -> dict[str, Any]:
     pid = srv.proc.pid
     plan = [KINDS[i % len(KINDS)] for i in range(requests)]
     random.Random(7).shuffle(plan)
-    samples: list[dict[str, Any]] = [{"requests": 0, "rss_mib": round(_rss_bytes(pid) / 2**20, 2), "t_s": 0.0}]
+    samples: list[dict[str, Any]] = [{"requests": 0, "rss_mib": _rss(pid), "t_s": 0.0}]
     done = 0
     next_sample = every
     queue: asyncio.Queue = asyncio.Queue()
@@ -166,7 +171,7 @@ async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: in
             done += made
             if done >= next_sample:
                 next_sample += every
-                samples.append({"requests": done, "rss_mib": round(_rss_bytes(pid) / 2**20, 2),
+                samples.append({"requests": done, "rss_mib": _rss(pid),
                                 "t_s": round(time.perf_counter() - t0, 1)})
                 if len(samples) % 8 == 0:
                     log(f"    {done} requests, RSS {samples[-1]['rss_mib']} MiB")
@@ -176,7 +181,7 @@ async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: in
         await asyncio.sleep(0.5)  # let vanished sessions unwind
         metrics = (await http.get("/metrics")).text
         ping = (await http.get("/ping")).status_code
-    samples.append({"requests": done, "rss_mib": round(_rss_bytes(pid) / 2**20, 2),
+    samples.append({"requests": done, "rss_mib": _rss(pid),
                     "t_s": round(time.perf_counter() - t0, 1)})
     return {"samples": samples, "counts": soak.counts, "failures": soak.failures, "metrics": metrics,
             "ping": ping, "wall_s": round(time.perf_counter() - t0, 1)}
@@ -203,13 +208,6 @@ def growth(samples: list[dict[str, Any]], warmup_fraction: float = WARMUP_FRACTI
             "slope_kib_per_request": None if slope is None else round(slope, 3)}
 
 
-def _metric(text: str, line_start: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(line_start + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | None = None, model_dir=None,
              log=print) -> dict[str, Any]:
     from .live import LiveServer
@@ -221,12 +219,12 @@ def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | No
         names = httpx.get(f"{srv.url}/v1/audio/voices", timeout=10).json()["voices"][:3]
         soak = Soak(srv.url, srv.ws_url, names, 1.0 if fake else 2.0, TEXTS if fake else SHORT_TEXTS)
         out = asyncio.run(_soak(srv, requests, 4 if fake else 2, soak, every, log))
-    text = out.pop("metrics")
+    metrics = prom.parse(out.pop("metrics"))
     leftovers = {
-        "active_sessions": _metric(text, "kokoro_active_sessions"),
-        "inflight_invocations": _metric(text, 'kokoro_inflight_requests{route="invocations"}'),
-        "inflight_openai": _metric(text, 'kokoro_inflight_requests{route="openai"}'),
-        "queue_depth": _metric(text, "kokoro_queue_depth"),
+        "active_sessions": prom.value(metrics, "kokoro_active_sessions"),
+        "inflight_invocations": prom.value(metrics, "kokoro_inflight_requests", {"route": "invocations"}),
+        "inflight_openai": prom.value(metrics, "kokoro_inflight_requests", {"route": "openai"}),
+        "queue_depth": prom.value(metrics, "kokoro_queue_depth"),
     }
     return {"runtime": runtime, "mode": mode, "env": env, "requests": out["samples"][-1]["requests"], **growth(out["samples"]),
             "wall_s": out["wall_s"], "counts": out["counts"], "failures": len(out["failures"]),
