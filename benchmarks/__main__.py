@@ -1,5 +1,5 @@
 """``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, quality, e2e,
-languages, agentproto, onnx_durations or all — and ``python -m benchmarks compare --target NAME=URL ...``
+languages, agentproto, onnx_durations, overload or all — and ``python -m benchmarks compare --target NAME=URL ...``
 (running servers side by side, see ``benchmarks.compare``); ``--help`` lists every suite.
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
@@ -33,6 +33,7 @@ TITLES = {
     "languages": "Languages: each G2P front end's cost; English intelligibility, espeak-ng vs misaki",
     "agentproto": "Voice-agent protocols: first audio from a token stream (server vs client cutting), Clear to silence",
     "onnx_durations": "Word timings on ONNX: the timed model vs today's export (speed, sameness, intelligibility)",
+    "overload": "Overload and stalled readers: a newcomer behind late streams, admit vs refuse",
 }
 NAMES = tuple(TITLES)
 

@@ -4,9 +4,9 @@ deadlines on and off, sequential vs concurrent mode, in one run (the sweep ``ttf
 
 * **Concurrency sweep** — N listeners (1, 2, 4, 8) each open a WebSocket session and send the
   267-character paragraph at the same moment. Each plays the audio in real time *in its head*
-  (:class:`~backends.schedule.Playout`, the clock the server schedules by): playback starts with the
-  first audio, each later chunk that arrives after the audio before it ran out is a gap, and the gaps
-  are summed as underrun seconds. Per level: median and worst first audio, underrun seconds,
+  (:class:`~benchmarks.clients.PlaybackClock`, the client's own clock, not the one the server
+  schedules by): playback starts with the first audio, each later chunk that arrives after the audio
+  before it ran out is a gap, and the gaps are summed as underrun seconds. Per level: median and worst first audio, underrun seconds,
   audio-hours per hour (audio received / wall time of the level).
 * **Late arrival** — three listeners stream long texts; once all three hear audio, a fourth sends
   the paragraph. Its first audio is compared with the level-1 first audio of the same server
@@ -28,9 +28,8 @@ from typing import Any
 
 from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed
 from agent.ws_client import ContractSession
-from backends.schedule import Playout
 
-from .clients import BYTES_PER_SECOND, RequestFailed
+from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed
 from .live import LiveServer
 from .raw import VOICE
 from .results import markdown_table, median, rnd
@@ -53,25 +52,38 @@ class Heard:
     underrun_s: float = 0.0
     audio_s: float = 0.0
     complete_s: float | None = None
+    chunks: int = 0
+    error: str | None = None  # the code of a refusal (``raise_on_error=False``)
+    error_s: float | None = None
+    clock: PlaybackClock | None = None
+    sent_at: float = 0.0  # time.perf_counter() at the send
+
+    def behind(self) -> bool:
+        """Whether this listener hears silence now (its audio ran out, more is due)."""
+        return self.clock is not None and self.complete_s is None and \
+            self.clock.behind(time.perf_counter() - self.sent_at)
 
 
 async def listen(
-    url: str, text: str, *, heard: Heard | None = None, started: asyncio.Event | None = None, first_only: bool = False
+    url: str, text: str, *, heard: Heard | None = None, started: asyncio.Event | None = None, first_only: bool = False,
+    raise_on_error: bool = True,
 ) -> Heard:
     """Send ``text`` on a fresh session and play it in real time in the head; ``started`` is set at
-    first audio; ``first_only`` hangs up there. Cancel it to hang up."""
+    first audio; ``first_only`` hangs up there. Cancel it to hang up. A refusal raises
+    :class:`RequestFailed`, or with ``raise_on_error=False`` is kept in ``error``."""
     heard = heard if heard is not None else Heard()
     async with await ContractSession.connect(url, frames="text", max_size=None) as session:
-        t0 = time.perf_counter()
-        clock = Playout(arrived=0.0)
+        t0 = heard.sent_at = time.perf_counter()
+        clock = heard.clock = PlaybackClock()
         await session.synthesize(text, "listener", voice=VOICE)
         while True:
             event = await session.next_event()
             now = time.perf_counter() - t0
             if isinstance(event, AudioChunk):
                 seconds = len(event.pcm) / BYTES_PER_SECOND
-                heard.underrun_s += clock.delivered(now, seconds)
+                heard.underrun_s += clock.heard(now, seconds)
                 heard.audio_s += seconds
+                heard.chunks += 1
                 if heard.first_audio_s is None:
                     heard.first_audio_s = now
                     if started is not None:
@@ -82,7 +94,10 @@ async def listen(
                 heard.complete_s = now
                 return heard
             elif isinstance(event, SynthesisFailed):
-                raise RequestFailed(f"{event.code}: {event.message}")
+                if raise_on_error:
+                    raise RequestFailed(f"{event.code}: {event.message}")
+                heard.error, heard.error_s = event.code, now
+                return heard
             elif event is None:
                 raise RequestFailed("session closed before the request completed")
 
