@@ -1,6 +1,6 @@
 """Throughput at N concurrent sessions: sequential vs concurrent mode on the ONNX runtime (CPU).
 
-    python -m benchmarks.concurrent_probe [--runtime onnx|torch|fake] [--out DIR] [--sessions 4] [--rounds 3] [--quick]
+    python -m benchmarks concurrent_probe [--runtime onnx|torch|fake] [--out DIR] [--sessions 4] [--rounds 3] [--quick]
 
 Each session sends its requests one after another (the next when the previous is fully answered),
 all sessions at once. Configurations (``mode/workers x intra-op threads``) run interleaved, round
@@ -52,7 +52,7 @@ def configs(runtime: str, cpus: int, sessions: int) -> dict[str, tuple[str, int,
     }
 
 
-async def main(args: argparse.Namespace) -> dict:
+async def probe(args: argparse.Namespace) -> dict:
     cpus = os.cpu_count() or 1
     chosen = configs(args.runtime, cpus, args.sessions)
     samples: dict[str, list[dict]] = {name: [] for name in chosen}
@@ -104,23 +104,24 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runtime", choices=("onnx", "torch", "fake"), default="onnx")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks concurrent_probe", description=__doc__.splitlines()[0])
+    parser.add_argument("--runtime", "--backend", dest="runtime", choices=("onnx", "torch", "fake"), default="onnx")
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--per-session", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one round, one request per session")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.per_session = 1, 1
-    report = asyncio.run(main(args))
+    report = asyncio.run(probe(args))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{report['name']}.json").write_text(json.dumps(report, indent=2))
     (args.out / f"{report['name']}.md").write_text(markdown(report))
     print(markdown(report))
+    return 0
 
 
 if __name__ == "__main__":
-    cli()
+    raise SystemExit(main())

@@ -147,7 +147,7 @@ def onnx_rtf(model_dir: Path, voices: Any, segments: list, threads: int | None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "auto"], default=None,
                         help="precision (default KOKORO_DTYPE, else auto: float16 on CUDA, float32 elsewhere)")

@@ -176,7 +176,8 @@ def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: f
 # ---------------------------------------------------------------------------------------------
 # The benchmark
 # ---------------------------------------------------------------------------------------------
-def run(*, quick: bool = False, model_dir=None, log=print, command: str | None = None) -> Any:
+def run(*, quick: bool = False, model_dir=None, log=print, command: str | None = None,
+        backend: str | None = None) -> Any:
     from . import prom
     from .live import LiveServer
     from .results import Result, command_line
@@ -188,6 +189,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, command: str | None =
         ("onnx", "sequential", 4 if quick else 8, 2, {}, 1.0),
         ("onnx", "concurrent", 4 if quick else 8, 2, {}, 1.0),
     ]
+    plans = [p for p in plans if backend is None or p[0] == backend]
     result.config = {"plans": [{"runtime": r, "mode": m, "sessions": s, "per_session": n, "env": e}
                                for r, m, s, n, e, _ in plans], "ping_interval_s": 0.02}
     for runtime, mode, sessions, per_session, env, speed in plans:

@@ -12,7 +12,8 @@ each ``KOKORO_OVERLOAD`` choice, sequential vs concurrent mode (``python -m benc
   streams were behind when it arrived is recorded (``streams_behind``): a sample where they were
   not did not reach the scenario.
 * **Stalled readers** — two WebSocket clients ask for ~5,000 characters each and never read; a
-  third asks for one sentence ``STALL_DELAY_S`` later (20 s; 5 s with ``--quick``). Its time to
+  third asks for one sentence ``STALL_DELAY_S`` later (20 s; with ``--quick`` 3 s, and the waits
+  above 2 s). Its time to
   ``synthesis_complete`` against the sentence alone (goal: within alone plus one segment's time,
   the paragraph's time alone over its segments on the same server); with ``refuse`` it may be told
   ``overloaded`` instead.
@@ -49,7 +50,8 @@ def config_name(mode: str, overload: str, backend: str = "onnx") -> str:
     return f"{backend}/{mode} overload={overload}"
 
 
-async def overload_case(url: str, streams: int = 3, behind_wait_s: float = BEHIND_WAIT_S) -> dict[str, Any]:
+async def overload_case(url: str, streams: int = 3, behind_wait_s: float = BEHIND_WAIT_S,
+                        after_s: float = STREAM_AFTER_S) -> dict[str, Any]:
     heard = [Heard() for _ in range(streams)]
     playing = [asyncio.Event() for _ in range(streams)]
     tasks = [asyncio.create_task(listen(url, LONG_TEXT, heard=h, started=e)) for h, e in zip(heard, playing, strict=True)]
@@ -62,7 +64,7 @@ async def overload_case(url: str, streams: int = 3, behind_wait_s: float = BEHIN
         behind = any(h.behind() or h.underrun_s for h in heard)
         late = await listen(url, PARAGRAPH, first_only=True, raise_on_error=False)
         before = sum(h.underrun_s for h in heard)
-        await asyncio.sleep(STREAM_AFTER_S)
+        await asyncio.sleep(after_s)
     finally:
         for task in tasks:
             task.cancel()
@@ -74,24 +76,27 @@ async def overload_case(url: str, streams: int = 3, behind_wait_s: float = BEHIN
 
 
 async def stalled_case(url: str, delay_s: float) -> Heard:
-    """Two clients that never read, then one sentence ``delay_s`` later."""
-    async with contextlib.AsyncExitStack() as stack:
-        for i in range(2):
-            session = await stack.enter_async_context(
-                await ContractSession.connect(url, frames="text", max_size=None))
+    """Two clients that never read, then one sentence ``delay_s`` later; the two vanish at the end
+    (a closing handshake would wait behind the audio they never read)."""
+    stalled = [await ContractSession.connect(url, frames="text", max_size=None) for _ in range(2)]
+    try:
+        for i, session in enumerate(stalled):
             await session.synthesize(STALLED_TEXT, f"stalled-{i}", voice=VOICE)
         await asyncio.sleep(delay_s)
         return await listen(url, SENTENCE, raise_on_error=False)
+    finally:
+        for session in stalled:
+            session.abort()
 
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else rnd(seconds * 1000.0, 1)
 
 
-def sample(name: str, srv: LiveServer, delay_s: float, behind_wait_s: float) -> dict[str, Any]:
+def sample(name: str, srv: LiveServer, delay_s: float, behind_wait_s: float, after_s: float) -> dict[str, Any]:
     alone = asyncio.run(listen(srv.ws_url, PARAGRAPH))
     sentence = asyncio.run(listen(srv.ws_url, SENTENCE))
-    over = asyncio.run(overload_case(srv.ws_url, behind_wait_s=behind_wait_s))
+    over = asyncio.run(overload_case(srv.ws_url, behind_wait_s=behind_wait_s, after_s=after_s))
     srv.wait_idle()
     stalled = asyncio.run(stalled_case(srv.ws_url, delay_s))
     srv.wait_idle()
@@ -117,11 +122,10 @@ def sample(name: str, srv: LiveServer, delay_s: float, behind_wait_s: float) -> 
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     """Every configuration in turn; ``backend="fake"`` checks the harness on the model-free runtime."""
-    delay = 5.0 if quick else STALL_DELAY_S
-    behind_wait = 5.0 if quick else BEHIND_WAIT_S
+    delay, behind_wait, after = (3.0, 2.0, 2.0) if quick else (STALL_DELAY_S, BEHIND_WAIT_S, STREAM_AFTER_S)
     result = Result("overload", quick, command_line("overload", quick),
                     config={"configs": [config_name(*c, backend) for c in CONFIGS], "stall_delay_s": delay,
-                            "behind_wait_s": behind_wait, "stalled_chars": len(STALLED_TEXT), "sentence": SENTENCE})
+                            "behind_wait_s": behind_wait, "streams_after_s": after, "stalled_chars": len(STALLED_TEXT), "sentence": SENTENCE})
     with contextlib.ExitStack() as stack:
         servers = {config_name(mode, overload, backend): stack.enter_context(
             LiveServer(backend=backend, mode=mode, env={"KOKORO_OVERLOAD": overload}, model_dir=model_dir, log=log))
@@ -129,7 +133,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
         for name, srv in servers.items():
             for other in servers.values():
                 other.wait_idle()
-            result.samples.append(sample(name, srv, delay, behind_wait))
+            result.samples.append(sample(name, srv, delay, behind_wait, after))
             log(f"  {name}: {result.samples[-1]}")
     result.summary = {"by_config": {s["config"]: s for s in result.samples}}
     for s in result.samples:
@@ -159,5 +163,5 @@ def body(data: dict[str, Any]) -> str:
             for s in data["samples"]]
     return markdown_table(
         ["config", "alone first audio ms", "streams behind", "overload: newcomer first audio ms", "vs alone",
-         "overload: error", "streams' underrun s until then", f"streams' underrun s (+{STREAM_AFTER_S:g} s)",
+         "overload: error", "streams' underrun s until then", f"streams' underrun s (+{data['config'].get('streams_after_s', STREAM_AFTER_S):g} s)",
          "sentence alone ms", "one segment ms", "sentence behind stalled readers ms", "stalled: error"], rows)

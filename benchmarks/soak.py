@@ -237,10 +237,11 @@ def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | No
 # ---------------------------------------------------------------------------------------------
 def run(*, quick: bool = False, model_dir=None, log=print, runtimes: list[str] | None = None,
         requests: int | None = None, mode: str = "sequential", command: str | None = None,
-        allocators: list[str] | None = None) -> Any:
+        allocators: list[str] | None = None, backend: str | None = None) -> Any:
     from .results import Result, command_line
 
     result = Result(benchmark="soak", quick=quick, command=command or command_line("soak", quick))
+    runtimes = [backend] if backend else runtimes
     # (runtime, requests, extra server environment). glibc gives each thread that allocates its own
     # malloc arena, and RSS climbs in steps as the thread pools touch theirs; MALLOC_ARENA_MAX=2
     # shows what is left once that is taken out.
