@@ -120,24 +120,32 @@ async def level(url: str, n: int) -> dict[str, Any]:
     }
 
 
-async def late_arrival(url: str, streams: int = 3) -> dict[str, Any]:
-    """``streams`` listeners stream long texts; once all hear audio, one more sends the paragraph."""
-    started = [asyncio.Event() for _ in range(streams)]
-    long_heard = [Heard() for _ in range(streams)]
-    tasks = [asyncio.create_task(listen(url, LONG_TEXT, heard=h, started=e)) for h, e in zip(long_heard, started, strict=True)]
+async def late_arrival(url: str, streams: int = 3, *, behind_wait_s: float = 0.0, after_s: float = 0.0,
+                       raise_on_error: bool = True) -> dict[str, Any]:
+    """``streams`` listeners stream long texts; once all hear audio (and, within ``behind_wait_s``,
+    one of them is behind: its audio ran out on its own playback clock) one more sends the
+    paragraph and hangs up at first audio; the streams go on ``after_s`` more, then hang up."""
+    heard = [Heard() for _ in range(streams)]
+    playing = [asyncio.Event() for _ in range(streams)]
+    tasks = [asyncio.create_task(listen(url, LONG_TEXT, heard=h, started=e)) for h, e in zip(heard, playing, strict=True)]
     try:
-        await asyncio.gather(*(e.wait() for e in started))
-        late = await listen(url, PARAGRAPH, first_only=True)
+        await asyncio.gather(*(e.wait() for e in playing))
+        t0 = time.perf_counter()
+        # Silence is the absence of an event: the streams' own playback clocks are read.
+        while time.perf_counter() - t0 < behind_wait_s and not any(h.behind() for h in heard):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        behind = any(h.behind() or h.underrun_s for h in heard)
+        late = await listen(url, PARAGRAPH, first_only=True, raise_on_error=raise_on_error)
+        before = sum(h.underrun_s for h in heard)
+        await asyncio.sleep(after_s)
     finally:
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, RequestFailed):
                 await task
-    return {
-        "late_first_audio_ms": rnd((late.first_audio_s or 0.0) * 1000.0, 1),
-        "streams_underrun_s": rnd(sum(h.underrun_s for h in long_heard), 3),
-    }
+    return {"newcomer": late, "streams_behind": behind, "streams_underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
+            "streams_underrun_until_newcomer_s": rnd(before, 3)}
 
 
 def _settle(servers) -> None:
@@ -175,7 +183,9 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
             for name in names:
                 _settle(servers.values())
                 before = _interrupted(servers[name])
-                sample = {"config": name, "kind": "late", **asyncio.run(late_arrival(servers[name].ws_url))}
+                late = asyncio.run(late_arrival(servers[name].ws_url))
+                sample = {"config": name, "kind": "late", "streams_underrun_s": late["streams_underrun_s"],
+                          "late_first_audio_ms": rnd((late["newcomer"].first_audio_s or 0.0) * 1000.0, 1)}
                 _settle(servers.values())
                 sample["interrupted_calls"] = int(_interrupted(servers[name]) - before)
                 samples.append(sample)

@@ -1,7 +1,7 @@
 """Load: many WebSocket sessions at once, each pipelining several sentences, against a live server —
 0 lost, 0 misordered, every request answered — with ``/ping`` latency measured throughout.
 
-``python -m benchmarks.load [--quick]`` writes ``benchmarks/results/load.{json,md}``:
+``python -m benchmarks load [--quick] [--backend fake|onnx]`` writes ``benchmarks/results/load.{json,md}``:
 
 * the fake runtime (``--backend fake``, a fixed latency per segment) in both modes, 50 sessions x 4
   pipelined sentences: the server's own machinery under full concurrency, at a speed where the
@@ -15,10 +15,8 @@ Timing claims live here; the tests assert only counts and order.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -223,18 +221,3 @@ def body(data: dict[str, Any]) -> str:
             "on its own connection throughout.\n\n" + markdown_table(
                 ["runtime", "mode", "sessions x sentences", "requests", "completed", "lost", "misordered",
                  "violations", "TTFA p50 ms", "ping p50 ms", "ping p99 ms", "ping max ms", "wall s"], rows))
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .results import write
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    command = " ".join(["python -m benchmarks.load", *(argv if argv is not None else sys.argv[1:])])
-    data = write(run(quick=args.quick, command=command), title="Load: pipelined sessions, ordering and /ping under load", body=body)
-    return 0 if all(t["met"] is not False for t in data["targets"]) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any
 
 from agent.ws_client import ContractSession
 
-from .clients import RequestFailed
-from .listeners import LONG_TEXT, Heard, listen
+from .listeners import LONG_TEXT, Heard, late_arrival, listen
 from .live import LiveServer
 from .raw import VOICE
 from .results import Result, command_line, markdown_table, rnd
@@ -48,31 +46,6 @@ BEHIND_WAIT_S = 30.0
 
 def config_name(mode: str, overload: str, backend: str = "onnx") -> str:
     return f"{backend}/{mode} overload={overload}"
-
-
-async def overload_case(url: str, streams: int = 3, behind_wait_s: float = BEHIND_WAIT_S,
-                        after_s: float = STREAM_AFTER_S) -> dict[str, Any]:
-    heard = [Heard() for _ in range(streams)]
-    playing = [asyncio.Event() for _ in range(streams)]
-    tasks = [asyncio.create_task(listen(url, LONG_TEXT, heard=h, started=e)) for h, e in zip(heard, playing, strict=True)]
-    try:
-        await asyncio.gather(*(e.wait() for e in playing))
-        t0 = time.perf_counter()
-        # Silence is the absence of an event: the streams' own playback clocks are read.
-        while time.perf_counter() - t0 < behind_wait_s and not any(h.behind() for h in heard):  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-        behind = any(h.behind() or h.underrun_s for h in heard)
-        late = await listen(url, PARAGRAPH, first_only=True, raise_on_error=False)
-        before = sum(h.underrun_s for h in heard)
-        await asyncio.sleep(after_s)
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, RequestFailed):
-                await task
-    return {"newcomer": late, "streams_behind": behind, "streams_underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
-            "streams_underrun_until_newcomer_s": rnd(before, 3)}
 
 
 async def stalled_case(url: str, delay_s: float) -> Heard:
@@ -96,7 +69,7 @@ def _ms(seconds: float | None) -> float | None:
 def sample(name: str, srv: LiveServer, delay_s: float, behind_wait_s: float, after_s: float) -> dict[str, Any]:
     alone = asyncio.run(listen(srv.ws_url, PARAGRAPH))
     sentence = asyncio.run(listen(srv.ws_url, SENTENCE))
-    over = asyncio.run(overload_case(srv.ws_url, behind_wait_s=behind_wait_s, after_s=after_s))
+    over = asyncio.run(late_arrival(srv.ws_url, behind_wait_s=behind_wait_s, after_s=after_s, raise_on_error=False))
     srv.wait_idle()
     stalled = asyncio.run(stalled_case(srv.ws_url, delay_s))
     srv.wait_idle()

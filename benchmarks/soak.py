@@ -1,8 +1,8 @@
 """Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows
 by less than 5% after warm-up).
 
-``python -m benchmarks.soak [--quick] [--backend fake|onnx] [--requests N] [--mode M]`` writes
-``benchmarks/results/soak.{json,md}`` (``--runtime`` is an alias of ``--backend``). By default it
+``python -m benchmarks soak [--quick] [--backend fake|onnx]`` writes
+``benchmarks/results/soak.{json,md}``. By default it
 runs the fake runtime for 1,000 requests (the server's own machinery at speed: sessions, encoders,
 metrics, error paths), then the real ONNX runtime for 1,000 requests of short texts (a quarter of an
 hour on two cores), each with glibc's default allocator and with ``MALLOC_ARENA_MAX=2``
@@ -19,13 +19,10 @@ succeed and every bad one must get its typed error; the counters must read zero 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -301,28 +298,3 @@ def body(data: dict[str, Any]) -> str:
             + markdown_table(["runtime", "allocator", "mode", "requests", "RSS start MiB", "RSS after warm-up MiB",
                               "RSS end MiB", "RSS peak MiB", "growth", "growth, 2nd half", "slope KiB/req", "failures", "wall s"],
                              rows))
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .results import RESULTS_DIR, write
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="300 fake-runtime and 40 ONNX requests")
-    parser.add_argument("--backend", "--runtime", dest="runtime", choices=["fake", "onnx"], action="append",
-                        help="repeatable; default both (`--runtime` is an alias)")
-    parser.add_argument("--allocator", choices=["default", "arena2"], action="append",
-                        help="glibc malloc as is, or MALLOC_ARENA_MAX=2; repeatable, default both")
-    parser.add_argument("--requests", type=int, help="requests per run (default 1000; --quick: 300 fake, 40 onnx)")
-    parser.add_argument("--mode", choices=["sequential", "concurrent"], default="sequential")
-    parser.add_argument("--model-dir", type=Path)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    command = " ".join(["python -m benchmarks.soak", *(argv if argv is not None else sys.argv[1:])])
-    result = run(quick=args.quick, model_dir=args.model_dir, runtimes=args.runtime, requests=args.requests,
-                 mode=args.mode, command=command, allocators=args.allocator)
-    data = write(result, title="Soak: memory over 1,000 mixed requests", body=body, out_dir=args.out)
-    return 0 if all(t["met"] is not False for t in data["targets"]) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
