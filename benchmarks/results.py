@@ -217,6 +217,15 @@ def validate(data: dict[str, Any]) -> list[str]:
     return problems
 
 
+def save_plot(fig: Any, path: Path) -> None:
+    """Lay out, write (``path``, 110 dpi) and close a suite's matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     def cell(v: Any) -> str:
         if v is None:

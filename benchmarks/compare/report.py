@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..results import markdown_table, percentile, rnd
+from ..results import markdown_table, percentile, rnd, save_plot
 from .rows import ROWS
 from .targets import BAD_CASES
 
@@ -248,6 +248,4 @@ def plot(data: dict[str, Any], path: Any) -> None:
     ax2.set_xscale("log", base=2)
     ax2.legend(fontsize=7)
     fig.suptitle(data["command"], fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)
