@@ -129,8 +129,10 @@ def tally(outcomes: list[SessionOutcome]) -> dict[str, Any]:
 
 
 class PingProbe(threading.Thread):
-    """GET /ping every ``interval`` seconds on its own thread (its own connection), until stopped:
-    the latency a load balancer's health check sees while the load runs."""
+    """GET /ping every ``interval`` seconds on its own thread (its own event loop and connection,
+    through the suite's one health probe, :class:`benchmarks.compare.http.HealthProbe`), until
+    stopped: the latency a load balancer's health check sees while the load runs. A poll with no
+    answer counts at its timeout, with status 0."""
 
     def __init__(self, url: str, interval: float = 0.02):
         super().__init__(name="ping-probe", daemon=True)
@@ -140,16 +142,25 @@ class PingProbe(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(timeout=10) as client:
+        asyncio.run(self._poll())
+
+    async def _poll(self) -> None:
+        from .compare.http import HealthProbe
+
+        probe = HealthProbe(self.url, ("/ping",), timeout_s=10.0)
+        try:
             while not self._halt.is_set():
                 t0 = time.perf_counter()
                 try:
-                    status = client.get(f"{self.url}/ping").status_code
+                    _path, code, ms = await probe()
                 except httpx.HTTPError:
-                    status = 0
-                self.latencies_ms.append((time.perf_counter() - t0) * 1000)
+                    code, ms = None, (time.perf_counter() - t0) * 1000
+                status = code or 0
+                self.latencies_ms.append(ms)
                 self.statuses[status] = self.statuses.get(status, 0) + 1
-                self._halt.wait(self.interval)
+                await asyncio.sleep(self.interval)
+        finally:
+            await probe.aclose()
 
     def stop(self) -> dict[str, Any]:
         self._halt.set()
