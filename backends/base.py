@@ -306,7 +306,7 @@ class VoiceCatalog(Protocol):
 class BackendObserver(Protocol):
     """What a backend reports while it works (the server's metrics implement it). Called from
     worker threads (``segment_done``, ``batch_done``, ``interrupted``) and from the event loop
-    (``queue_depth``, ``underrun``); implementations must be thread-safe and never block."""
+    (``queue_depth``, ``underrun``, ``load``); implementations must be thread-safe and never block."""
 
     def segment_done(self, synth_seconds: float, audio_seconds: float) -> None: ...
 
@@ -320,7 +320,27 @@ class BackendObserver(Protocol):
 
     def interrupted(self, seconds: float) -> None:
         """A runtime call was interrupted after ``seconds`` so that a listener who hears nothing
-        yet gets first audio sooner; its segment runs again (``backends/deadlines.py``)."""
+        yet gets first audio sooner; its segment runs again (``backends/policy.py``)."""
+
+    def load(self, demanded: float, delivered: float) -> None:
+        """The listeners in progress ask for ``demanded`` audio-seconds per second (one each: they
+        play in real time); the runtime made ``delivered`` per second lately (event loop)."""
+
+
+class NoObserver:
+    """A :class:`BackendObserver` that ignores everything (a backend built without one)."""
+
+    def segment_done(self, synth_seconds: float, audio_seconds: float) -> None: ...
+
+    def batch_done(self, size: int) -> None: ...
+
+    def queue_depth(self, n: int) -> None: ...
+
+    def underrun(self, seconds: float) -> None: ...
+
+    def interrupted(self, seconds: float) -> None: ...
+
+    def load(self, demanded: float, delivered: float) -> None: ...
 
 
 class Backend(Protocol):

@@ -12,32 +12,20 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   text cannot crowd out a short one.
 * One background task (on the event loop; it does no inference) forms batches: when a worker slot is
   free and segments are ready, it waits up to ``max_wait_ms`` for the batch to fill to
-  ``max_batch_size``, then takes segments from a :class:`~backends.schedule.SegmentQueue`:
-  **earliest playback deadline first** (the engine computes them: a first segment is due at once,
-  a later one when its listener's audio runs out), ties **round-robin across sessions**
-  (``request.session``, falling back to ``request_id``), the oldest request of a session first;
-  with ``deadlines`` off, round-robin alone. It hands the batch to a worker thread.
-* Batches are length-aware: the head of the round always goes, the rest of the batch only takes
-  segments within ``batch_length_ratio`` (2x) of its phoneme lengths, so a short first segment is
-  not padded to, and kept waiting by, a long later one.
+  ``max_batch_size``, then takes segments from a :class:`~backends.schedule.SegmentQueue` in the
+  order of the engine's :class:`~backends.policy.SchedulingPolicy` (with ``deadlines`` off:
+  round-robin across sessions, ``request.session`` falling back to ``request_id``), and hands them
+  to a worker thread. Which segments fill a batch, when a free worker is held for urgent work, when
+  a call runs solo and when a running call is interrupted are the policy's rules too (6, 7, 8, 5).
 * Runtimes with a batch path (``capabilities.batch``, e.g. torch on CUDA) get one worker and
   whole batches. Others fall back to per-segment calls: one segment per worker
   call, so the scheduler decides with the freshest queue at every step; a ``thread_safe`` runtime
   (ONNX) gets ``workers`` parallel calls (default: 2 on a machine with 2+ cores) and, when it has
   not been loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per
   call (measured here: one intra-op thread costs ~0.5 CPU-s per audio-s, two cost ~0.75, so two
-  1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``). A call that runs
-  alone (nothing else running, nothing else queued that must start now) runs with ``solo=True``
-  when the runtime has ``solo_calls`` (ONNX: a second session with every core; ``solo_calls``),
-  so one listener never gets less than the sequential mode gives it.
-* Holding work with slack (deadlines on, parallel single calls): while a call runs, a free worker
-  takes the queue's head only once some queued segment must start — its playback deadline minus
-  twice its expected time (the engine's running cost of a call) — and otherwise waits, so a
-  newcomer's first segment, due at once, finds a worker free instead of queueing behind a long
-  later segment that did not need to start yet. Nothing starves: a held segment starts at its
-  start-by time at the latest, or as soon as no call runs (then alone, every core).
-* When every worker is busy, a listener's first segment may interrupt a call of a later segment
-  (:class:`~backends.deadlines.Deadlines`); the interrupted segment goes back to the queue.
+  1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``). A call the policy
+  lets run alone runs with ``solo=True`` when the runtime has ``solo_calls`` (ONNX: a second
+  session with every core), so one listener never gets less than the sequential mode gives it.
 * A batch runtime on a CPU device (``capabilities.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
@@ -49,15 +37,17 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
 
 Admission: ``max_queue`` bounds the requests admitted at once (being answered or waiting). Each
 admitted request holds at most one queued segment and ``max_ahead`` unread chunks, so memory is
-bounded. Beyond it ``stream()`` raises :class:`Overloaded` (503 / ``overloaded`` error event).
+bounded. Beyond it, or when the policy refuses a newcomer under overload (``overload=refuse``),
+``stream()`` raises :class:`Overloaded` (503 / ``overloaded`` error event).
 
 Threading: all scheduler state lives on the event loop; worker threads only run the synthesizer and
 call the observer's ``segment_done`` / ``batch_done`` (``queue_depth`` is called from the loop).
 For a batch, ``segment_done`` gets each segment's share of the call's time (the runtime cost) and
 ``AudioChunk.synth_seconds`` the whole call's time (what that segment waited for).
 Cancellation: closing or cancelling ``stream()``, or the request timeout, drops the job: its queued
-segment leaves the queue at once and its later segments are never synthesised; a segment already
-inside a running batch finishes and is discarded. ``aclose()`` fails every open stream with
+segment leaves the queue at once and its later segments are never synthesised; a single call of
+its segment already running is interrupted where the runtime can be (the policy's rule 5), a
+segment inside a running batch finishes; either way the result is discarded. ``aclose()`` fails every open stream with
 :class:`NotReady`, drops the queue and stops the loop.
 """
 
@@ -76,8 +66,8 @@ from functools import partial
 from typing import Any
 
 from .base import AudioChunk, Interrupted, NotReady, Overloaded, Segment, SynthesisRequest
-from .deadlines import input_tokens
 from .engine import Engine, SegmentResult
+from .policy import input_tokens
 from .schedule import Entry, Playout, RunningCall
 
 log = logging.getLogger("kokoro.backend")
@@ -103,13 +93,20 @@ class _Item:
     segment: Segment
 
 
+def _segment_of(entry: Entry) -> Segment:
+    item: _Item = entry.item
+    return item.segment
+
+
+def _tokens(entry: Entry) -> int:
+    return input_tokens(entry.item.segment)
+
+
 class BatchedBackend(Engine):
     """Cross-session micro-batching scheduler (mode ``concurrent``)."""
 
     mode = "concurrent"
     plain_order = "round_robin"
-    #: Longest over shortest phoneme count allowed within one batch (bounds padding waste).
-    batch_length_ratio = 2.0
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -125,7 +122,7 @@ class BatchedBackend(Engine):
         self.workers = workers
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
         self._free = self.workers
-        self._queue = self._new_queue()
+        self._queue = self.policy.new_queue()
         self._queued = 0
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
@@ -141,6 +138,10 @@ class BatchedBackend(Engine):
         if not self.has_batch_path:
             return False
         return self.batch_on_cpu or self.runtime_capabilities.device != "cpu"
+
+    @property
+    def parallel_calls(self) -> bool:
+        return self.workers > 1 and not self.batched
 
     @property
     def queue_depth(self) -> int:
@@ -198,11 +199,14 @@ class BatchedBackend(Engine):
             raise NotReady("server is shutting down")
         if len(self._jobs) >= self.config.max_queue:
             raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
+        policy = self.policy
+        policy.admit(self._queue, request)
         seq = next(self._seq)
-        job = _Job(request=request, key=self._session_of(request), seq=seq, pending=deque(request.segments), playout=self._playout(request))
+        job = _Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
+                   playout=policy.playout(request))
         self._jobs.add(job)
         deadline = self._timeout_at(request)
-        with self._tracked(request):
+        with policy.tracked(request, job.playout):
             try:
                 self._ensure_loop()
                 for _ in range(len(request.segments)):
@@ -227,8 +231,9 @@ class BatchedBackend(Engine):
         if entry is not None:
             self._queue.requeue(entry)
         else:
-            self._offer(self._queue, item, item.segment, job.playout, session=job.key, request_seq=job.seq,
-                        busy=not self._free)
+            left = len(item.segment.phonemes) + sum(len(s.phonemes) for s in job.pending)
+            self.policy.offer(self._queue, item, item.segment, job.playout, session=job.key, request_seq=job.seq,
+                              remaining=left, busy=not self._free, interrupts=self.interrupts)
         self._set_queued(self._queued + 1)
         if self._wake is not None:
             self._wake.set()
@@ -243,6 +248,7 @@ class BatchedBackend(Engine):
         dropped = self._queue.remove(lambda it: it.job is job)
         if dropped:
             self._set_queued(self._queued - dropped)
+        self.policy.abandon(lambda it: it.job is job)  # closed mid-call (cancel, barge-in): stop that call
 
     def _set_queued(self, n: int) -> None:
         self._queued = n
@@ -256,8 +262,8 @@ class BatchedBackend(Engine):
             while not (self._queued and self._free):
                 self._wake.clear()
                 await self._wake.wait()
-            hold = self._hold_s()
-            if hold > 0:  # everything queued has slack and a call is running: keep this worker for urgent work
+            hold = self.policy.hold_s(self._queue, _segment_of, free=self._free, workers=self.workers)
+            if hold > 0:  # rule 6: everything queued has slack and a call is running: keep this worker
                 await self._nap(hold)
                 continue
             if self.batched and self._queued < self.max_batch_size and self.max_wait_s > 0:
@@ -265,46 +271,27 @@ class BatchedBackend(Engine):
             entries = self._take(self.max_batch_size if self.batched else 1)
             if not entries:
                 continue
-            # alone: nothing else running, nothing else urgent: a runtime that can gives this call every core
-            solo = len(entries) == 1 and self._free == self.workers and not any(
-                self._start_by(e) <= self.clock() for e in self._queue)
+            solo = self.policy.runs_alone(self._queue, _segment_of, taken=len(entries), free=self._free,
+                                          workers=self.workers)  # rule 7
             self._launch(loop, entries, solo=solo)
 
     def _launch(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], *, solo: bool) -> None:
         """Hand the entries' segments to a worker thread (a single call may be interrupted)."""
         items: list[_Item] = [e.item for e in entries]
-        call = self._call_started(entries[0], items[0].job.playout, items[0].segment)  # (None for a batch)
+        interruptible = self.interrupts and len(entries) == 1
+        kind = self.call_kind(solo) if len(entries) == 1 else "batch"
+        call = self.policy.call_started(entries[0], items[0].job.playout, items[0].segment, kind,
+                                        interruptible=interruptible)
         self._free -= 1
         try:
             future = loop.run_in_executor(
-                self._executor, partial(self.run_segments, solo=solo, interrupt=call.interrupt if call else None),
+                self._executor, partial(self.run_segments, solo=solo, interrupt=call.interrupt if interruptible else None),
                 [it.segment for it in items], lambda i: items[i].job.cancelled)
             future.add_done_callback(lambda f: self._batch_done(entries, call, f))
         except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
             self._free += 1
-            self._call_ended(call)
+            self.policy.call_ended(call)
             self._finish(entries, [SegmentResult(error=e)] * len(items))
-
-    @property
-    def _slack_aware(self) -> bool:
-        """Deadlines on and parallel single calls: where workers are held for urgent work."""
-        return self.config.deadlines and self.workers >= 2 and not self.batched
-
-    # -- holding work with slack (parallel calls only) -------------------------------------------
-    def _start_by(self, entry: Entry) -> float:
-        """When the entry's segment must start to be ready by its playback deadline (with twice
-        its expected time: a call beside another one runs slower than the average)."""
-        return entry.due - 2.0 * self._expected_s(entry.item.segment)
-
-    def _hold_s(self) -> float:
-        """How long to leave a free worker idle: while another call runs and every queued segment
-        can still start later and be in time (deadlines on, parallel single calls), the worker
-        waits for a segment that cannot (a newcomer's first one) instead of taking the head now, so
-        that newcomer never waits for a long segment with seconds of slack. 0: take the head now."""
-        if not self._slack_aware or self._free == self.workers:
-            return 0.0
-        start_by = min((self._start_by(e) for e in self._queue), default=None)
-        return 0.0 if start_by is None else max(0.0, start_by - self.clock())
 
     async def _nap(self, seconds: float) -> None:
         """Sleep until ``seconds`` pass or the queue or the workers change."""
@@ -329,24 +316,20 @@ class BatchedBackend(Engine):
                 return
 
     def _take(self, n: int) -> list[Entry]:
-        """Up to ``n`` ready segments in the queue's order (earliest playback deadline first, ties
-        round-robin by session; round-robin alone with ``deadlines`` off). The head always goes;
-        the rest of the batch takes only segments within ``batch_length_ratio`` of the batch's
-        phoneme lengths, so short first segments are not padded to (and kept waiting by) long
-        ones. A segment passed over keeps its place."""
+        """Up to ``n`` ready segments in the policy's order; beyond the head, only those that fit
+        the batch (the policy's rule 8). A segment passed over keeps its place."""
 
         def fits(taken: list[Entry], entry: Entry) -> bool:
-            lengths = [input_tokens(e.item.segment) for e in taken] + [input_tokens(entry.item.segment)]
-            return max(lengths) <= self.batch_length_ratio * min(lengths)
+            return self.policy.fits(taken, entry, _tokens)
 
         taken = self._queue.take(n, fits)
         if taken:
             self._set_queued(self._queued - len(taken))
         return taken
 
-    def _batch_done(self, entries: list[Entry], call: RunningCall | None, future: asyncio.Future[Any]) -> None:
+    def _batch_done(self, entries: list[Entry], call: RunningCall, future: asyncio.Future[Any]) -> None:
         self._free += 1
-        self._call_ended(call)
+        self.policy.call_ended(call)
         if future.cancelled():
             results = [SegmentResult(error=NotReady("server is shutting down"))] * len(entries)
         elif future.exception() is not None:
@@ -370,7 +353,7 @@ class BatchedBackend(Engine):
                 job.outbox.put_nowait(self._as_error(result.error, job.request))
                 job.pending.clear()
                 continue
-            self._segment_ready(job.playout, result.audio, job.request)
+            self.policy.segment_ready(job.playout, result.audio, job.request)
             job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
             self._submit_next(job)
         if self._wake is not None:

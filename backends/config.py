@@ -85,8 +85,56 @@ class BackendConfig(EnvSettings):
     interrupt_for_first_audio: bool = Field(
         True,
         description="With deadlines: a listener who hears nothing yet may interrupt a running call of a later "
-        "segment (whose listener still has audio to play), which runs again after it; ONNX runtime only. `false`: "
-        "a newcomer waits for the running call to end.",
+        "segment (whose listener still has audio to play), which runs again after it; single calls of an "
+        "interruptible runtime (ONNX, torch, the fake), not batches. `false`: a newcomer waits for the running call "
+        "to end.",
+    )
+
+    due_together_ms: float = Field(
+        500.0,
+        ge=0,
+        description="Scheduling policy (`backends/policy.py`): segments due within this long of the earliest due "
+        "count as due together and go shortest first, so a short first segment is not kept behind a long one.",
+    )
+    overload: Literal["admit", "refuse"] = Field(
+        "admit",
+        description="Scheduling policy, when a stream is already behind (listeners ask for more audio than the "
+        "runtime makes): `admit` serves a newcomer's first segment at once, ahead of (and interrupting) the late "
+        "streams, which pay one short segment's time per newcomer; `refuse` answers a newcomer `overloaded` (503 / "
+        "error event) at once so it can go elsewhere.",
+    )
+    overload_yields: int = Field(
+        2,
+        ge=0,
+        description="Scheduling policy, under overload with `admit`: how many newcomers' first segments a late "
+        "stream's queued segment gives way to before it runs (bounds the late streams' cost; nothing starves).",
+    )
+    interrupt_before_fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Scheduling policy: a running call may be interrupted for first audio only before it has run "
+        "this fraction of its expected time (later, less is gained than thrown away). Under overload with `admit` "
+        "any later segment's call may be.",
+    )
+    hold_factor: float = Field(
+        1.5,
+        ge=0,
+        description="Scheduling policy, parallel calls: a free worker is held for urgent work until a queued "
+        "segment must start, that is its due time less this many times its expected time beside another call.",
+    )
+    cost_smoothing: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Scheduling policy: weight of the newest measured call in the cost model's running average "
+        "(one per call kind: alone, beside others, batch of n).",
+    )
+    load_window_s: float = Field(
+        10.0,
+        gt=0,
+        description="Over how many seconds `kokoro_audio_delivered_seconds_per_second` averages the audio made "
+        "(compared with `kokoro_audio_demanded_seconds_per_second`, the listeners' real-time demand).",
     )
 
     # -- concurrent mode ----------------------------------------------------------------------
@@ -98,13 +146,20 @@ class BackendConfig(EnvSettings):
         description="Concurrent mode: runtime calls in parallel. Default: 2 (on 2+ cores) for a thread-safe "
         "runtime without a batch path (ONNX), else 1.",
     )
+    batch_length_ratio: float = Field(
+        2.0,
+        ge=1,
+        description="Concurrent mode: longest over shortest phoneme count in one batch (bounds padding); a "
+        "listener's first segment always joins a batch led by a later segment.",
+    )
     max_ahead: int = Field(
         2, ge=1, description="Concurrent mode: chunks a request may have ready and unread before it waits."
     )
     solo_calls: bool = Field(
         True,
-        description="Concurrent mode, ONNX: a call that runs alone (nothing else runnable) uses every core, "
-        "through a second session of the model (about 200 MiB more memory); off: every call gets its share.",
+        description="Concurrent mode, ONNX: a call that runs alone (no other call running, nothing queued that "
+        "must start yet) uses every core, through a second session of the model (about 200 MiB more memory); "
+        "off: every call gets its share.",
     )
     batch_on_cpu: bool = Field(
         False,

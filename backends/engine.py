@@ -11,8 +11,10 @@ add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 What the runtime can do is its declared :class:`~backends.base.Capabilities`
 (``synthesizer.capabilities``); the engine and the modes read them and never probe the runtime.
 
-Playback deadlines, short first segments, call costs and interrupting a running call for first
-audio are :class:`~backends.deadlines.Deadlines`, a base of :class:`Engine`.
+What runs next — playback deadlines, short first segments, the order, overload, interruption,
+holding a worker, solo calls, batches, and the cost of a call — is the engine's
+:class:`~backends.policy.SchedulingPolicy` (``engine.policy``); the modes ask it and keep only the
+mechanics (queues, workers, futures).
 
 The step, for a list of segments (one runtime call's worth):
 
@@ -57,7 +59,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -71,6 +73,7 @@ from .base import (
     Interrupt,
     Interrupted,
     KokoroError,
+    NoObserver,
     NotReady,
     Segment,
     SynthesisRequest,
@@ -80,9 +83,9 @@ from .base import (
     clip_audio,
 )
 from .config import BackendConfig
-from .deadlines import Deadlines
 from .joins import pause_for, shape
 from .lang import resolve_lang, voice_language
+from .policy import CallKind, SchedulingPolicy, input_tokens
 from .text import TextPipeline
 from .voices import VoiceStore
 
@@ -103,24 +106,7 @@ class SegmentResult:
     error: BaseException | None = None
 
 
-class _NoObserver:
-    def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
-        pass
-
-    def batch_done(self, size: int) -> None:
-        pass
-
-    def queue_depth(self, n: int) -> None:
-        pass
-
-    def underrun(self, seconds: float) -> None:
-        pass
-
-    def interrupted(self, seconds: float) -> None:
-        pass
-
-
-class Engine(Deadlines):
+class Engine:
     """The shared lifecycle and the single per-segment step (see the module docstring).
 
     ``config`` is the backend's part of the settings (defaults without the environment when
@@ -132,6 +118,8 @@ class Engine(Deadlines):
     """
 
     mode = "engine"
+    #: The order segments run in with ``deadlines`` off (the mode's own; see backends.policy).
+    plain_order: Literal["fifo", "round_robin"] = "fifo"
 
     def __init__(
         self,
@@ -150,12 +138,13 @@ class Engine(Deadlines):
         self.pipeline = pipeline
         self.voices = voices
         self.model_name = model_name or synthesizer.model_name
-        self._observer: BackendObserver = observer if observer is not None else _NoObserver()
+        self._observer: BackendObserver = observer if observer is not None else NoObserver()
         self._ready = False
         self._closing = False
         self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
         self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
-        super().__init__()
+        self.policy = SchedulingPolicy(self.config, plain_order=self.plain_order, sample_rate=synthesizer.sample_rate,
+                                       observer=self._observer, clock=clock)
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -177,6 +166,20 @@ class Engine(Deadlines):
         """Whether :meth:`run_segments` sends several segments as one runtime call (the
         concurrent mode decides; the sequential mode never batches)."""
         return False
+
+    @property
+    def parallel_calls(self) -> bool:
+        """Whether single calls run side by side (each with a share of the cores)."""
+        return False
+
+    @property
+    def interrupts(self) -> bool:
+        """Whether a running single call may be interrupted for first audio (the policy's rule 5)."""
+        return self.policy.interrupts(batched=self.batched, interruptible=self.runtime_capabilities.interruptible)
+
+    def call_kind(self, solo: bool) -> CallKind:
+        """How a single call runs: alone with every core, or beside other calls."""
+        return "shared" if self.parallel_calls and not solo else "solo"
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -259,8 +262,8 @@ class Engine(Deadlines):
         if len(request.text) > limit:
             raise TextTooLong(f"text has {len(request.text)} characters; the limit is {limit}")
         loop = asyncio.get_running_loop()
-        short = self._short_first(request)  # (before this request counts as its session's own)
-        with self._tracked(request):
+        short = self.policy.short_first(request)  # (before this request counts as its session's own)
+        with self.policy.tracked(request):
             return await loop.run_in_executor(self._prep_executor, self._plan, request, short)
 
     def _timeout_at(self, request: SynthesisRequest) -> float | None:
@@ -334,6 +337,7 @@ class Engine(Deadlines):
             log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
             return None
         elapsed = self.clock() - t0
+        self.policy.cost.measured("batch", elapsed, sum(input_tokens(s) for s in segments), len(segments))
         self._observer.batch_done(len(segments))
         for audio, _ in pairs:  # each segment's share of the runtime's time
             self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
@@ -358,7 +362,7 @@ class Engine(Deadlines):
                 self._observer.interrupted(self.clock() - t0)
             return SegmentResult(seconds=self.clock() - t0, error=e)
         elapsed = self.clock() - t0
-        self._measured(elapsed, segment)
+        self.policy.cost.measured(self.call_kind(solo and caps.solo_calls), elapsed, input_tokens(segment))
         self._observer.batch_done(1)
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
         return SegmentResult(audio, durations, elapsed)

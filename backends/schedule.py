@@ -1,53 +1,22 @@
-"""Which segment runs next: playback deadlines and the queue both scheduling modes pick from.
+"""The scheduler's data: playback clocks, the queue of runnable segments, listeners, running calls.
 
-A listener needs its first segment at once; after that, each later segment only has to be ready
-before the audio already delivered runs out. :class:`Playout` follows one request as a client
-playing in real time would hear it:
+The rules that decide what runs next are :mod:`backends.policy`'s; this module holds the state they
+read and keep:
 
-* the first segment is due when the request arrived (at once: first segments go in arrival order);
-* when a segment is ready at time ``t``, playback of it starts at ``max(t, runs_out)`` — so a late
-  segment is a gap (an *underrun*) of ``t - runs_out`` seconds, and playback shifts by that much —
-  and the audio then runs out ``audio_seconds`` later;
-* the next segment is due ``margin`` seconds before the audio runs out (the margin covers the
-  network and the client's own buffering).
+* :class:`Playout` follows one request as a client playing in real time would hear it: the first
+  segment is due when the request arrived; when a segment is ready at ``t``, its playback starts at
+  ``max(t, runs_out)`` (a late segment is a gap, an *underrun*, of ``t - runs_out`` seconds) and
+  the audio then runs out ``audio_seconds`` later; the next segment is due ``margin`` before that.
+* :class:`SegmentQueue` holds runnable segments (:class:`Entry`) and hands them out in the order of
+  a *rank* the policy gives it (a function of the queue as it is now), a session's second entry in
+  a batch only after every session's first, with the round each session is at (``turn``).
+* :class:`Listeners` knows, per session, whether its listener hears anything (a request in progress
+  or audio delivered that has not run out yet).
+* :class:`Preemption` holds the single calls running now and picks the one to interrupt for a
+  listener who hears nothing yet, by the policy's thresholds.
 
-:class:`SegmentQueue` holds runnable segments and gives them back in one of three orders:
-
-* ``deadline`` — earliest due first; on equal due, round-robin by session (the session served or
-  joined longest ago first), then the oldest request of the session. Segments due within
-  ``window_s`` of the earliest due count as due together and go shortest first (``cost``, the
-  phonemes): when four listeners arrive at once, or a newcomer meets a late stream, the short
-  first segments are heard before the long one instead of after it. A waiting segment's due never
-  moves, while every newly runnable segment is due at or after its own arrival or its request's
-  playback (less the margin), so nothing starves: a segment passed over now is ahead of anything
-  that becomes runnable more than ``window_s`` + margin after its own due.
-
-  Overload (with a ``clock``): once a later segment (``playing``: its request's audio already
-  plays) is past its due, the work asked for is more than the runtime gives, and earliest-due-first
-  would let every stream fall behind together (the most overdue stream served in turn: everyone
-  hears gaps). Then the later segments count as due together at the most overdue one's due and go
-  in the order their requests arrived: the oldest streams play on, newer ones wait their turn, and
-  the silence heard in all is less (measured: ``benchmarks/listeners.py``). First segments keep
-  their own due against that one. Nothing starves: ahead of a later segment go only later segments
-  of older requests (finite work) and segments due before the most overdue one (or due together
-  with it, within ``window_s``).
-* ``round_robin`` — the concurrent mode's order without deadlines: round-robin by session, the
-  oldest request of a session first.
-* ``fifo`` — the sequential mode's order without deadlines: the order segments became runnable.
-
-:class:`Preemption` holds the single calls running now and picks the one to interrupt for a
-segment whose listener hears nothing yet (``Playout.silent``): a call of a later segment (its
-listener still has audio to play), not interrupted before, that has run less than half its expected
-time and that the queue would take after the newcomer; of those, the one with the most left. The
-interrupted segment is put back (``SegmentQueue.requeue``) with its own due; since a request's
-segment is interrupted at most once, nothing starves.
-
-:class:`Listeners` knows, per session, whether its listener hears anything: a request in progress
-or audio delivered that has not run out yet (the first segment of a listener who hears nothing is
-the one worth cutting short), and whether other sessions are being served.
-
-Pure logic, no threads, no clock of its own (times are passed in, "now" as a ``clock``): the modes
-call it from the event loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per pick is cheap.
+Pure logic, no threads, no clock of its own (times are passed in): the modes call it from the event
+loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per pick is cheap.
 """
 
 from __future__ import annotations
@@ -57,11 +26,10 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Order = Literal["deadline", "round_robin", "fifo"]
-#: Segments due within this many seconds of the earliest due go shortest first (``deadline`` order).
-SHORTEST_FIRST_WINDOW_S = 0.5
+#: The policy's order for the entries queued now: a sort key (smaller runs sooner).
+Rank = Callable[["SegmentQueue"], Callable[["Entry"], tuple[Any, ...]]]
 
 
 class Playout:
@@ -76,6 +44,7 @@ class Playout:
         self.runs_out: float | None = None  # when the audio delivered so far stops playing
         self.underrun_s = 0.0
         self.interrupted = False  # its segment in progress was interrupted once (never twice)
+        self.ended = False  # its request finished, failed or was dropped (a call still running is work lost)
 
     @property
     def silent(self) -> bool:
@@ -115,15 +84,17 @@ class Entry:
     seq: int = 0
     cost: float = 0.0
     playing: bool = False  # a later segment: its request's audio already plays
+    remaining: float = 0.0  # phonemes its request has left, this segment's included
+    passed: int = 0  # first segments taken ahead of it while the server was overloaded
 
 
 @dataclass
 class SegmentQueue:
-    """Runnable segments, picked in ``order`` (see the module docstring). Event loop only."""
+    """Runnable segments, picked in the order of ``rank`` (the policy's). Event loop only."""
 
-    order: Order = "deadline"
-    window_s: float = 0.0
-    clock: Callable[[], float] | None = None  # "now", for the overload rule of the deadline order
+    rank: Rank
+    #: Told of every take: the entries taken and those left queued (the policy counts passes).
+    served: Callable[[list[Entry], list[Entry]], None] | None = None
     _entries: list[Entry] = field(default_factory=list)
     _turn: dict[str, int] = field(default_factory=dict)  # session -> when it last joined or was served
     _clock: Iterator[int] = field(default_factory=itertools.count)
@@ -132,43 +103,25 @@ class SegmentQueue:
         return len(self._entries)
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(sorted(self._entries, key=self._key()))
+        return iter(sorted(self._entries, key=self.rank(self)))
+
+    @property
+    def entries(self) -> list[Entry]:
+        """The queued entries, in no particular order."""
+        return list(self._entries)
+
+    def turn(self, entry: Entry) -> tuple[Any, ...]:
+        """Round-robin by session (the session served or joined longest ago first), then the
+        session's oldest request, then the order of arrival."""
+        return (self._turn.get(entry.session, 0), entry.request_seq, entry.seq)
 
     def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, cost: float = 0.0,
-             playing: bool = False) -> Entry:
+             playing: bool = False, remaining: float = 0.0) -> Entry:
         if not any(e.session == session for e in self._entries):
             self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
-        entry = Entry(item, session, request_seq, due, next(self._clock), cost, playing)
+        entry = Entry(item, session, request_seq, due, next(self._clock), cost, playing, remaining)
         self._entries.append(entry)
         return entry
-
-    def _key(self) -> Callable[[Entry], tuple[Any, ...]]:
-        """The sort key of the queue's order, for the entries queued now."""
-        if self.order == "fifo":
-            return lambda e: (e.seq,)
-
-        def turn(e: Entry) -> tuple[Any, ...]:
-            return (self._turn.get(e.session, 0), e.request_seq, e.seq)
-
-        if self.order == "round_robin":
-            return turn
-        now = self.clock() if self.clock is not None else None
-        behind = [e.due for e in self._entries if e.playing and now is not None and e.due < now]
-        streams_due = min(behind) if behind else None  # overloaded (module docstring)
-
-        def due(e: Entry) -> float:
-            return streams_due if streams_due is not None and e.playing else e.due
-
-        together = min((due(e) for e in self._entries), default=0.0) + self.window_s
-
-        def deadline(e: Entry) -> tuple[Any, ...]:
-            if streams_due is not None and e.playing:  # the streams, in the order their requests arrived
-                return (1, 0.0, streams_due, e.request_seq, e.seq)
-            if self.window_s > 0 and e.due <= together:
-                return (0, e.cost, e.due, *turn(e))
-            return (1, 0.0, e.due, *turn(e))
-
-        return deadline
 
     def pop(self) -> Entry | None:
         """The next segment to run, or None when nothing is runnable."""
@@ -181,7 +134,7 @@ class SegmentQueue:
         ``fits(taken, entry)``. Entries passed over keep their place."""
         ranked: list[tuple[int, tuple[Any, ...], Entry]] = []
         per_session: dict[str, int] = {}
-        key = self._key()
+        key = self.rank(self)
         for entry in sorted(self._entries, key=key):
             rank = per_session[entry.session] = per_session.get(entry.session, -1) + 1
             ranked.append((rank, key(entry), entry))
@@ -196,6 +149,8 @@ class SegmentQueue:
         for entry in taken:
             self._entries.remove(entry)
             self._turn[entry.session] = next(self._clock)  # served: to the end of the round
+        if taken and self.served is not None:
+            self.served(taken, self._entries)
         return taken
 
     def requeue(self, entry: Entry) -> None:
@@ -206,7 +161,7 @@ class SegmentQueue:
         """Whether queued ``entry`` would be taken before ``other`` if that were queued too."""
         self._entries.append(other)
         try:
-            key = self._key()
+            key = self.rank(self)
             return key(entry) < key(other)
         finally:
             self._entries.remove(other)
@@ -290,16 +245,17 @@ class Preemption:
             if match(call.entry.item) and not call.interrupt.is_set:
                 call.interrupt.set()
 
-    def victim(self, queue: SegmentQueue, entry: Entry, playout: Playout, now: float) -> RunningCall | None:
+    def victim(self, queue: SegmentQueue, entry: Entry, playout: Playout, now: float, *,
+               before_fraction: float = 0.5, any_later: bool = False) -> RunningCall | None:
         """The call to interrupt so that ``entry`` (queued) runs now, or None. Only for a silent
         listener's segment; only a call whose listener hears something, not interrupted before,
-        that has run less than half its expected time (less work lost than the newcomer gains)
-        and that the queue would take after ``entry``. Of those, the one with the most left."""
+        that the queue would take after ``entry`` and (unless ``any_later``) that has run less than
+        ``before_fraction`` of its expected time. Of those, the one with the most left."""
         if not playout.silent:
             return None
         candidates = [
             c for c in self._calls
             if not c.playout.silent and not c.playout.interrupted and not c.interrupt.is_set
-            and now - c.started < c.expected_s / 2 and queue.outranks(entry, c.entry)
+            and (any_later or now - c.started < c.expected_s * before_fraction) and queue.outranks(entry, c.entry)
         ]
         return max(candidates, key=lambda c: c.started + c.expected_s, default=None)

@@ -6,19 +6,19 @@ engine's single per-segment step (:meth:`~backends.engine.Engine.run_segments`),
 call, never batched.
 
 Scheduling: each request offers one segment at a time (its next segment becomes runnable when the
-previous one is done) to a :class:`~backends.schedule.SegmentQueue`; whenever the worker is free it
-runs the queue's pick: the segment with the earliest playback deadline (the engine computes them:
-a newcomer's first segment goes ahead of a later segment whose listener still has audio to play),
-ties round-robin by session. With ``deadlines`` off, segments run in the order they became runnable
-(first in, first out). A listener's first segment that finds the worker busy with a later segment
-may interrupt that call (:class:`~backends.deadlines.Deadlines`); the interrupted segment goes back
-to the queue with its own deadline.
+previous one is done and the stream's reader asked for it) to a
+:class:`~backends.schedule.SegmentQueue`; whenever the worker is free it runs the queue's pick in
+the order of the engine's :class:`~backends.policy.SchedulingPolicy` (with ``deadlines`` off: first
+in, first out). A listener's first segment that finds the worker busy with a later segment may
+interrupt that call (the policy's rule 5); the interrupted segment goes back to the queue with its
+own deadline.
 
 Threading: every runtime call runs on a single dedicated worker thread; the queue and the choice
 live on the event loop, which only awaits futures.
-Admission: at most ``max_queue`` segments wait for or sit in the worker at once; beyond it
-``stream()`` raises :class:`~backends.base.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``)
-counts the segments waiting, not the one running, as in the concurrent mode.
+Admission: at most ``max_queue`` segments wait for or sit in the worker at once; beyond it, or
+when the policy refuses a newcomer under overload (``overload=refuse``), ``stream()`` raises
+:class:`~backends.base.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``) counts the segments
+waiting, not the one running, as in the concurrent mode.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
 that has not started leaves the queue outright; one already running is interrupted where the runtime
 can be (``interruptible``, with deadlines on), else it finishes, and its result is discarded. The
@@ -52,7 +52,7 @@ class SequentialBackend(Engine):
         super().__init__(*args, **kwargs)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-synth")
         self._waiting = 0
-        self._queue = self._new_queue()
+        self._queue = self.policy.new_queue()
         self._running = False
         self._seq = itertools.count()
 
@@ -80,18 +80,22 @@ class SequentialBackend(Engine):
             raise NotReady("server is shutting down")
         if self._waiting >= self.config.max_queue:
             raise Overloaded(f"{self._waiting} requests are waiting; try again shortly")
+        policy = self.policy
+        policy.admit(self._queue, request)
         loop = asyncio.get_running_loop()
         timeout_at = self._timeout_at(request)
-        playout = self._playout(request)
+        playout = policy.playout(request)
         seq = next(self._seq)
-        key = self._session_of(request)
+        key = policy.session_of(request)
         count = len(request.segments)
-        with self._tracked(request):
+        left = sum(len(s.phonemes) for s in request.segments)
+        with policy.tracked(request, playout):
             for segment in request.segments:
                 future: asyncio.Future[SegmentResult] = loop.create_future()
                 self._set_waiting(self._waiting + 1)
-                self._offer(self._queue, (segment, future, playout), segment, playout, session=key,
-                            request_seq=seq, busy=self._running)
+                policy.offer(self._queue, (segment, future, playout), segment, playout, session=key,
+                             request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts)
+                left -= len(segment.phonemes)
                 self._observer.queue_depth(len(self._queue))
                 try:
                     self._run_next()
@@ -104,10 +108,10 @@ class SequentialBackend(Engine):
                     self._queue.remove(partial(_holds, future))
                     self._set_waiting(self._waiting - 1)
                     if future.cancel() or future.cancelled():  # closed mid-call (cancel, barge-in): stop it
-                        self._abandon(partial(_holds, future))
+                        policy.abandon(partial(_holds, future))
                 if result.error is not None:
                     raise self._as_error(result.error, request) from result.error
-                self._segment_ready(playout, result.audio, request)
+                policy.segment_ready(playout, result.audio, request)
                 yield self._chunk(segment, count, result)
 
     def _run_next(self) -> None:
@@ -120,21 +124,22 @@ class SequentialBackend(Engine):
         self._observer.queue_depth(len(self._queue))
         segment, future, playout = entry.item
         self._running = True
-        call = self._call_started(entry, playout, segment)
-        run = partial(self.run_segments, interrupt=call.interrupt if call is not None else None)
+        interruptible = self.interrupts
+        call = self.policy.call_started(entry, playout, segment, "solo", interruptible=interruptible)
+        run = partial(self.run_segments, interrupt=call.interrupt if interruptible else None)
         try:
             work = asyncio.get_running_loop().run_in_executor(self._executor, run, [segment])
         except Exception as e:  # the executor is shut down: fail this one, the queue goes on
             self._running = False
-            self._call_ended(call)
+            self.policy.call_ended(call)
             if not future.done():
                 future.set_exception(e)
             return
         work.add_done_callback(partial(self._done, entry, call))
 
-    def _done(self, entry: Entry, call: RunningCall | None, work: asyncio.Future[Any]) -> None:
+    def _done(self, entry: Entry, call: RunningCall, work: asyncio.Future[Any]) -> None:
         self._running = False
-        self._call_ended(call)
+        self.policy.call_ended(call)
         future = entry.item[1]
         if future.done():
             pass  # the stream was cancelled or timed out: the result is discarded

@@ -1,7 +1,7 @@
 """Prometheus metrics, one registry per app (the series: docs/operating.md).
 
 :class:`Metrics` is also the backend's *observer*: the backend calls ``segment_done``,
-``batch_done``, ``interrupted`` (worker threads), ``queue_depth`` and ``underrun`` (event loop). prometheus-client objects are
+``batch_done``, ``interrupted`` (worker threads), ``queue_depth``, ``underrun`` and ``load`` (event loop). prometheus-client objects are
 thread-safe, so every method here may be called from any thread.
 
 Series (all prefixed ``kokoro_``):
@@ -23,10 +23,14 @@ Series (all prefixed ``kokoro_``):
   /ping answers 200.
 * ``playback_underrun_seconds_total`` — how late segments were past their playback deadline,
   summed: the silence a client playing each request in real time hears between segments (the
-  backend's scheduler keeps it at zero when it can; see ``backends/schedule.py``).
+  backend's scheduler keeps it at zero when it can; see ``backends/policy.py``).
 * ``interrupted_calls_total`` / ``interrupted_seconds_total`` — runtime calls of later segments
   interrupted so that a listener who heard nothing yet got first audio sooner, and the runtime time
-  they had run (work done again; see ``backends/deadlines.py``).
+  they had run (work done again; see ``backends/policy.py``).
+* ``audio_demanded_seconds_per_second`` / ``audio_delivered_seconds_per_second`` — what the
+  requests in progress ask for (one audio-second per second each) against what the runtime made
+  over the last ``KOKORO_LOAD_WINDOW_S``: demanded above delivered for a while means overload (an
+  alert, or a scaling signal: publish the ratio as a custom CloudWatch metric for SageMaker).
 * ``process_*`` — the server process's CPU seconds, memory, open files and start time
   (prometheus-client's process collector, on this registry; Linux).
 
@@ -104,6 +108,16 @@ class Metrics:
         self.interrupted_seconds = Counter(
             "kokoro_interrupted_seconds", "Runtime seconds of interrupted calls (work done again).", registry=r
         )
+        self.demanded = Gauge(
+            "kokoro_audio_demanded_seconds_per_second",
+            "Audio-seconds per second the requests in progress ask for (one each: listeners play in real time).",
+            registry=r,
+        )
+        self.delivered = Gauge(
+            "kokoro_audio_delivered_seconds_per_second",
+            "Audio-seconds per second the runtime made lately (KOKORO_LOAD_WINDOW_S); below demanded: overloaded.",
+            registry=r,
+        )
         self.ready = Gauge("kokoro_ready", "1 when the server takes requests (/ping is 200).", registry=r)
 
     # -- the backend observer (called from worker threads) -------------------------------------
@@ -127,6 +141,10 @@ class Metrics:
     def interrupted(self, seconds: float) -> None:
         self.interrupted_calls.inc()
         self.interrupted_seconds.inc(seconds)
+
+    def load(self, demanded: float, delivered: float) -> None:
+        self.demanded.set(demanded)
+        self.delivered.set(delivered)
 
     # -- the server's own -------------------------------------------------------------------------
     def request_done(self, route: str, status: int, code: str | None = None) -> None:

@@ -235,8 +235,8 @@ async def test_closing_the_stream_early_drops_the_rest(make_backend):
 async def test_one_failing_segment_fails_only_its_request(make_backend):
     synth, recorder = batch_fake(fail_on="Broken"), Recorder()
     synth.gate = threading.Event()
-    backend = make_backend(synth, max_batch_size=8, max_wait_ms=20, observer=recorder)
-    backend.batch_length_ratio = float("inf")  # batch all four whatever their lengths
+    # batch all four whatever their lengths
+    backend = make_backend(synth, max_batch_size=8, max_wait_ms=20, observer=recorder, batch_length_ratio=1e9)
     blocker = asyncio.create_task(collect(backend, await prepared(backend, "Hold the line.", session="z")))
     await asyncio.to_thread(synth.started.wait, 5)
     bad = await prepared(backend, "Broken glass everywhere.", session="bad", rid="bad")

@@ -306,3 +306,31 @@ async def test_a_newcomer_interrupts_a_running_later_segment_which_runs_again_af
         assert [c.index for c in chunks] == list(range(len(request.segments)))
         assert all(c.seconds > 0 for c in chunks)
         assert all((c.durations is not None) is timed for c in chunks)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_request_closed_while_its_segment_runs_stops_that_call_and_the_next_runs_at_once(mode, pipeline,
+                                                                                                 voices):
+    """A client's cancel or a voice agent's Clear: the running call of the closed request is
+    interrupted (nobody waits for it) and not run again, so the next request does not wait for it."""
+    cls, extra = MODES[mode]
+    synth, clock = keyed(voices), VirtualClock()
+    backend = cls(synth, pipeline, voices, BackendConfig.defaults(**extra), observer=Recorder(), clock=clock)
+    cut = await backend.prepare(_request(clock, LONG, "cut"))
+    after = await backend.prepare(_request(clock, NEWCOMER, "after"))
+    stream = backend.stream(cut)
+    task = asyncio.create_task(anext(stream))
+    await _calls_reach(synth, 1)  # the closed request's first call is running, held
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await stream.aclose()
+    await _until(lambda: synth.interrupted == [cut.segments[0].text], "the call interrupted")
+    answer = asyncio.create_task(_consume(backend, after))
+    await _calls_reach(synth, 2)
+    for segment in after.segments:
+        synth.finish(segment.text)
+    chunks = await answer
+    await backend.aclose()
+    assert synth.calls == [cut.segments[0].text, *(s.text for s in after.segments)]  # not run again
+    assert [c.index for c in chunks] == list(range(len(after.segments)))

@@ -11,7 +11,10 @@ What a user would notice, checked on a few short sentences (CPU):
 * the same computation as ``KModel.forward_with_tokens``;
 * word timings through both backend modes: every chunk carries the runtime's durations, and they
   add up to its audio, whether the segment went alone or in a batch;
-* precision: ``KOKORO_DTYPE`` resolves per device and bfloat16 autocast still speaks.
+* precision: ``KOKORO_DTYPE`` resolves per device and bfloat16 autocast still speaks;
+* a late listener is served as on ONNX: in both modes a newcomer's first segment interrupts a
+  running later segment between two modules of the forward pass, runs first, and the interrupted
+  segment runs again after it (virtual time: the policy's clock is injected).
 The runtime's dependencies are required: without torch or kokoro this module fails, never skips.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 
 import numpy as np
 import pytest
@@ -32,6 +36,7 @@ from backends.sequential import SequentialBackend
 from backends.torch_forward import forward_batch
 from backends.torch_runtime import TorchSynthesizer, reduced_precision_problem, resolve_dtype
 from tests.support.observer import Recorder
+from tests.support.virtual_time import VirtualClock
 
 FRAME = 600  # samples per predicted duration frame
 SENTENCES = ["Please open the door and turn on the light.", "We will meet at the station at seven o'clock."]
@@ -291,3 +296,57 @@ def test_speech_is_intelligible(speak, transcribe):
         hit += sum(w in heard for w in expected)
         total += len(expected)
     assert hit / total >= 0.6, f"only {hit}/{total} words recognised"
+
+
+@pytest.mark.parametrize("mode", ["sequential", "concurrent"])
+async def test_a_late_listener_interrupts_a_running_torch_call_between_modules(torch_synth, pipeline, voices, mode):
+    """The policy's rule 5 on the torch runtime (single calls, as on a CPU torch server): the
+    later segment's call is held inside its forward pass (after the BERT encoder) until the
+    newcomer is queued, then stops at the next module; the newcomer's audio comes first."""
+    cls, config = BACKEND_MODES[mode]
+    clock, recorder = VirtualClock(), Recorder()
+    backend = cls(torch_synth, pipeline, voices, BackendConfig.defaults(**config), observer=recorder, clock=clock)
+    assert backend.interrupts
+    backend.policy.cost.measured("solo", 1.0, 10)  # a call is expected to take 0.1 s a token
+    armed, inside, go = threading.Event(), threading.Event(), threading.Event()
+
+    def hold(_module, _args):
+        if armed.is_set():
+            armed.clear()
+            inside.set()
+            go.wait(60)
+
+    handle = torch_synth._model.bert_encoder.register_forward_pre_hook(hold)
+    heard: list[str] = []
+    try:
+        long_ = await backend.prepare(SynthesisRequest(text="Yes, sir. We will meet at the station at seven.",
+                                                       voice="jm_kumo", session="long", created=clock()))
+        new = await backend.prepare(SynthesisRequest(text="Hello.", voice="jm_kumo", session="new", created=clock()))
+        assert len(long_.segments) == 2
+        stream = backend.stream(long_)
+        heard.append((await anext(stream)).text)  # its listener hears the first segment
+        armed.set()
+        second = asyncio.create_task(anext(stream))
+        assert await asyncio.to_thread(inside.wait, 60)  # the second segment's call is inside the model
+
+        async def newcomer():
+            async for chunk in backend.stream(new):
+                heard.append(chunk.text)
+
+        first_audio = asyncio.create_task(newcomer())
+        for _ in range(10_000):  # until the newcomer's segment is queued (the interrupt is set then)
+            if backend.queue_depth:
+                break
+            await asyncio.sleep(0)  # (a turn of the event loop)
+        assert backend.queue_depth == 1
+        go.set()
+        await first_audio
+        heard.append((await second).text)
+        with pytest.raises(StopAsyncIteration):
+            await anext(stream)
+    finally:
+        go.set()
+        handle.remove()
+        await backend.aclose()
+    assert heard == [long_.segments[0].text, new.segments[0].text, long_.segments[1].text]
+    assert len(recorder.interruptions) == 1

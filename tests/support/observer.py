@@ -14,6 +14,7 @@ class Recorder:
         self.depths: list[int] = []
         self.underruns: list[float] = []
         self.interruptions: list[float] = []
+        self.loads: list[tuple[float, float]] = []
 
     def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
         self.segments.append(audio_seconds)
@@ -29,3 +30,6 @@ class Recorder:
 
     def interrupted(self, seconds: float) -> None:
         self.interruptions.append(seconds)
+
+    def load(self, demanded: float, delivered: float) -> None:
+        self.loads.append((demanded, delivered))

@@ -8,6 +8,9 @@ agent would see it — the audio (``TTSAudioRawFrame``), the words with their pr
 test can place the words on the reply's audio.
 
 The service is used as its users use it: built by the test with a URL, a key and a voice only.
+Used by the 3.11 suite (the Deepgram, Cartesia and ElevenLabs services straight to the server) and
+the Pipecat 3.12 one (``DeepgramSageMakerTTSService`` through the SageMaker stand-in); needs only
+``pipecat-ai``. Nothing here sleeps to observe order: every wait is on an event a frame sets.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class Reply:
     words: list[tuple[str, int]] = field(default_factory=list)
     first_audio_ns: int | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set whenever audio of this reply arrives.
+    grew: asyncio.Event = field(default_factory=asyncio.Event)
     #: Audio bytes that reached the end of the pipeline after the interruption did.
     after_interruption: int = 0
     interrupted: bool = False
@@ -154,6 +159,7 @@ class PipecatRun:
                 reply.after_interruption += len(frame.audio)
             reply.audio.extend(frame.audio)
             reply.sample_rate = frame.sample_rate
+            reply.grew.set()
             if reply.first_audio_ns is None:
                 reply.first_audio_ns = now_ns
         elif isinstance(frame, TTSTextFrame) and frame.pts is not None:
@@ -185,13 +191,14 @@ class PipecatRun:
         return reply
 
     async def wait_audio(self, reply: Reply, seconds: float, within: float = 90.0) -> None:
-        """Until ``reply`` has at least ``seconds`` of audio."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while reply.seconds < seconds:
-            if loop.time() > deadline:
-                raise TimeoutError(f"only {reply.seconds:.2f} s of audio after {within:.0f} s")
-            await asyncio.sleep(0.01)
+        """Until ``reply`` has at least ``seconds`` of audio (woken by each arrival of its audio)."""
+        try:
+            async with asyncio.timeout(within):
+                while reply.seconds < seconds:
+                    reply.grew.clear()
+                    await reply.grew.wait()
+        except TimeoutError:
+            raise TimeoutError(f"only {reply.seconds:.2f} s of audio after {within:.0f} s") from None
 
     async def interrupt(self) -> None:
         """The user barges in: the model stops writing, and once the tokens it had written reached

@@ -13,7 +13,19 @@ from dataclasses import dataclass, field
 import pytest
 
 from backends.base import Interrupt
+from backends.config import BackendConfig
+from backends.policy import SchedulingPolicy
 from backends.schedule import Listeners, Playout, Preemption, RunningCall, SegmentQueue
+from tests.support.observer import Recorder
+
+
+def make_queue(order: str = "deadline", window_s: float = 0.0, clock=None) -> SegmentQueue:
+    """The queue of a policy with ``order`` (``deadline``: deadlines on; else that plain order),
+    ``window_s`` as its due-together window, and ``clock`` as "now" (none: never overloaded)."""
+    config = BackendConfig.defaults(deadlines=order == "deadline", due_together_ms=window_s * 1000)
+    policy = SchedulingPolicy(config, plain_order="fifo" if order == "deadline" else order, sample_rate=24000,
+                              observer=Recorder(), clock=clock or (lambda: float("-inf")))
+    return policy.new_queue()
 
 
 @dataclass
@@ -38,7 +50,7 @@ def simulate(
     (and, into ``starts``, when each began). ``clock``: the queue knows the time, as the modes'
     queues do (its overload rule); without, earliest due first throughout."""
     now = 0.0
-    queue = SegmentQueue(order, clock=(lambda: now) if clock else None)
+    queue = make_queue(order, clock=(lambda: now) if clock else None)
     pending = sorted(listeners, key=lambda x: x.arrives)
     ran, seq = [], {x.name: i for i, x in enumerate(listeners)}
 
@@ -122,7 +134,7 @@ def test_overloaded_streams_go_in_arrival_order_and_less_silence_is_heard():
 
 
 def test_equal_deadlines_take_turns_by_session():
-    q = SegmentQueue("deadline")
+    q = make_queue("deadline")
     for session, rid in [("s1", 0), ("s1", 1), ("s1", 2), ("s2", 3), ("s3", 4)]:
         q.push(f"{session}-r{rid}", session=session, request_seq=rid, due=5.0)
     taken = [q.pop().item for _ in range(5)]
@@ -131,7 +143,7 @@ def test_equal_deadlines_take_turns_by_session():
 
 
 def test_round_robin_order_is_the_concurrent_modes_plain_order():
-    q = SegmentQueue("round_robin")
+    q = make_queue("round_robin")
     q.push("a0", session="a", request_seq=0, due=9.0)
     q.push("b0", session="b", request_seq=1, due=1.0)  # deadlines ignored
     q.push("a1", session="a", request_seq=2, due=0.0)
@@ -139,7 +151,7 @@ def test_round_robin_order_is_the_concurrent_modes_plain_order():
 
 
 def test_fifo_order_is_the_sequential_modes_plain_order():
-    q = SegmentQueue("fifo")
+    q = make_queue("fifo")
     for i, due in enumerate([3.0, 1.0, 2.0]):
         q.push(i, session=f"s{i % 2}", request_seq=i, due=due)
     assert [q.pop().item for _ in range(3)] == [0, 1, 2]
@@ -148,21 +160,22 @@ def test_fifo_order_is_the_sequential_modes_plain_order():
 
 def test_no_starvation_a_waiting_segment_is_reached_before_anything_due_later():
     """A later segment with slack is passed over while newcomers keep arriving, but as its
-    deadline nears it runs before every newcomer that arrives after that deadline."""
+    deadline passes it gives way to at most two newcomers' first segments, then runs."""
     long = Listener("long", 0.0, [(0.2, 2.0), (0.2, 2.0)])
     # a stream of short requests, one every 0.25 s, each costing 0.25 s: the worker never idles
     others = [Listener(f"n{i}", 0.25 * i + 0.01, [(0.25, 1.0)]) for i in range(40)]
     order = simulate([long, *others], "deadline")
     second = order.index(("long", 1))
     assert second < len(order) - 1, "the long request's second segment waited for the flood to end"
-    # its first 2 s of audio were ready at 0.2, so it was due at 2.2 - 0.1 (margin): only requests
-    # that arrived before then ran ahead of it
+    # its first 2 s of audio were ready at 0.2, so it was due at 2.2 - 0.1 (margin): ahead of it ran
+    # requests that arrived before then and, the server being overloaded, at most
+    # KOKORO_OVERLOAD_YIELDS (2) newcomers that arrived after
     ahead = {name for name, _ in order[:second] if name != "long"}
-    assert ahead and all(x.arrives <= 2.1 for x in others if x.name in ahead)
+    assert ahead and sum(x.arrives > 2.1 for x in others if x.name in ahead) == 2
 
 
 def test_a_batch_spreads_over_sessions_and_skips_what_does_not_fit():
-    q = SegmentQueue("deadline")
+    q = make_queue("deadline")
     q.push(("a", 10), session="a", request_seq=0, due=1.0)
     q.push(("a", 12), session="a", request_seq=1, due=1.5)
     q.push(("b", 100), session="b", request_seq=2, due=2.0)
@@ -177,7 +190,7 @@ def test_a_batch_spreads_over_sessions_and_skips_what_does_not_fit():
 
 
 def test_remove_drops_a_cancelled_requests_entries():
-    q = SegmentQueue("deadline")
+    q = make_queue("deadline")
     q.push("x", session="s", request_seq=0, due=0.0)
     q.push("y", session="t", request_seq=1, due=1.0)
     assert q.remove(lambda item: item == "x") == 1
@@ -201,13 +214,13 @@ def test_playout_counts_the_silence_a_real_time_listener_hears(ready, late):
 
 def test_segments_due_together_go_shortest_first():
     """Four listeners arrive within a moment: the short first segments are heard before the long one."""
-    q = SegmentQueue("deadline", window_s=0.5)
+    q = make_queue("deadline", window_s=0.5)
     q.push("long", session="a", request_seq=0, due=0.00, cost=60)
     for i, name in enumerate(["b", "c", "d"], 1):
         q.push(name, session=name, request_seq=i, due=0.01 * i, cost=15)
     q.push("later", session="e", request_seq=4, due=0.9, cost=5)  # not due together: waits its turn
     assert [q.pop().item for _ in range(5)] == ["b", "c", "d", "long", "later"]
-    plain = SegmentQueue("deadline")  # no window: earliest due first
+    plain = make_queue("deadline")  # no window: earliest due first
     for i, cost in enumerate([60, 15]):
         plain.push(i, session=str(i), request_seq=i, due=0.01 * i, cost=cost)
     assert plain.pop().item == 0
@@ -216,7 +229,7 @@ def test_segments_due_together_go_shortest_first():
 def test_shortest_first_never_starves_a_long_segment():
     """A flood of short newcomers, one every 0.25 s: the long overdue segment runs once the
     newcomers' due times pass its own by more than the window."""
-    q = SegmentQueue("deadline", window_s=0.5)
+    q = make_queue("deadline", window_s=0.5)
     q.push("long", session="long", request_seq=0, due=0.0, cost=300)
     ran, now = [], 0.0
     for i in range(20):
@@ -248,7 +261,7 @@ def _later_call(queue: SegmentQueue, name: str, *, due: float, started: float, e
 
 
 def test_a_silent_listeners_segment_interrupts_the_later_call_with_most_left():
-    q, pre, now = SegmentQueue("deadline", window_s=0.5), Preemption(), 10.0
+    q, pre, now = make_queue("deadline", window_s=0.5), Preemption(), 10.0
     early = _later_call(q, "a", due=12.0, started=9.9, expected_s=1.0)  # 0.9 s left
     late = _later_call(q, "b", due=13.0, started=9.95, expected_s=2.0)  # 1.95 s left
     for call in (early, late):
@@ -271,14 +284,14 @@ def test_a_silent_listeners_segment_interrupts_the_later_call_with_most_left():
     ],
 )
 def test_no_interruption_when_it_costs_more_than_it_gains(why, started, heard_before, victim_due):
-    q, pre, now = SegmentQueue("deadline", window_s=0.5), Preemption(), 10.0
+    q, pre, now = make_queue("deadline", window_s=0.5), Preemption(), 10.0
     pre.started(_later_call(q, "a", due=victim_due, started=started, expected_s=1.0))
     entry = q.push("new", session="new", request_seq=1, due=now, cost=10)
     assert pre.victim(q, entry, Playout(arrived=now, heard_before=heard_before), now) is None, why
 
 
 def test_a_running_first_segment_is_never_interrupted():
-    q, pre, now = SegmentQueue("deadline", window_s=0.5), Preemption(), 10.0
+    q, pre, now = make_queue("deadline", window_s=0.5), Preemption(), 10.0
     first = q.push("a", session="a", request_seq=0, due=9.9, cost=60)
     q.remove(lambda item: item == "a")
     pre.started(RunningCall(first, Playout(arrived=9.9), 9.95, 2.0, Interrupt()))  # its listener hears nothing

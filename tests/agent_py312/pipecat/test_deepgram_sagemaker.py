@@ -22,8 +22,9 @@ import pytest
 assert sys.version_info >= (3, 12), "run with .venv312-pipecat (make test does)"
 
 from tests.agent_py312.sagemaker_http_standin import SageMakerHTTPStandIn  # noqa: E402
-from tests.agent_support import pipecat_harness as h  # noqa: E402
 from tests.support.live import REPO, ServerProcess, free_port  # noqa: E402
+from tests.support.pipecat_run import PipecatRun  # noqa: E402
+from tests.support.ws_tap import FrameTap  # noqa: E402
 
 VOICE = "jm_kumo"
 FIRST = ("Sure. This answer goes on for a while, sentence after sentence, so the listener cuts it "
@@ -53,42 +54,36 @@ async def test_deepgram_sagemaker_tts_service_streams_is_interrupted_and_speaks_
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    async with h.FrameTap(container.url.replace("http://", "ws://")) as tap:
+    async with FrameTap(container.url.replace("http://", "ws://")) as tap:
         http = SageMakerHTTPStandIn(tap.base)
         # Only the network is replaced: the SDK builds its CRT HTTP client; it gets the stand-in.
         monkeypatch.setattr("aws_sdk_sagemaker_runtime_http2.config.AWSCRTHTTPClient", lambda *a, **k: http)
         tts = DeepgramSageMakerTTSService(endpoint_name="kokoro-ep", region="us-east-1",
                                           settings=DeepgramSageMakerTTSService.Settings(voice=VOICE), **PATIENCE)
-        second_from = [0]
-
-        async def script(task, rec):
-            await h.reply(task, FIRST)
-            await asyncio.wait_for(rec.audio_arrived.wait(), 60)  # mid-reply: the first audio is playing
-            await h.interrupt(task)
+        async with PipecatRun(tts) as run:
+            first = await run.start_reply(FIRST)
+            await run.wait_audio(first, 0.01, within=60)  # mid-reply: the first audio is playing
+            await run.interrupt()
             wire = tap.wires[0]
-            cleared = wire.wait_until(lambda w: any(e.get("type") == "Cleared" for e in w.events()))
-            await asyncio.wait_for(cleared, 60)
-            rec.stopped.clear()
-            second_from[0] = len(wire.log)
-            await h.reply(task, SECOND)
-            await asyncio.wait_for(rec.stopped.wait(), 60)  # Flushed: the whole turn was played
-
-        rec = await h.run_pipeline(tts, script)
+            await asyncio.wait_for(wire.wait_until(lambda w: any(e.get("type") == "Cleared" for e in w.events())), 60)
+            second_from = len(wire.log)
+            second = await run.say(SECOND, within=60)  # Flushed: the whole turn was played
+            errors = run.errors
         await http.close()
 
+    assert not errors
     (request,) = http.requests
     assert request.destination.path == "/endpoints/kokoro-ep/invocations-bidirectional-stream"
     assert request.fields["x-amzn-sagemaker-model-invocation-path"].as_string() == "v1/speak"
     assert http.targets == [f"{tap.base}/v1/speak?model={VOICE}&encoding=linear16&sample_rate=24000"]
     assert set(http.container_frames) == {"text"}  # Pipecat sends DataType UTF8
-    wire = tap.wires[0]
     assert wire.events()[0]["type"] == "Metadata"
     assert "Clear" in [m.get("type") for m in wire.sent()]
     assert len(wire.audio_frames_between("Clear", "Cleared")) <= 1  # the server stopped within one segment
-    contexts = [f.context_id for f in rec.audio()]
-    pcm = rec.pcm_of(contexts[-1])
-    assert len(pcm) == wire.audio_after(second_from[0]) > 0
-    assert 0.3 < len(pcm) / 2 / h.SAMPLE_RATE < 3.0
+    assert first.after_interruption == 0, "audio of the interrupted turn reached the pipeline's end"
+    pcm = bytes(second.audio)
+    assert len(pcm) == wire.audio_after(second_from) > 0
+    assert 0.3 < second.seconds < 3.0
     samples = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768
     assert float(np.sqrt(np.mean(samples**2))) > 0.01  # speech, not silence
-    assert contexts[0] != contexts[-1]  # the first turn played before it
+    assert first.audio  # the first turn played before it

@@ -1,14 +1,8 @@
-"""Drive a stock Pipecat TTS service inside a real Pipecat pipeline, the way a voice agent does:
-an LLM reply streamed as tokens, an interruption (barge-in) mid-reply, the next reply. Used by the
-3.11 suite (``DeepgramTTSService`` straight to the server) and the 3.12 one
-(``DeepgramSageMakerTTSService`` through the SageMaker stand-in); needs only ``pipecat-ai`` and
-``websockets``.
-
-:class:`Recorder` is the pipeline's last processor: it keeps every downstream frame and wakes the
-script when audio arrives or a turn stops. :class:`FrameTap` is a WebSocket proxy between the
-plugin and the server that records what crossed the wire (client messages in order, the audio bytes
-the server sent after each of them), so a test can tell what the *server* stopped, not only what
-Pipecat dropped. Nothing here sleeps to observe order: every wait is on an event the frames set.
+"""A WebSocket tap between a client under test and the server: a loopback proxy that records what
+crossed each connection (client messages in order, the audio bytes and events the server sent
+after each of them), so a test can tell what the *server* stopped, not only what the client
+dropped. Nothing here sleeps to observe order: every wait is on an event a passing frame sets.
+Needs only ``websockets``.
 """
 
 from __future__ import annotations
@@ -16,101 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipecat.frames.frames import (
-    Frame,
-    InterruptionFrame,
-    LLMFullResponseEndFrame,
-    LLMFullResponseStartFrame,
-    LLMTextFrame,
-    TTSAudioRawFrame,
-    TTSStoppedFrame,
-)
-from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from pipecat.workers.runner import WorkerRunner
 
-SAMPLE_RATE = 24_000
-
-
-class Recorder(FrameProcessor):
-    """Keeps the frames that reach the end of the pipeline; ``audio`` per turn (by context id)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames: list[Frame] = []
-        self.audio_arrived = asyncio.Event()
-        self.stopped = asyncio.Event()
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if direction == FrameDirection.DOWNSTREAM:
-            self.frames.append(frame)
-            if isinstance(frame, TTSAudioRawFrame) and frame.audio:
-                self.audio_arrived.set()
-            elif isinstance(frame, TTSStoppedFrame):
-                self.stopped.set()
-        await self.push_frame(frame, direction)
-
-    def audio(self) -> list[TTSAudioRawFrame]:
-        return [f for f in self.frames if isinstance(f, TTSAudioRawFrame)]
-
-    def pcm_of(self, context_id: str | None) -> bytes:
-        return b"".join(f.audio for f in self.audio() if f.context_id == context_id)
-
-
-def tokens(text: str) -> list[str]:
-    """A reply as an LLM streams it: words with their leading space, punctuation attached."""
-    words = text.split(" ")
-    return [words[0], *(" " + w for w in words[1:])]
-
-
-async def reply(task: PipelineWorker, text: str, *, rate: float | None = None) -> None:
-    """One LLM turn: start, the tokens (``rate`` per second, else as fast as they queue), end."""
-    await task.queue_frame(LLMFullResponseStartFrame())
-    for token in tokens(text):
-        await task.queue_frame(LLMTextFrame(token))
-        if rate:
-            await asyncio.sleep(1 / rate)  # the LLM's pace, not a wait for an outcome
-    await task.queue_frame(LLMFullResponseEndFrame())
-
-
-async def interrupt(task: PipelineWorker) -> None:
-    await task.queue_frame(InterruptionFrame())
-
-
-async def run_pipeline(tts: Any, script: Callable[[PipelineWorker, Recorder], Awaitable[None]],
-                       limit_s: float = 120.0) -> Recorder:
-    """Run ``tts`` in ``Pipeline([tts, recorder])`` while ``script(task, recorder)`` drives it;
-    the pipeline ends (EndFrame) when the script returns."""
-    recorder = Recorder()
-    task = PipelineWorker(Pipeline([tts, recorder]), params=PipelineParams(audio_out_sample_rate=SAMPLE_RATE),
-                          cancel_on_idle_timeout=False)
-    started = asyncio.Event()
-
-    @task.event_handler("on_pipeline_started")
-    async def _on_started(_task: Any, _frame: Any) -> None:
-        started.set()
-
-    runner = WorkerRunner()
-    await runner.add_workers(task)
-
-    async def drive() -> None:
-        await asyncio.wait_for(started.wait(), 30)
-        try:
-            await script(task, recorder)
-        finally:
-            await task.stop_when_done()
-
-    await asyncio.wait_for(asyncio.gather(runner.run(), drive()), limit_s)
-    return recorder
-
-
-# -- the wire between the plugin and the server ----------------------------------------------
 @dataclass
 class Wire:
     """What crossed one connection, in order: ``log`` holds ``("sent", message)`` for each client
