@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from backends.base import Backend, SynthesisRequest
+from backends.base import Backend, NoObserver, SynthesisRequest
 from backends.config import BackendConfig
 from backends.factory import create_backend
 
@@ -24,7 +24,7 @@ from .clients import BYTES_PER_SECOND, Timing
 from .results import percentile
 
 
-class Tally:
+class Tally(NoObserver):
     """A :class:`~backends.base.BackendObserver` that keeps the batch sizes the engine formed."""
 
     def __init__(self) -> None:
@@ -32,18 +32,6 @@ class Tally:
 
     def batch_done(self, size: int) -> None:
         self.batches.append(size)
-
-    def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
-        pass
-
-    def queue_depth(self, n: int) -> None:
-        pass
-
-    def underrun(self, seconds: float) -> None:
-        pass
-
-    def interrupted(self, seconds: float) -> None:
-        pass
 
 
 @asynccontextmanager
