@@ -129,7 +129,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
 
 
 def body(data: dict[str, Any]) -> str:
-    rows = [[s["config"], s["alone_first_audio_ms"], "yes" if s.get("overload_streams_behind") else "no",
+    rows = [[s["config"], s["alone_first_audio_ms"], {True: "yes", False: "no"}.get(s.get("overload_streams_behind"), "—"),
              s["overload_first_audio_ms"], s["overload_vs_alone"], s["overload_error"] or "",
              s["overload_streams_underrun_until_newcomer_s"], s["overload_streams_underrun_s"],
              s["sentence_alone_complete_ms"], s.get("one_segment_ms"), s["stalled_complete_ms"], s["stalled_error"] or ""]
