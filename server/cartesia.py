@@ -47,7 +47,7 @@ from starlette.websockets import WebSocket
 from backends.base import MAX_SPEED, MIN_SPEED, KokoroError, NotReady, UnknownVoice
 
 from .auth import key_matches
-from .params import MAX_ID_CHARS, MAX_VOICE_CHARS, SAMPLE_RATES, decode_object
+from .params import MAX_ID_CHARS, MAX_VOICE_CHARS, SAMPLE_RATES
 from .state import ServerState
 from .stream_set import StreamSet
 from .stream_socket import StreamSocket, stream_endpoint
@@ -142,16 +142,11 @@ class CartesiaSession(StreamSocket):
     async def on_close(self) -> None:
         await self.streams.aclose()
 
-    async def on_message(self, data: str | bytes) -> None:
-        try:
-            obj = decode_object(data)
-        except KokoroError as e:
-            await self._error(None, e)
-            return
-        await self.handle(obj)
+    async def on_bad_message(self, error: KokoroError) -> None:
+        await self._error(None, error)
 
     # -- client messages ------------------------------------------------------------------------
-    async def handle(self, obj: dict[str, Any]) -> None:
+    async def on_message(self, obj: dict[str, Any]) -> None:
         cid = obj.get("context_id")
         if cid is None or cid == "":
             cid = uuid.uuid4().hex

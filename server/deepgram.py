@@ -39,7 +39,6 @@ from starlette.websockets import WebSocket
 from backends.base import MAX_SPEED, MIN_SPEED, KokoroError
 
 from .auth import key_matches
-from .params import decode_object
 from .stream_socket import StreamSocket, stream_endpoint
 from .text_stream import Audio, Cleared, Done, Event, Failed, Flushed, StreamOptions, TextStream
 
@@ -113,12 +112,10 @@ class DeepgramSession(StreamSocket):
     async def warn(self, description: str, code: str) -> None:
         await self.send_json({"type": "Warning", "description": description, "code": code})
 
-    async def on_message(self, data: str | bytes) -> None:
-        try:
-            msg = decode_object(data)
-        except KokoroError as e:
-            await self.warn(e.message, "INVALID_MESSAGE")
-            return
+    async def on_bad_message(self, error: KokoroError) -> None:
+        await self.warn(error.message, "INVALID_MESSAGE")
+
+    async def on_message(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
         if kind == "Speak":
             text = msg.get("text")

@@ -59,7 +59,7 @@ from backends.base import (
 )
 
 from .auth import key_matches
-from .params import MAX_ID_CHARS, SAMPLE_RATES, decode_object
+from .params import MAX_ID_CHARS, SAMPLE_RATES
 from .state import ServerState
 from .stream_set import StreamSet
 from .stream_socket import StreamSocket, stream_endpoint
@@ -144,12 +144,10 @@ class ElevenLabsSession(StreamSocket):
         await self.streams.aclose()
 
     # -- client messages ------------------------------------------------------------------------
-    async def on_message(self, data: str | bytes) -> None:
-        try:
-            obj = decode_object(data)
-        except KokoroError as e:
-            await self._error(None, e)
-            return
+    async def on_bad_message(self, error: KokoroError) -> None:
+        await self._error(None, error)
+
+    async def on_message(self, obj: dict[str, Any]) -> None:
         if self._key_needed:
             given = obj.get("xi_api_key")
             key = self.settings.api_key

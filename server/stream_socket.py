@@ -10,9 +10,11 @@ Subclass hooks (all on the event loop):
   the key as the protocol's clients send it (use :func:`server.auth.key_matches`). Only called when
   a key is configured; without one any key is accepted.
 * ``await on_open()`` — after the upgrade was accepted (send the protocol's greeting).
-* ``await on_message(data)`` — one client message, text (``str``) or binary (``bytes``) frame;
+* ``await on_message(obj)`` — one client message, a JSON object (sent as a text or a binary frame);
   messages are handled one at a time, in order. Raise nothing: answer bad input with the
   protocol's own warning or error.
+* ``await on_bad_message(error)`` — a message that is not a JSON object (``invalid_json``): answer
+  with the protocol's own warning or error; the session goes on.
 * ``busy`` — whether audio is still owed (the idle timeout and draining wait while it is).
 * ``await on_close()`` — the socket is closing: stop every stream.
 
@@ -42,9 +44,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from backends.base import KokoroError
 
+from .params import decode_object
 from .pipeline import SendTimeout, bounded_send
 from .state import ServerState
 from .ws import admit_and_serve
+from .ws_io import MessageTooLarge, close_socket, receive_message
 
 log = logging.getLogger("kokoro.stream_socket")
 
@@ -77,7 +81,10 @@ class StreamSocket:
     async def on_open(self) -> None:
         return None
 
-    async def on_message(self, data: str | bytes) -> None:
+    async def on_message(self, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def on_bad_message(self, error: KokoroError) -> None:
         raise NotImplementedError
 
     @property
@@ -162,30 +169,27 @@ class StreamSocket:
         await self._finished.wait()
 
     async def _close_socket(self) -> None:
-        if self._peer_closed:
-            return
-        code, reason = self._close or (1000, "")
-        timeout = 0.01 if self._stalled else self.settings.send_timeout_s
-        with contextlib.suppress(Exception):
-            await bounded_send(self.ws.close(code, reason), timeout)
+        if not self._peer_closed:
+            await close_socket(self.ws, self._close, stalled=self._stalled, timeout_s=self.settings.send_timeout_s)
 
     async def _read(self) -> None:
-        limit = self.settings.max_message_bytes
         while True:
-            message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
+            try:
+                data = await receive_message(self.ws, self.settings.max_message_bytes)
+            except MessageTooLarge as e:
+                log.info("%s session %s: message of %d bytes over the limit; closing 1009", self.ROUTE, self.id, e.size)
+                self.close(1009, str(e))
+                return
+            if data is None:
                 self._peer_closed = True
                 return
-            data = message.get("bytes")
-            if data is None:
-                data = message.get("text") or ""
-            size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
-            if size > limit:
-                log.info("%s session %s: message of %d bytes over the limit; closing 1009", self.ROUTE, self.id, size)
-                self.close(1009, f"message over {limit} bytes")
-                return
             self.touch()
-            await self.on_message(data)
+            try:
+                obj = decode_object(data)
+            except KokoroError as e:
+                await self.on_bad_message(e)
+            else:
+                await self.on_message(obj)
             if self._stop.is_set():
                 return
 

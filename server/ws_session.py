@@ -62,6 +62,7 @@ from .params import (
 )
 from .pipeline import Cancelled, SendTimeout, Synthesis, bounded_send, retrieve
 from .state import ServerState
+from .ws_io import MessageTooLarge, close_socket, receive_message
 
 log = logging.getLogger("kokoro.ws")
 ROUTE = "ws"
@@ -157,31 +158,20 @@ class Session:
         await self._finished.wait()
 
     async def _close_socket(self) -> None:
-        if self._peer_closed:
-            return
-        code, reason = self._close or (1000, "")
-        # A client that stopped reading cannot take the close frame either: it is only queued.
-        timeout = 0.01 if self._stalled else self.settings.send_timeout_s
-        try:
-            await bounded_send(self.ws.close(code, reason), timeout)
-        except Exception:  # the peer is already gone, or is not reading
-            pass
+        if not self._peer_closed:
+            await close_socket(self.ws, self._close, stalled=self._stalled, timeout_s=self.settings.send_timeout_s)
 
     # -- reading ------------------------------------------------------------------------------
     async def _read(self) -> None:
-        limit = self.settings.max_message_bytes
         while True:
-            message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                self._peer_closed = True
+            try:
+                data = await receive_message(self.ws, self.settings.max_message_bytes)
+            except MessageTooLarge as e:
+                log.info("session %s: message of %d bytes over the %d-byte limit; closing 1009", self.id, e.size, e.limit)
+                self._close = (1009, str(e))
                 return
-            data = message.get("bytes")
             if data is None:
-                data = message.get("text") or ""
-            size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
-            if size > limit:
-                log.info("session %s: message of %d bytes over the %d-byte limit; closing 1009", self.id, size, limit)
-                self._close = (1009, f"message over {limit} bytes")
+                self._peer_closed = True
                 return
             self._touch()
             await self._handle(data, time.perf_counter())
