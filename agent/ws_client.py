@@ -142,3 +142,7 @@ class ContractSession:
 
     async def aclose(self) -> None:
         await self._ws.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once, without a closing handshake (a client that vanishes)."""
+        self._ws.transport.abort()

@@ -1,7 +1,8 @@
-"""``python -m benchmarks <name> [--quick]`` — name: ttfa, throughput, payload, overhead, quality, e2e,
-languages, agentproto, onnx_durations, overload, windowed_decoder or all — and ``python -m benchmarks compare
---target NAME=URL ...``
-(running servers side by side, see ``benchmarks.compare``); ``--help`` lists every suite.
+"""``python -m benchmarks <name> [--quick] [--backend fake|onnx|torch]`` — name: ttfa, throughput, payload,
+overhead, quality, e2e, languages, agentproto, onnx_durations, overload, windowed_decoder, load, soak or all —
+and ``python -m benchmarks compare|gpu|concurrent_probe ...`` (suites with options of their own: running
+servers side by side by URL, the GPU run, the engine's configurations in process; each has its own
+``--help`` and ``--quick``); ``--help`` lists every suite.
 
 Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
 ``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
 import sys
 import time
@@ -36,15 +38,20 @@ TITLES = {
     "onnx_durations": "Word timings on ONNX: the timed model vs today's export (speed, sameness, intelligibility)",
     "overload": "Overload and stalled readers: a newcomer behind late streams, admit vs refuse",
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",
+    "load": "Load: pipelined sessions, ordering and /ping under load",
+    "soak": "Soak: memory over 1,000 mixed requests",
 }
 NAMES = tuple(TITLES)
 
 
-#: Run as modules of their own, each with its own --help.
-MODULES = {
-    "benchmarks.load": "many WebSocket sessions at once against a live server: none lost or misordered, /ping latency",
-    "benchmarks.soak": "1,000 mixed requests against a live server, watching its memory",
-    "benchmarks.gpu": "the PyTorch runtime on one device (the GPU run): batched vs single, throughput, first audio",
+#: Suites with options of their own (``python -m benchmarks <name> --help``), each with ``--quick``.
+OWN_OPTIONS = {
+    "compare": ("benchmarks.compare", "running servers side by side, by URL: "
+                "python -m benchmarks compare --target NAME=URL ... (see its --help)"),
+    "gpu": ("benchmarks.gpu", "the PyTorch runtime on one device (the GPU run): batched vs single, throughput and "
+            "first audio through the server's concurrent mode"),
+    "concurrent_probe": ("benchmarks.concurrent_probe", "the engine's configurations (mode, workers x threads) in "
+                         "process, built by create_backend: audio per second, CPU per audio second"),
 }
 
 
@@ -52,9 +59,8 @@ def suites_help() -> str:
     """The epilog of ``--help``: every suite, ``all``, ``compare`` and the modules run on their own."""
     rows = [f"  {name:<11} {title}" for name, title in TITLES.items()]
     rows.append(f"  {'all':<11} every suite above in turn (carries on past a failure; exit status 1 at the end)")
-    rows.append(f"  {'compare':<11} running servers side by side, by URL: python -m benchmarks compare "
-                "--target NAME=URL ... (see its --help)")
-    rows += ["", "run on their own:"] + [f"  python -m {module:<18} {what}" for module, what in MODULES.items()]
+    rows += ["", "with options of their own (python -m benchmarks NAME --help; each takes --quick):"]
+    rows += [f"  {name:<11} {what}" for name, (_module, what) in OWN_OPTIONS.items()]
     return "suites:\n" + "\n".join(rows) + "\n\n--quick writes to benchmarks/results/quick/ (ignored by git)."
 
 
@@ -62,12 +68,22 @@ def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _takes_backend(name: str) -> bool:
+    return "backend" in inspect.signature(importlib.import_module(f"benchmarks.{name}").run).parameters
+
+
 def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, **options) -> dict:
-    """Run one benchmark; ``options`` (e2e's deployed agent) pick ``benchmarks.e2e_deployed``."""
+    """Run one benchmark; ``options`` (e2e's deployed agent) pick ``benchmarks.e2e_deployed``;
+    ``backend`` goes to the suites that take one."""
+    backend = options.pop("backend", None)
     module = importlib.import_module(f"benchmarks.{name}" + ("_deployed" if options else ""))
+    if backend and _takes_backend(name):
+        options["backend"] = backend
     t0 = time.perf_counter()
     _log(f"== {name} ({'quick' if quick else 'full'}) ==")
     result = module.run(quick=quick, model_dir=model_dir, log=_log, **options)
+    if "backend" in options:
+        result.command += f" --backend {options['backend']}"
     result.config.setdefault("benchmark_wall_s", round(time.perf_counter() - t0, 1))
     data = results.write(
         result, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None), out_dir=out_dir, log=_log
@@ -97,17 +113,16 @@ def render(name: str, out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["compare"]:  # its own options: targets by URL, nothing started here
-        from .compare import main as compare_main
-
-        return compare_main(argv[1:])
+    if argv[:1] and argv[0] in OWN_OPTIONS:  # their own options, their own --help
+        module = importlib.import_module(OWN_OPTIONS[argv[0]][0])
+        return int(module.main(argv[1:]) or 0)
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run one of the project's benchmarks (or all of them); each writes "
         "benchmarks/results/<name>.json, .md and, where a picture helps, .png.",
         epilog=suites_help(),
     )
-    parser.add_argument("name", choices=[*NAMES, "all", "compare"], help="the benchmark to run (see below)")
+    parser.add_argument("name", choices=[*NAMES, "all", *OWN_OPTIONS], help="the benchmark to run (see below)")
     parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
     parser.add_argument("--model-dir", type=Path, default=None, help="model directory (default: KOKORO_MODEL_DIR or the user cache)")
     parser.add_argument(
@@ -118,17 +133,22 @@ def main(argv: list[str] | None = None) -> int:
         "--render-only", action="store_true",
         help="rewrite <name>.md and .png from the existing <name>.json without running anything",
     )
+    parser.add_argument("--backend", choices=["fake", "onnx", "torch"], default=None,
+                        help="the runtime of the servers a suite starts, where it takes one (load, soak, overload); "
+                        "fake checks a suite's harness without the model")
     parser.add_argument("--agent-url", default=None, help="e2e: a running agent app (nothing is started)")
     parser.add_argument("--agent-runtime-arn", default=None,
                         help="e2e: a Bedrock AgentCore runtime, through invoke_agent_runtime (nothing is started)")
     parser.add_argument("--region", default=None, help="e2e: the AgentCore runtime's region (default: from the ARN)")
     args = parser.parse_args(argv)
-    if args.name == "compare":
-        parser.error("compare takes its own options first: python -m benchmarks compare --help")
+    if args.name in OWN_OPTIONS:
+        parser.error(f"{args.name} takes its own options first: python -m benchmarks {args.name} --help")
     deployed = {k: v for k, v in (("agent_url", args.agent_url), ("agent_runtime_arn", args.agent_runtime_arn),
                                   ("region", args.region)) if v}
     if deployed and args.name != "e2e":
         parser.error("--agent-url, --agent-runtime-arn and --region are options of e2e")
+    if args.backend and args.name != "all" and not _takes_backend(args.name):
+        parser.error(f"--backend is an option of {', '.join(n for n in NAMES if _takes_backend(n))}")
     if args.out is None:
         # Quick runs never overwrite the full results docs/benchmarks.md quotes.
         args.out = results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR
@@ -144,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for name in names:
         try:
-            data = run_one(name, quick=args.quick, model_dir=model_dir, out_dir=args.out, **deployed)
+            data = run_one(name, quick=args.quick, model_dir=model_dir, out_dir=args.out, backend=args.backend,
+                           **deployed)
             if data.get("status") != "ok":
                 failed.append(name)
         except KeyboardInterrupt:

@@ -57,6 +57,29 @@ class Timing:
         return out
 
 
+class PlaybackClock:
+    """A listener playing the audio in real time, on the client's own clock — written apart from
+    the server's scheduler (``backends.schedule``) so that the two can disagree. Playback starts
+    when the first audio arrives; audio that arrives after everything before it has finished
+    playing leaves a gap, and the gaps are summed as underrun seconds."""
+
+    def __init__(self) -> None:
+        self.plays_until: float | None = None  # when the audio heard so far stops playing
+        self.underrun_s = 0.0
+
+    def heard(self, now: float, audio_s: float) -> float:
+        """``audio_s`` seconds of audio arrived at ``now``; returns the gap before it (0: on time)."""
+        starts = now if self.plays_until is None else max(now, self.plays_until)
+        gap = 0.0 if self.plays_until is None else starts - self.plays_until
+        self.plays_until = starts + audio_s
+        self.underrun_s += gap
+        return gap
+
+    def behind(self, now: float) -> bool:
+        """Whether the listener hears silence at ``now`` (its audio ran out, more is due)."""
+        return self.plays_until is not None and now > self.plays_until
+
+
 class WsSession:
     """One open ``/invocations-bidirectional-stream`` session, through the contract client
     (:class:`agent.ws_client.ContractSession`; messages as text frames unless ``frames="binary"``,

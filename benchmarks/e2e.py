@@ -28,7 +28,7 @@ import httpx
 from . import prom
 from .live import LiveServer, ServerFailed
 from .raw import VOICE
-from .results import Result, command_line, load_average, markdown_table, median, rnd, shown_command
+from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot, shown_command
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -197,6 +197,4 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_xlabel("ms since the prompt was sent")
     ax.set_title(f"Agent first audio ({data['command']})", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)

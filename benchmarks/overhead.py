@@ -27,7 +27,7 @@ from . import prom
 from .clients import WsSession
 from .live import LiveServer
 from .raw import VOICE, RawRuntime
-from .results import Result, command_line, markdown_table, median, rnd
+from .results import Result, command_line, markdown_table, median, rnd, save_plot
 from .texts import SENTENCES, THROUGHPUT_TEXTS
 
 TARGET_MS, TARGET_RATIO = 10.0, 0.97
@@ -193,6 +193,4 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_ylabel("server first audio - raw, ms")
     ax.set_title(f"Serving overhead per segment ({data['command']})", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)

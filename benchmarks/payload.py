@@ -19,7 +19,7 @@ from . import prom
 from .clients import BYTES_PER_SECOND, ws_audio
 from .live import LiveServer
 from .raw import VOICE
-from .results import Result, command_line, markdown_table, rnd
+from .results import Result, command_line, markdown_table, rnd, save_plot
 from .texts import CLIPS
 
 #: AWS's figures for their 24 clips (bytes), for the reader's comparison.
@@ -111,6 +111,4 @@ def plot(data: dict[str, Any], path) -> None:
         ax.text(i, totals[c] / 1000.0, f"{totals[c] / 1000.0:,.0f} kB", ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("kB over all clips")
     ax.set_title(f"Payload, {data['summary']['clips']} clips ({data['command']})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)

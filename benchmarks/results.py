@@ -48,6 +48,18 @@ def mean(values: Iterable[float | None]) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
+def percentile(values: Iterable[float | None], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of the values that exist, interpolated linearly between the
+    closest ranks (numpy's default); None for no values. The one percentile of every suite."""
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    pos = (len(vals) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
 def rnd(x: float | None, digits: int = 1) -> float | None:
     return None if x is None else round(x, digits)
 
@@ -203,6 +215,15 @@ def validate(data: dict[str, Any]) -> list[str]:
             problems.append(f"samples[{i}] is not an object")
             break
     return problems
+
+
+def save_plot(fig: Any, path: Path) -> None:
+    """Lay out, write (``path``, 110 dpi) and close a suite's matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:

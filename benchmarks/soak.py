@@ -1,8 +1,8 @@
 """Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows
 by less than 5% after warm-up).
 
-``python -m benchmarks.soak [--quick] [--backend fake|onnx] [--requests N] [--mode M]`` writes
-``benchmarks/results/soak.{json,md}`` (``--runtime`` is an alias of ``--backend``). By default it
+``python -m benchmarks soak [--quick] [--backend fake|onnx]`` writes
+``benchmarks/results/soak.{json,md}``. By default it
 runs the fake runtime for 1,000 requests (the server's own machinery at speed: sessions, encoders,
 metrics, error paths), then the real ONNX runtime for 1,000 requests of short texts (a quarter of an
 hour on two cores), each with glibc's default allocator and with ``MALLOC_ARENA_MAX=2``
@@ -19,18 +19,19 @@ succeed and every bad one must get its typed error; the counters must read zero 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
-from websockets.asyncio.client import connect
+
+from agent.messages import AudioChunk, SynthesisFailed
+from agent.ws_client import ContractSession
+
+from . import prom
+from .live import rss_mib
 
 TEXTS = [
     "Short one.",
@@ -45,13 +46,6 @@ BAD_POST = [b"{", b'{"text": ""}', b'{"text": "Hi.", "voice": "zz_nobody"}', b'{
             b'{"text": "\\u3053\\u3093\\u306b\\u3061\\u306f"}', b"\xff\xfe", b'{"text": "Hi.", "lang": "xx"}']
 BAD_WS = ["{", '{"text": 5}', '{"text": "Hi.", "voice": "../x"}', '{"text": "   "}', '{"type": "dance"}']
 KINDS = ["ws"] * 8 + ["post"] * 6 + ["openai"] * 2 + ["bad_post"] * 2 + ["bad_ws"] + ["vanish"]
-
-
-def _rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 class Soak:
@@ -88,21 +82,22 @@ class Soak:
         self._count(kind, n)
         return n
 
+    async def _session(self) -> ContractSession:
+        return await ContractSession.connect(self.ws_url, frames="text", max_size=None, open_timeout=60)
+
+    async def _send(self, session: ContractSession, rid: str, **override: Any) -> None:
+        body = {**self._request(rid), **override}
+        await session.synthesize(body.pop("text"), body.pop("request_id"), **body)
+
     async def _ws(self, i: int, http: httpx.AsyncClient) -> int:
         n = self.rng.randint(1, 3)
-        async with connect(self.ws_url, max_size=None, open_timeout=60) as ws:
+        async with await self._session() as session:
             for j in range(n):
-                await ws.send(json.dumps(self._request(f"{i}-{j}")))
-            done = 0
-            while done < n:
-                message = await ws.recv()
-                if isinstance(message, str):
-                    event = json.loads(message)
-                    if event["type"] == "error":
-                        self.failures.append(f"ws {i}: {event['code']}: {event['message']}")
-                    done += event["type"] in ("synthesis_complete", "error")
-            await ws.send('{"type": "close"}')
-            await ws.wait_closed()
+                await self._send(session, f"{i}-{j}")
+            await session.close()  # the server answers what is queued, then closes
+            async for event in session.events():
+                if isinstance(event, SynthesisFailed):
+                    self.failures.append(f"ws {i}: {event.code}: {event.message}")
         return n
 
     async def _post(self, i: int, http: httpx.AsyncClient) -> int:
@@ -128,29 +123,36 @@ class Soak:
         return 1
 
     async def _bad_ws(self, i: int, http: httpx.AsyncClient) -> int:
-        async with connect(self.ws_url, open_timeout=60) as ws:
-            await ws.send(BAD_WS[i % len(BAD_WS)])
-            event = json.loads(await ws.recv())
-            if event["type"] != "error":
+        async with await self._session() as session:
+            await session.send_raw(BAD_WS[i % len(BAD_WS)].encode())
+            event = await session.next_event()
+            if not isinstance(event, SynthesisFailed):
                 self.failures.append(f"bad_ws {i}: {event}")
         return 1
 
     async def _vanish(self, i: int, http: httpx.AsyncClient) -> int:
         """A client that leaves after the first audio, work still queued."""
-        async with connect(self.ws_url, max_size=None, open_timeout=60) as ws:
-            await ws.send(json.dumps({**self._request(f"{i}-a"), "text": " ".join(self.texts)}))
-            await ws.send(json.dumps(self._request(f"{i}-b")))
-            while not isinstance(await ws.recv(), bytes):
-                pass
-            ws.transport.abort()
+        session = await self._session()
+        await self._send(session, f"{i}-a", text=" ".join(self.texts))
+        await self._send(session, f"{i}-b")
+        while not isinstance(await session.next_event(), AudioChunk):
+            pass
+        session.abort()
         return 2
+
+
+def _rss(pid: int) -> float:
+    mib = rss_mib(pid, children=False)
+    if mib is None:
+        raise RuntimeError(f"no resident memory readable for process {pid}")
+    return mib
 
 
 async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: int, log) -> dict[str, Any]:
     pid = srv.proc.pid
     plan = [KINDS[i % len(KINDS)] for i in range(requests)]
     random.Random(7).shuffle(plan)
-    samples: list[dict[str, Any]] = [{"requests": 0, "rss_mib": round(_rss_bytes(pid) / 2**20, 2), "t_s": 0.0}]
+    samples: list[dict[str, Any]] = [{"requests": 0, "rss_mib": _rss(pid), "t_s": 0.0}]
     done = 0
     next_sample = every
     queue: asyncio.Queue = asyncio.Queue()
@@ -166,7 +168,7 @@ async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: in
             done += made
             if done >= next_sample:
                 next_sample += every
-                samples.append({"requests": done, "rss_mib": round(_rss_bytes(pid) / 2**20, 2),
+                samples.append({"requests": done, "rss_mib": _rss(pid),
                                 "t_s": round(time.perf_counter() - t0, 1)})
                 if len(samples) % 8 == 0:
                     log(f"    {done} requests, RSS {samples[-1]['rss_mib']} MiB")
@@ -176,7 +178,7 @@ async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: in
         await asyncio.sleep(0.5)  # let vanished sessions unwind
         metrics = (await http.get("/metrics")).text
         ping = (await http.get("/ping")).status_code
-    samples.append({"requests": done, "rss_mib": round(_rss_bytes(pid) / 2**20, 2),
+    samples.append({"requests": done, "rss_mib": _rss(pid),
                     "t_s": round(time.perf_counter() - t0, 1)})
     return {"samples": samples, "counts": soak.counts, "failures": soak.failures, "metrics": metrics,
             "ping": ping, "wall_s": round(time.perf_counter() - t0, 1)}
@@ -203,13 +205,6 @@ def growth(samples: list[dict[str, Any]], warmup_fraction: float = WARMUP_FRACTI
             "slope_kib_per_request": None if slope is None else round(slope, 3)}
 
 
-def _metric(text: str, line_start: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(line_start + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | None = None, model_dir=None,
              log=print) -> dict[str, Any]:
     from .live import LiveServer
@@ -221,12 +216,12 @@ def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | No
         names = httpx.get(f"{srv.url}/v1/audio/voices", timeout=10).json()["voices"][:3]
         soak = Soak(srv.url, srv.ws_url, names, 1.0 if fake else 2.0, TEXTS if fake else SHORT_TEXTS)
         out = asyncio.run(_soak(srv, requests, 4 if fake else 2, soak, every, log))
-    text = out.pop("metrics")
+    metrics = prom.parse(out.pop("metrics"))
     leftovers = {
-        "active_sessions": _metric(text, "kokoro_active_sessions"),
-        "inflight_invocations": _metric(text, 'kokoro_inflight_requests{route="invocations"}'),
-        "inflight_openai": _metric(text, 'kokoro_inflight_requests{route="openai"}'),
-        "queue_depth": _metric(text, "kokoro_queue_depth"),
+        "active_sessions": prom.value(metrics, "kokoro_active_sessions"),
+        "inflight_invocations": prom.value(metrics, "kokoro_inflight_requests", {"route": "invocations"}),
+        "inflight_openai": prom.value(metrics, "kokoro_inflight_requests", {"route": "openai"}),
+        "queue_depth": prom.value(metrics, "kokoro_queue_depth"),
     }
     return {"runtime": runtime, "mode": mode, "env": env, "requests": out["samples"][-1]["requests"], **growth(out["samples"]),
             "wall_s": out["wall_s"], "counts": out["counts"], "failures": len(out["failures"]),
@@ -239,10 +234,11 @@ def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | No
 # ---------------------------------------------------------------------------------------------
 def run(*, quick: bool = False, model_dir=None, log=print, runtimes: list[str] | None = None,
         requests: int | None = None, mode: str = "sequential", command: str | None = None,
-        allocators: list[str] | None = None) -> Any:
+        allocators: list[str] | None = None, backend: str | None = None) -> Any:
     from .results import Result, command_line
 
     result = Result(benchmark="soak", quick=quick, command=command or command_line("soak", quick))
+    runtimes = [backend] if backend else runtimes
     # (runtime, requests, extra server environment). glibc gives each thread that allocates its own
     # malloc arena, and RSS climbs in steps as the thread pools touch theirs; MALLOC_ARENA_MAX=2
     # shows what is left once that is taken out.
@@ -302,28 +298,3 @@ def body(data: dict[str, Any]) -> str:
             + markdown_table(["runtime", "allocator", "mode", "requests", "RSS start MiB", "RSS after warm-up MiB",
                               "RSS end MiB", "RSS peak MiB", "growth", "growth, 2nd half", "slope KiB/req", "failures", "wall s"],
                              rows))
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .results import RESULTS_DIR, write
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="300 fake-runtime and 40 ONNX requests")
-    parser.add_argument("--backend", "--runtime", dest="runtime", choices=["fake", "onnx"], action="append",
-                        help="repeatable; default both (`--runtime` is an alias)")
-    parser.add_argument("--allocator", choices=["default", "arena2"], action="append",
-                        help="glibc malloc as is, or MALLOC_ARENA_MAX=2; repeatable, default both")
-    parser.add_argument("--requests", type=int, help="requests per run (default 1000; --quick: 300 fake, 40 onnx)")
-    parser.add_argument("--mode", choices=["sequential", "concurrent"], default="sequential")
-    parser.add_argument("--model-dir", type=Path)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    command = " ".join(["python -m benchmarks.soak", *(argv if argv is not None else sys.argv[1:])])
-    result = run(quick=args.quick, model_dir=args.model_dir, runtimes=args.runtime, requests=args.requests,
-                 mode=args.mode, command=command, allocators=args.allocator)
-    data = write(result, title="Soak: memory over 1,000 mixed requests", body=body, out_dir=args.out)
-    return 0 if all(t["met"] is not False for t in data["targets"]) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

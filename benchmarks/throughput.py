@@ -30,7 +30,7 @@ from . import listeners, prom
 from .clients import WsSession
 from .live import LiveServer, ServerFailed
 from .raw import VOICE, RawRuntime, model_files
-from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot
 from .texts import THROUGHPUT_TEXTS
 
 TARGET_GAIN = 1.2
@@ -280,6 +280,4 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_title(f"Throughput ({data['command']})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)

@@ -39,7 +39,7 @@ from . import listeners, prom
 from .clients import WsSession, http_synthesize
 from .live import LiveServer
 from .raw import VOICE, RawRuntime
-from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot
 from .texts import PARAGRAPH, SENTENCES, check_paragraph
 
 SERVER_MODES = ("batch", "streamed", "sentence_first", "fast_first", "clause_first")
@@ -243,6 +243,4 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_xlabel("milliseconds")
     ax.set_title(f"Time to first audio, {data['config']['paragraph_chars']}-char paragraph ({data['command']})", fontsize=9)
     ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)

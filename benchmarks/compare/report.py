@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..results import markdown_table, rnd
+from ..results import markdown_table, percentile, rnd, save_plot
 from .rows import ROWS
 from .targets import BAD_CASES
 
@@ -31,10 +31,6 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     if not vals:
         return {"median": None, "mean": None}
     return {"median": rnd(statistics.median(vals)), "mean": rnd(statistics.fmean(vals))}
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return rnd(float(np.percentile(values, q))) if values else None
 
 
 def _not_measured(xs: list[dict[str, Any]]) -> dict[str, str] | None:
@@ -67,7 +63,7 @@ def _sweep_level(xs: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [s["audio_s"] / s["wall_s"] for s in ok if s["wall_s"]]
     rss = [s["rss_mib"] for s in ok if s.get("rss_mib")]
     loads = [s["load1"] for s in ok if s.get("load1") is not None]
-    return {"first_audio_ms_p50": _pct(fa, 50), "first_audio_ms_p95": _pct(fa, 95),
+    return {"first_audio_ms_p50": rnd(percentile(fa, 50)), "first_audio_ms_p95": rnd(percentile(fa, 95)),
             "first_audio_ms_max": rnd(max(fa)) if fa else None, "first_audio_ms_mean": rnd(statistics.fmean(fa)) if fa else None,
             "audio_s_per_s": rnd(statistics.median(rates), 2) if rates else None,
             "requests": sum(s["requests"] for s in ok), "errors": sum(s["errors"] for s in ok) + len(xs) - len(ok),
@@ -82,7 +78,7 @@ def _health(xs: list[dict[str, Any]]) -> dict[str, Any]:
     polls = [p for s in xs for p in s.get("polls", [])]
     ms = [p["ms"] for p in polls if "ms" in p]  # a timed-out poll has its timeout here
     return {"route": next((p["route"] for p in polls if "route" in p), None), "polls": len(polls),
-            "median_ms": _stats(ms)["median"], "mean_ms": _stats(ms)["mean"], "p95_ms": _pct(ms, 95),
+            "median_ms": _stats(ms)["median"], "mean_ms": _stats(ms)["mean"], "p95_ms": rnd(percentile(ms, 95)),
             "max_ms": rnd(max(ms)) if ms else None,
             "timeouts": sum(1 for p in polls if p.get("timed_out")),
             "not_200": sum(1 for p in polls if p.get("status") != 200)}
@@ -252,6 +248,4 @@ def plot(data: dict[str, Any], path: Any) -> None:
     ax2.set_xscale("log", base=2)
     ax2.legend(fontsize=7)
     fig.suptitle(data["command"], fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)

@@ -22,14 +22,14 @@ answers neither is reported unreachable and not asked again. A request answered 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..clients import Timing
+from ..live import rss_mib
+from ..results import load_average
 from ..texts import PARAGRAPH, SENTENCES, THROUGHPUT_TEXTS
 from .targets import BAD_CASES, Unsupported, over_limit_text
 
@@ -54,48 +54,9 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else round(x * 1000, 1)
 
 
-def rss_mib(pid: int) -> float | None:
-    """Peak resident memory of ``pid`` (``VmHWM``; its children's current resident memory added, as
-    a worker process of a peer holds the model), else — where /proc has no peak — the resident
-    memory of ``pid`` and its children now (psutil)."""
-    peak = _vm_hwm_mib(pid)
-    if peak is not None:
-        children = 0.0
-        try:
-            import psutil
-
-            children = sum(c.memory_info().rss for c in psutil.Process(pid).children(recursive=True)) / (1 << 20)
-        except Exception:  # psutil missing or the process gone: the peak alone
-            pass
-        return round(peak + children, 1)
-    try:
-        import psutil
-
-        proc = psutil.Process(pid)
-        return round((proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True)))
-                     / (1 << 20), 1)
-    except ImportError:
-        pass
-    except Exception:
-        return None
-    return None
-
-
-def _vm_hwm_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError):
-        return None
-    return None
-
-
 def load1() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
+    load = load_average()
+    return load[0] if load else None
 
 
 class Runner:
@@ -232,7 +193,7 @@ class Runner:
             "audio_s": round(sum(t.audio_s for t in timings), 3), "wall_s": round(wall, 3),
             "requests": len(timings), "errors": len(failures) + len(failed),
             "error_messages": failures[:5] + failed[:5],
-            **({"rss_mib": rss_mib(pid)} if pid else {}),
+            **({"rss_mib": rss_mib(pid, peak=True, digits=1)} if pid else {}),
         }
 
     async def sweep(self) -> None:

@@ -39,73 +39,24 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from server.live import ServerProcess
 
 _FIELDS = ("voice", "speed", "sample_rate")
 
 
-class LocalServer:
-    """``kokoro-serve serve`` as a child process on 127.0.0.1. Blocking start; call before the loop."""
+def start_local_server(mode: str = "concurrent", start_timeout_s: float = 900.0) -> ServerProcess:
+    """``kokoro-serve serve`` as a child process on 127.0.0.1, ready (``/ping`` answered). Blocking;
+    call before the loop. Its output is the worker's own (RunPod shows it in the worker's log)."""
+    from server.live import ServerProcess
 
-    def __init__(self, *, mode: str = "concurrent", port: int | None = None, start_timeout_s: float = 900.0) -> None:
-        self.mode = mode
-        self.port = port or _free_port()
-        self.start_timeout_s = start_timeout_s
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> LocalServer:
-        env = dict(os.environ)
-        env.pop("KOKORO_API_KEY", None)  # loopback only: nothing else can reach it
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        cmd = [_kokoro_serve(), "serve", "--host", "127.0.0.1", "--port", str(self.port), "--mode", self.mode]
-        self.proc = subprocess.Popen(cmd, env=env)
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kokoro-serve exited with {self.proc.returncode} while starting")
-            if _ping(self.url):
-                return self
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"kokoro-serve did not answer /ping within {self.start_timeout_s:.0f} s")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-def _kokoro_serve() -> str:
-    beside = os.path.join(os.path.dirname(sys.executable), "kokoro-serve")
-    return beside if os.path.exists(beside) else "kokoro-serve"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ping(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/ping", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
+    return ServerProcess(env={"KOKORO_MODE": mode}, drop_env=("KOKORO_API_KEY",)).wait_ready(
+        timeout=start_timeout_s)  # loopback only: nothing else can reach it, so no key
 
 
 def parse_input(job_input: Any) -> tuple[list[str], dict[str, Any]]:
@@ -179,7 +130,7 @@ def main() -> None:
     server = None
     url = settings.server_url
     if not url:
-        server = LocalServer(mode=settings.mode).start()
+        server = start_local_server(settings.mode)
         url = server.url
     try:
         runpod.serverless.start({"handler": make_handler(url, api_key=settings.server_api_key),

@@ -1,13 +1,14 @@
 """Live servers on loopback and a raw WebSocket client.
 
-* :class:`ServerProcess` — a server as a subprocess on a free loopback port (compare vLLM's
-  ``RemoteOpenAIServer``): ``python -m server serve`` by default, or any entry that starts one
-  (the SageMaker ``serve`` script, the RunPod worker), with the environment the test gives it on
-  top of this one's, less every ``KOKORO_*``, ``SAGEMAKER_*``, ``RUNPOD_*`` and ``AWS_*`` variable
-  of the shell that runs the tests.
+* :class:`ServerProcess` — the product's :class:`server.live.ServerProcess` (a server as a
+  subprocess on a free loopback port): ``python -m server serve`` by default, or any entry that
+  starts one (the SageMaker ``serve`` script, the RunPod worker), with the environment the test
+  gives it on top of this one's, less every ``KOKORO_*``, ``SAGEMAKER_*``, ``RUNPOD_*`` and
+  ``AWS_*`` variable of the shell that runs the tests.
 * :class:`ThreadServer` — an ASGI app under a real uvicorn in a thread of this process, so a test
   can look inside (its event loop's tasks, this process's threads) after real TCP traffic.
-* :func:`wait_ready` — the one wait until a server answers; :func:`free_port`.
+* :func:`wait_ready` — the one wait until a server answers; :func:`free_port` (both from
+  :mod:`server.live`).
 * :class:`RawWS` — a WebSocket client on a bare socket: the handshake and frames written by hand,
   so it can send what no library would (bad opcodes, reserved bits, unmasked frames, lies about
   lengths) and disconnect abruptly (RST).
@@ -21,52 +22,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from server.live import WS_PATH as WS
+from server.live import ServerProcess as _ServerProcess
+from server.live import free_port, wait_ready
+
+__all__ = ["REPO", "WS", "Closed", "RawWS", "ServerProcess", "ThreadServer", "free_port", "wait_ready"]
 
 REPO = Path(__file__).resolve().parents[2]
 #: Variables a test server never inherits from the shell: its configuration is what the test says,
 #: and no test reaches a real cloud account.
 _CONFIG_PREFIXES = ("KOKORO_", "SAGEMAKER_", "RUNPOD_", "AWS_")
-#: The bidirectional-stream route of the wire contract.
-WS = "/invocations-bidirectional-stream"
-#: Loopback is never reached through a proxy the shell may name.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, *, gone: Callable[[], str | None] = lambda: None, timeout: float = 180) -> None:
-    """Poll ``GET url`` until it answers 200. ``gone()`` says why the server can no longer answer
-    (its process exited, its thread ended), which fails at once instead of at the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        why = gone()
-        if why is not None:
-            raise RuntimeError(f"{url} will not answer: {why}")
-        try:
-            with _DIRECT.open(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} did not answer 200 within {timeout:.0f} s")
-        time.sleep(0.1)
 
 
 class ThreadServer:
@@ -116,64 +89,18 @@ class ThreadServer:
         return self.call(lambda: len(asyncio.all_tasks()) - 1)  # not counting the probe itself
 
 
-class ServerProcess:
-    """A server process on a free loopback port; ``stop()`` sends SIGTERM and returns the exit code.
-
-    ``argv`` defaults to ``python -m server serve`` on ``port`` (``KOKORO_HOST``/``KOKORO_PORT`` are
-    set for it); another entry is told its port the way it reads it, in ``env``. With
-    ``own_group``, the process leads a process group of its own and the signals reach its children
-    too (an entry that starts the server as a child). Output goes to ``log_path``.
-    """
+class ServerProcess(_ServerProcess):
+    """A server process on a free loopback port (:class:`server.live.ServerProcess`) with the
+    environment the test gives it, none of the shell's configuration, this interpreter's folder
+    first on ``PATH`` and the repository as its working directory. ``ServerProcess(log_path,
+    KOKORO_MODE="concurrent").wait_ready()``; ``argv`` runs another entry (it learns its port
+    from the environment the test gives it)."""
 
     def __init__(self, log_path: Path, *, argv: Sequence[str] | None = None, port: int | None = None,
                  own_group: bool = False, **env: str):
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.ws_url = f"ws://127.0.0.1:{self.port}{WS}"
-        self.log_path = log_path
-        self.own_group = own_group
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith(_CONFIG_PREFIXES)}
-        full_env.update({"HF_HUB_OFFLINE": "1", "KOKORO_LOG_LEVEL": "warning",
-                         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"})
-        if argv is None:
-            argv = [sys.executable, "-m", "server", "serve"]
-            full_env.update({"KOKORO_HOST": "127.0.0.1", "KOKORO_PORT": str(self.port)})
-        self._log = open(log_path, "wb")  # closed in stop()
-        self.proc = subprocess.Popen(list(argv), cwd=REPO, env={**full_env, **env}, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=own_group)
-
-    def wait_ready(self, path: str = "/ping", timeout: float = 180) -> ServerProcess:
-        """Wait until ``path`` answers 200 (``/ping``: the model is loaded and warmed up)."""
-
-        def gone() -> str | None:
-            code = self.proc.poll()
-            return None if code is None else f"the process exited with {code}:\n{self.log()}"
-
-        try:
-            wait_ready(self.url + path, gone=gone, timeout=timeout)
-        except TimeoutError as e:
-            raise TimeoutError(f"{e}:\n{self.log()}") from None
-        return self
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def signal(self, signum: int) -> None:
-        if self.own_group:
-            os.killpg(self.proc.pid, signum)
-        else:
-            self.proc.send_signal(signum)
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.signal(signal.SIGKILL)
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        super().__init__(argv, port=port, env={"KOKORO_LOG_LEVEL": "warning", "PATH": path, **env},
+                         drop_env=_CONFIG_PREFIXES, log_path=log_path, own_group=own_group, cwd=REPO)
 
 
 # ---------------------------------------------------------------------------------------------

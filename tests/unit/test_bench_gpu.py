@@ -1,14 +1,16 @@
 """benchmarks/gpu.py's bookkeeping on the fake runtime with a timed batch path (the real runtime is timed by the
-benchmark itself, never in a test): the closed loop answers every request, batches within the
-bound, and the batched-vs-single check catches a batch path that changes durations."""
+benchmark itself, never in a test): the load sweep answers every request through the server's
+concurrent mode and reports the batches its scheduler formed, and the batched-vs-single check
+catches a batch path that changes durations."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from backends.base import Segment
+from backends.config import BackendConfig
 from backends.fake import FakeSynthesizer
-from benchmarks.gpu import check_batched_vs_single, run_level
+from benchmarks.gpu import check_batched_vs_single, sweep
 
 
 class TorchLikeFake(FakeSynthesizer):
@@ -30,13 +32,15 @@ class TorchLikeFake(FakeSynthesizer):
 SEGMENTS = [Segment(text=f"sentence {i}", phonemes="abc" * (i + 1), voice="v") for i in range(5)]
 
 
-def test_closed_loop_answers_every_request_in_bounded_batches():
-    synth = TorchLikeFake()
-    level = run_level(synth, SEGMENTS, clients=6, per_client=3, max_batch=4)
-    assert level["requests"] == 18 and sum(map(len, synth.batches)) == 18
-    assert max(map(len, synth.batches)) <= 4 and level["mean_batch"] > 1
-    assert level["audio_s"] > 0 and level["audio_s_per_s"] > 0
-    assert level["first_audio_ms_p50"] <= level["first_audio_ms_p95"] <= level["first_audio_ms_max"]
+def test_the_sweep_answers_every_request_through_the_concurrent_mode_in_bounded_batches(model_dir):
+    config = BackendConfig.defaults(backend="fake", mode="concurrent", fake_batch=True, batch_on_cpu=True,
+                                    max_batch_size=4, fake_segment_s=0.02, model_dir=model_dir)
+    levels = sweep(config, ["One sentence here.", "Another one, a little longer.", "A third."], (1, 6), per_client=3)
+    assert [lv["concurrency"] for lv in levels] == [1, 6] and [lv["requests"] for lv in levels] == [3, 18]
+    assert levels[0]["mean_batch"] == 1 and 1 < levels[1]["mean_batch"] <= 4
+    for level in levels:
+        assert level["audio_s"] > 0 and level["audio_s_per_s"] > 0
+        assert level["first_audio_ms_p50"] <= level["first_audio_ms_p95"] <= level["first_audio_ms_max"]
 
 
 def test_batched_vs_single_check_passes_an_exact_batch_path_and_catches_a_broken_one():

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from benchmarks import listeners, results, ttfa
+from benchmarks.clients import PlaybackClock
 from benchmarks.results import Result, validate
 from tests.support.live import ServerProcess
 
@@ -89,3 +90,12 @@ def test_the_quick_sweep_runs_every_configuration_and_the_late_arrival(tmp_path)
     assert len(r.targets) == 8  # per mode: late, 4 listeners, underruns; concurrent vs sequential: two
     assert all(t["value"] is not None for t in r.targets if "4 listeners" not in t["name"])  # (quick: no level 4)
     assert "fake/concurrent deadlines off" in listeners.table(data)
+
+
+def test_the_playback_clock_starts_at_first_audio_and_sums_the_silences_between_chunks():
+    clock = PlaybackClock()
+    assert clock.heard(1.0, 2.0) == 0.0  # plays 1.0-3.0
+    assert clock.heard(2.5, 1.0) == 0.0 and not clock.behind(3.5)  # early: queued, plays 3.0-4.0
+    assert clock.behind(4.5)
+    assert clock.heard(5.0, 1.0) == pytest.approx(1.0)  # a second of silence, plays 5.0-6.0
+    assert clock.underrun_s == pytest.approx(1.0)

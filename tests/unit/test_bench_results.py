@@ -103,3 +103,12 @@ def test_a_recorded_command_reads_the_same_on_any_machine():
             "/opt/ml/model"]
     assert results.shown_command(argv) == (
         "python -m agent serve --reply 'Two words.' kokoro-agent deploy/sagemaker/serve /opt/ml/model")
+
+
+@pytest.mark.parametrize("q", [0, 25, 50, 90, 95, 99, 100])
+def test_the_percentile_agrees_with_numpy_and_skips_missing_values(q):
+    import numpy as np
+
+    values = [3.0, None, 1.0, 7.5, 2.0, 10.0, 4.25]
+    assert results.percentile(values, q) == pytest.approx(np.percentile([v for v in values if v is not None], q))
+    assert results.percentile([None], q) is None and results.percentile([5.0], q) == 5.0

@@ -1,0 +1,98 @@
+"""An in-process target: a backend built by :func:`backends.factory.create_backend` — the engine
+the server runs, in the mode and with the settings a :class:`~backends.config.BackendConfig`
+names — and the closed loop that drives it, with no server or socket in between.
+
+:func:`request` streams one text through the backend and returns its
+:class:`~benchmarks.clients.Timing` (first audio, end, audio); :func:`closed_loop` runs ``clients``
+clients at once, each sending its next text as soon as the previous one is fully answered (zero
+think time), and reports audio-seconds per wall-second, this process's CPU seconds per audio
+second, and first audio by percentile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from backends.base import Backend, NoObserver, SynthesisRequest
+from backends.config import BackendConfig
+from backends.factory import create_backend
+
+from .clients import BYTES_PER_SECOND, Timing
+from .results import percentile
+
+
+class Tally(NoObserver):
+    """A :class:`~backends.base.BackendObserver` that keeps the batch sizes the engine formed."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def batch_done(self, size: int) -> None:
+        self.batches.append(size)
+
+
+@asynccontextmanager
+async def started(config: BackendConfig, tally: Tally | None = None) -> AsyncIterator[Backend]:
+    """``async with started(config) as backend:`` — built, loaded and warmed up (as the server
+    starts it), closed on the way out; ``tally`` hears the batches it forms."""
+    backend = create_backend(config, observer=tally)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
+async def request(backend: Backend, text: str, *, voice: str | None = None, session: str | None = None,
+                  request_id: str = "bench") -> Timing:
+    """One text through ``backend.prepare`` and ``backend.stream``; times from before the prepare."""
+    timing = Timing(request_id)
+    t0 = time.perf_counter()
+    prepared = await backend.prepare(SynthesisRequest(text=text, voice=voice, session=session or "",
+                                                      request_id=request_id))
+    async for chunk in backend.stream(prepared):
+        if timing.first_audio_s is None:
+            timing.first_audio_s = time.perf_counter() - t0
+        timing.audio_bytes += round(chunk.seconds * BYTES_PER_SECOND)
+    timing.complete_s = time.perf_counter() - t0
+    return timing
+
+
+async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_client: int, *,
+                      voice: str | None = None, tally: Tally | None = None) -> dict[str, Any]:
+    """``clients`` clients at once, ``per_client`` requests each, back to back. Client ``c``'s
+    ``r``-th text is ``texts[(c * 7 + r) % len(texts)]`` (the clients start on different texts).
+    With the backend's ``tally``: the number and mean size of the batches formed meanwhile."""
+    import asyncio
+
+    seen = len(tally.batches) if tally else 0
+
+    async def client(c: int) -> list[Timing]:
+        return [await request(backend, texts[(c * 7 + r) % len(texts)], voice=voice, session=f"c{c}",
+                              request_id=f"c{c}-{r}") for r in range(per_client)]
+
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    timings = [t for ts in await asyncio.gather(*(client(c) for c in range(clients))) for t in ts]
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    audio = sum(t.audio_s for t in timings)
+    first = [t.first_audio_s for t in timings if t.first_audio_s is not None]
+
+    def ms(q: float) -> float | None:
+        p = percentile(first, q)
+        return None if p is None else round(p * 1000, 1)
+
+    out = {
+        "concurrency": clients, "requests": len(timings), "audio_s": round(audio, 2), "wall_s": round(wall, 3),
+        "audio_s_per_s": round(audio / wall, 2) if wall else None,
+        # CPU seconds this process spent per audio second (all threads): the cost of a configuration
+        # with contention from other processes mostly factored out; cpu/wall = cores it really got.
+        "cpu_s_per_audio_s": round(cpu / audio, 3) if audio else None, "cores_used": round(cpu / wall, 2),
+        "first_audio_ms_p50": ms(50), "first_audio_ms_p95": ms(95), "first_audio_ms_max": ms(100),
+    }
+    if tally is not None:
+        formed = tally.batches[seen:]
+        out.update(batches=len(formed), mean_batch=round(sum(formed) / len(formed), 2) if formed else None)
+    return out
