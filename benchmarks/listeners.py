@@ -159,14 +159,16 @@ def _interrupted(srv: LiveServer) -> float:
     return srv.scrape().get(("kokoro_interrupted_calls_total", ()), 0.0)
 
 
-def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend: str = "onnx") -> dict[str, Any]:
+def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend: str = "onnx",
+          levels: list[int] | None = None, configs=CONFIGS) -> dict[str, Any]:
     """Every configuration through every level (and the late arrival); returns samples + summary.
-    ``backend="fake"`` runs the same sweep on the model-free runtime (to check the harness)."""
-    levels = [1, 2] if quick else [1, 2, 4, 8]
+    ``backend="fake"`` runs the same sweep on the model-free runtime (to check the harness);
+    ``levels``/``configs`` narrow it (the torch late listener: level 1 and the late arrival only)."""
+    levels = levels or ([1, 2] if quick else [1, 2, 4, 8])
     samples: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         servers = {}
-        for mode, deadlines in CONFIGS:
+        for mode, deadlines in configs:
             env = {"KOKORO_DEADLINES": str(deadlines).lower()}
             srv = LiveServer(backend=backend, mode=mode, env=env, model_dir=model_dir, log=log)
             servers[config_name(mode, deadlines, backend)] = stack.enter_context(srv)

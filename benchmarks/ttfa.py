@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import time
 from typing import Any
 
@@ -147,6 +148,15 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
     summarize(result)
     result.summary["listeners"] = sweep
     listeners.targets(result, sweep)
+    if not quick and importlib.util.find_spec("torch") is not None:
+        log("ttfa: the late listener on the torch runtime (CPU), deadlines on, both modes")
+        on_torch = listeners.sweep(quick=quick, model_dir=model_dir, log=log, backend="torch", levels=[1],
+                                   configs=(("sequential", True), ("concurrent", True)))
+        result.summary["torch_late_listener"] = on_torch
+        for mode in ("sequential", "concurrent"):
+            ratio = (on_torch["summary"].get(listeners.config_name(mode, True, "torch"), {}).get("late") or {}).get("vs_alone")
+            result.target(f"torch, {mode}: late listener's first audio vs alone", f"<= {listeners.LATE_GOAL:g}x",
+                          ratio, None if ratio is None else ratio <= listeners.LATE_GOAL)
     return result
 
 
@@ -224,6 +234,9 @@ def body(data: dict[str, Any]) -> str:
             "of silence heard between chunks), then one listener arriving while three stream long texts:\n\n"
             + listeners.table(s["listeners"])
         )
+    if s.get("torch_late_listener"):
+        out += ("\n\nThe same late arrival on the PyTorch runtime (CPU, float32), against its own first audio "
+                "alone:\n\n" + listeners.table(s["torch_late_listener"]))
     return out
 
 
