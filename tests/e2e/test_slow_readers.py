@@ -18,11 +18,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from websockets.sync.client import connect
 
 from tests.support.app import wait_for
 from tests.support.inproc import metric
-from tests.support.live import RawWS, ServerProcess
+from tests.support.live import RawWS, ServerProcess, answer
 
 LONG = " ".join(f"Sentence number {i} keeps the synthesis going for quite a while longer." for i in range(60))
 QUEUED = 16  # the session's queue limit (KOKORO_MAX_QUEUED_PER_SESSION's default)
@@ -58,21 +57,8 @@ def _timeouts(srv: ServerProcess, route: str) -> float:
     return metric(_metrics(srv), f'kokoro_send_timeouts_total{{route="{route}"}}')
 
 
-def _answer(srv: ServerProcess, text: str) -> dict:
-    """One request on a fresh session of a client that reads: its ``synthesis_complete``."""
-    with connect(srv.ws_url, max_size=None) as ws:
-        ws.send(json.dumps({"text": text, "request_id": "other"}))
-        while True:
-            frame = ws.recv(timeout=60)
-            if isinstance(frame, str):
-                event = json.loads(frame)
-                assert event["type"] in ("synthesis_start", "synthesis_complete"), event
-                if event["type"] == "synthesis_complete":
-                    return event
-
-
 def test_a_websocket_client_that_never_reads_pauses_its_synthesis_and_is_closed(server):
-    one_request_s = _answer(server, LONG)["audio_duration_s"]
+    one_request_s = answer(server.ws_url, LONG)["audio_duration_s"]
     rss_before, audio_before = _rss(server.proc.pid), _audio_seconds(server)
 
     stuck = RawWS(server.port)
@@ -81,7 +67,7 @@ def test_a_websocket_client_that_never_reads_pauses_its_synthesis_and_is_closed(
     wait_for(lambda: _audio_seconds(server) > audio_before)
 
     # Another session is answered while the stuck one waits for its reader.
-    assert _answer(server, "Someone else is still served.")["audio_duration_s"] > 0
+    assert answer(server.ws_url, "Someone else is still served.")["audio_duration_s"] > 0
 
     wait_for(lambda: _timeouts(server, "ws") == 1)
     asked_s = QUEUED * one_request_s
@@ -117,7 +103,7 @@ def _trickle_post(port: int, body: bytes, stop: threading.Event) -> socket.socke
 
 
 def test_a_post_client_reading_a_byte_a_second_pauses_its_synthesis_and_is_cut(server):
-    one_request_s = _answer(server, LONG)["audio_duration_s"]
+    one_request_s = answer(server.ws_url, LONG)["audio_duration_s"]
     audio_before = _audio_seconds(server)
     body = json.dumps({"text": LONG, "format": "pcm"}).encode()
     stop = threading.Event()
@@ -126,7 +112,7 @@ def test_a_post_client_reading_a_byte_a_second_pauses_its_synthesis_and_is_cut(s
     reader.start()
     try:
         wait_for(lambda: _audio_seconds(server) > audio_before)
-        assert _answer(server, "Someone else is still served.")["audio_duration_s"] > 0
+        assert answer(server.ws_url, "Someone else is still served.")["audio_duration_s"] > 0
         wait_for(lambda: _timeouts(server, "invocations") == 1)
     finally:
         stop.set()

@@ -12,27 +12,13 @@ from __future__ import annotations
 
 import json
 
-from websockets.sync.client import connect
-
 from tests.support.app import wait_for
-from tests.support.live import RawWS, ServerProcess
+from tests.support.live import RawWS, ServerProcess, answer
 
 LONG = " ".join(f"Sentence number {i} keeps the synthesis going for quite a while longer." for i in range(60))
 SENTENCE = "Could you tell me the time of the next train to the coast, please?"
 PHONEME_S = 0.06  # runtime seconds per phoneme: 0.075 s of fake audio per phoneme, two streams ask 0.075
 SEGMENT_PHONEMES = 60  # a long segment: ~3.6 s of runtime
-
-
-def _complete(url: str, text: str) -> dict:
-    with connect(url, max_size=None) as ws:
-        ws.send(json.dumps({"text": text, "request_id": "sentence"}))
-        while True:
-            frame = ws.recv(timeout=120)
-            if isinstance(frame, str):
-                event = json.loads(frame)
-                assert event["type"] in ("synthesis_start", "synthesis_complete"), event
-                if event["type"] == "synthesis_complete":
-                    return event
 
 
 def test_a_sentence_completes_within_its_time_alone_plus_one_segment(tmp_path):
@@ -42,13 +28,13 @@ def test_a_sentence_completes_within_its_time_alone_plus_one_segment(tmp_path):
     stalled: list[RawWS] = []
     try:
         srv.wait_ready()
-        alone = _complete(srv.ws_url, SENTENCE)["elapsed_s"]
+        alone = answer(srv.ws_url, SENTENCE, "sentence")["elapsed_s"]
         for i in range(2):
             ws = RawWS(srv.port)
             ws.send_text(json.dumps({"text": LONG, "request_id": f"stalled-{i}"}))
             stalled.append(ws)
         wait_for(lambda: "overloaded:" in log.read_text(), timeout=90)  # the two streams fell behind
-        behind = _complete(srv.ws_url, SENTENCE)["elapsed_s"]
+        behind = answer(srv.ws_url, SENTENCE, "sentence")["elapsed_s"]
         one_segment = SEGMENT_PHONEMES * PHONEME_S * 1.5  # a long segment, with room for a loaded machine
         assert behind <= alone + one_segment, (behind, alone)
     finally:

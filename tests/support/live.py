@@ -198,3 +198,21 @@ class RawWS:
             self.sock.close()
         except OSError:
             pass
+
+
+def answer(ws_url: str, text: str, request_id: str = "r1", timeout_s: float = 120.0) -> dict:
+    """One request on a fresh session of a client that reads everything: its ``synthesis_complete``
+    (any other event fails the test)."""
+    import json
+
+    from websockets.sync.client import connect
+
+    with connect(ws_url, max_size=None) as ws:
+        ws.send(json.dumps({"text": text, "request_id": request_id}))
+        while True:
+            frame = ws.recv(timeout=timeout_s)
+            if isinstance(frame, str):
+                event = json.loads(frame)
+                assert event["type"] in ("synthesis_start", "synthesis_complete"), event
+                if event["type"] == "synthesis_complete":
+                    return event
