@@ -5,8 +5,9 @@ Everything but the scheduling is :class:`~backends.engine.Engine`'s: each segmen
 engine's single per-segment step (:meth:`~backends.engine.Engine.run_segments`), one segment per
 call, never batched.
 
-Scheduling: each request offers one segment at a time (its next segment becomes runnable when the
-previous one is done and the stream's reader asked for it) to a
+Scheduling: each request offers one segment at a time (its next segment becomes runnable as soon as
+the previous one is done, before that one's chunk is handed to the reader — so at most one segment
+runs ahead of a reader, and the worker's next pick can be the same request's next segment) to a
 :class:`~backends.schedule.SegmentQueue`; whenever the worker is free it runs the queue's pick in
 the order of the engine's :class:`~backends.policy.SchedulingPolicy` (with ``deadlines`` off: first
 in, first out). A listener's first segment that finds the worker busy with a later segment may
@@ -90,29 +91,50 @@ class SequentialBackend(Engine):
         count = len(request.segments)
         left = sum(len(s.phonemes) for s in request.segments)
         with policy.tracked(request, playout):
-            for segment in request.segments:
+            outstanding: list[asyncio.Future[SegmentResult]] = []
+
+            def offer(segment: Segment) -> asyncio.Future[SegmentResult]:
+                nonlocal left
                 future: asyncio.Future[SegmentResult] = loop.create_future()
+                outstanding.append(future)
                 self._set_waiting(self._waiting + 1)
                 policy.offer(self._queue, (segment, future, playout), segment, playout, session=key,
                              request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts)
                 left -= len(segment.phonemes)
                 self._observer.queue_depth(len(self._queue))
-                try:
-                    self._run_next()
-                    result = await self._until(timeout_at, future)
-                except KokoroError:
-                    raise
-                except Exception as e:  # e.g. the worker was shut down by aclose()
-                    raise self._as_error(e, request) from e
-                finally:
-                    self._queue.remove(partial(_holds, future))
-                    self._set_waiting(self._waiting - 1)
-                    if future.cancel() or future.cancelled():  # closed mid-call (cancel, barge-in): stop it
-                        policy.abandon(partial(_holds, future))
-                if result.error is not None:
-                    raise self._as_error(result.error, request) from result.error
-                policy.segment_ready(playout, result.audio, request)
-                yield self._chunk(segment, count, result)
+                self._run_next()
+                return future
+
+            def settle(future: asyncio.Future[SegmentResult]) -> None:
+                outstanding.remove(future)
+                self._queue.remove(partial(_holds, future))
+                self._set_waiting(self._waiting - 1)
+                if future.cancel() or future.cancelled():  # closed mid-call (cancel, barge-in): stop it
+                    policy.abandon(partial(_holds, future))
+
+            try:
+                future = offer(request.segments[0])
+                for i, segment in enumerate(request.segments):
+                    try:
+                        result = await self._until(timeout_at, future)
+                    except KokoroError:
+                        raise
+                    except Exception as e:  # e.g. the worker was shut down by aclose()
+                        raise self._as_error(e, request) from e
+                    finally:
+                        settle(future)
+                    if result.error is not None:
+                        raise self._as_error(result.error, request) from result.error
+                    policy.segment_ready(playout, result.audio, request)
+                    if i + 1 < count:
+                        # Offered before this chunk is handed on, so the worker's next pick can be it
+                        # (a short request is not kept waiting behind another session's segment
+                        # while its chunk is being sent); at most one segment ahead of the reader.
+                        future = offer(request.segments[i + 1])
+                    yield self._chunk(segment, count, result)
+            finally:
+                for pending in list(outstanding):
+                    settle(pending)
 
     def _run_next(self) -> None:
         """Hand the queue's pick to the worker when it is free (event loop)."""
@@ -152,7 +174,9 @@ class SequentialBackend(Engine):
             self._observer.queue_depth(len(self._queue))
         else:
             future.set_result(work.result()[0])
-        self._run_next()
+        # Deferred: the stream whose segment this was wakes first and offers its next one, so the
+        # pick below can take it.
+        asyncio.get_running_loop().call_soon(self._run_next)
 
 
 def _holds(future: asyncio.Future[SegmentResult], item: Any) -> bool:

@@ -50,7 +50,11 @@ async def test_closing_the_stream_drops_pending_segments(backend_factory):
     await stream.aclose()
     after = await backend.prepare(SynthesisRequest(text="Then another."))
     await drained(backend, after)
-    assert synth.calls == [request.segments[0].text, *(s.text for s in after.segments)]
+    assert len(request.segments) >= 3
+    # The one segment offered ahead of the reader may have started; nothing after it ever does.
+    ahead = synth.calls[1:len(synth.calls) - len(after.segments)]
+    assert synth.calls[0] == request.segments[0].text and ahead in ([], [request.segments[1].text])
+    assert synth.calls[len(synth.calls) - len(after.segments):] == [s.text for s in after.segments]
 
 
 async def test_cancelling_mid_segment_never_starts_the_next(backend_factory):
