@@ -27,6 +27,7 @@ from typing import Any
 from backends.chunker import SentenceChunker
 
 from .live import LiveServer
+from .loop import rotated
 from .raw import VOICE
 from .results import Result, command_line, load_average, markdown_table, median, rnd
 from .texts import PARAGRAPH
@@ -143,7 +144,7 @@ async def clear(ws_url: str) -> dict:
 async def _measure(ws_url: str, runs: int, log) -> list[dict]:
     samples = []
     for run in range(1, runs + 1):
-        for variant in VARIANTS:
+        for variant in rotated(VARIANTS, run - 1):
             s = await {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}[variant](ws_url)
             s.update({"variant": variant, "run": run, "load_1m": (load_average() or [None])[0]})
             samples.append(s)

@@ -27,6 +27,7 @@ import httpx
 
 from . import prom
 from .live import LiveServer, ServerFailed
+from .loop import rotated
 from .raw import VOICE
 from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot, shown_command
 from .texts import PARAGRAPH
@@ -92,7 +93,7 @@ async def _sse_turn(client: httpx.AsyncClient, urls: dict[bool, str], variant: s
 async def _measure(turn, runs: int, log) -> list[dict]:
     samples = []
     for run in range(1, runs + 1):
-        for mode in MODES:
+        for mode in rotated(MODES, run - 1):
             s = await turn(mode)
             s.update({"mode": mode, "run": run, "load_1m": (load_average() or [None])[0]})
             samples.append(s)

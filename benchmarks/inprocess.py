@@ -3,9 +3,8 @@ the server runs, in the mode and with the settings a :class:`~backends.config.Ba
 names — and the closed loop that drives it, with no server or socket in between.
 
 :func:`request` streams one text through the backend and returns its
-:class:`~benchmarks.clients.Timing` (first audio, end, audio); :func:`closed_loop` runs ``clients``
-clients at once, each sending its next text as soon as the previous one is fully answered (zero
-think time), and reports audio-seconds per wall-second, this process's CPU seconds per audio
+:class:`~benchmarks.clients.Timing` (first audio, end, audio); :func:`closed_loop` runs the suite's
+closed loop (:func:`benchmarks.loop.closed_loop`) over it and reports audio-seconds per wall-second, this process's CPU seconds per audio
 second, and first audio by percentile.
 """
 
@@ -21,6 +20,7 @@ from backends.config import BackendConfig
 from backends.factory import create_backend
 
 from .clients import BYTES_PER_SECOND, Timing
+from .loop import closed_loop as run_closed_loop
 from .results import percentile
 
 
@@ -66,17 +66,17 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
     """``clients`` clients at once, ``per_client`` requests each, back to back. Client ``c``'s
     ``r``-th text is ``texts[(c * 7 + r) % len(texts)]`` (the clients start on different texts).
     With the backend's ``tally``: the number and mean size of the batches formed meanwhile."""
-    import asyncio
-
     seen = len(tally.batches) if tally else 0
 
-    async def client(c: int) -> list[Timing]:
-        return [await request(backend, texts[(c * 7 + r) % len(texts)], voice=voice, session=f"c{c}",
-                              request_id=f"c{c}-{r}") for r in range(per_client)]
+    async def one(_s: None, c: int, r: int) -> Timing:
+        return await request(backend, texts[(c * 7 + r) % len(texts)], voice=voice, session=f"c{c}",
+                             request_id=f"c{c}-{r}")
 
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    timings = [t for ts in await asyncio.gather(*(client(c) for c in range(clients))) for t in ts]
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    cpu0 = time.process_time()
+    loop = await run_closed_loop(one, clients, per_client=per_client)
+    if loop.failures:
+        raise loop.failures[0]
+    timings, wall, cpu = loop.records, loop.wall_s, time.process_time() - cpu0
     audio = sum(t.audio_s for t in timings)
     first = [t.first_audio_s for t in timings if t.first_audio_s is not None]
 

@@ -31,6 +31,7 @@ from agent.ws_client import ContractSession
 
 from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed
 from .live import LiveServer
+from .loop import closed_loop, rotated
 from .raw import VOICE
 from .results import markdown_table, median, rnd
 from .texts import PARAGRAPH, THROUGHPUT_TEXTS
@@ -104,9 +105,10 @@ async def listen(
 
 async def level(url: str, n: int) -> dict[str, Any]:
     """N listeners send the paragraph at once."""
-    t0 = time.perf_counter()
-    heard = await asyncio.gather(*(listen(url, PARAGRAPH) for _ in range(n)))
-    wall = time.perf_counter() - t0
+    loop = await closed_loop(lambda _s, _c, _r: listen(url, PARAGRAPH), n, per_client=1)
+    if loop.failures:
+        raise loop.failures[0]
+    heard, wall = loop.records, loop.wall_s
     firsts = [h.first_audio_s for h in heard if h.first_audio_s is not None]
     audio = sum(h.audio_s for h in heard)
     return {
@@ -174,7 +176,7 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
             servers[config_name(mode, deadlines, backend)] = stack.enter_context(srv)
         names = list(servers)
         for i, n in enumerate(levels):
-            for name in names[i % len(names):] + names[: i % len(names)]:
+            for name in rotated(names, i):
                 _settle(servers.values())
                 sample = {"config": name, "kind": "level", **asyncio.run(level(servers[name].ws_url, n))}
                 samples.append(sample)

@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import listeners, prom
-from .clients import WsSession
+from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
+from .loop import Loop, closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
 from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot
 from .texts import THROUGHPUT_TEXTS
@@ -42,72 +42,40 @@ def _text(client: int, n: int) -> str:
 
 
 async def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
-    deadline_holder: dict[str, float] = {}
-    per_client: list[dict] = []
+    async def request(ws: WsSession, i: int, n: int) -> tuple[str, Timing]:
+        text = _text(i, n)
+        (t,) = await ws.synthesize([text], raise_on_error=False)
+        if t.error:
+            await asyncio.sleep(0.1)
+        return text, t
 
-    async def client(i: int) -> None:
-        done = {"requests": 0, "audio_s": 0.0, "chars": 0, "errors": 0, "first_audio_s": []}
-        async with WsSession(srv.ws_url, voice=VOICE) as ws:
-            n = 0
-            while time.perf_counter() < deadline_holder["t"]:
-                text = _text(i, n)
-                (t,) = await ws.synthesize([text], raise_on_error=False)
-                n += 1
-                if t.error:
-                    done["errors"] += 1
-                    await asyncio.sleep(0.1)
-                    continue
-                done["requests"] += 1
-                done["chars"] += len(text)
-                done["audio_s"] += t.audio_s
-                done["first_audio_s"].append(t.first_audio_s)
-        per_client.append(done)
-
-    t0 = time.perf_counter()
-    deadline_holder["t"] = t0 + duration_s
-    await asyncio.gather(*(client(i) for i in range(concurrency)))
-    wall = time.perf_counter() - t0
-    return _level_stats(per_client, wall)
+    loop = await closed_loop(request, concurrency, duration_s=duration_s,
+                             session=lambda _i: WsSession(srv.ws_url, voice=VOICE))
+    return _level_stats(loop)
 
 
 def _raw_level(raw: RawRuntime, concurrency: int, duration_s: float) -> dict:
-    per_client: list[dict] = []
-    lock = threading.Lock()
-    t0 = time.perf_counter()
-    deadline = t0 + duration_s
-
-    def client(i: int) -> None:
-        done = {"requests": 0, "audio_s": 0.0, "chars": 0, "errors": 0, "first_audio_s": []}
-        n = 0
-        while time.perf_counter() < deadline:
+    """One thread per client calling ``create()`` on the one shared runtime."""
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="raw-client") as pool:
+        async def request(_s: None, i: int, n: int) -> tuple[str, Timing]:
             text = _text(i, n)
-            t = raw.create(text)
-            n += 1
-            done["requests"] += 1
-            done["chars"] += len(text)
-            done["audio_s"] += t.audio_s
-            done["first_audio_s"].append(t.first_audio_s)
-        with lock:
-            per_client.append(done)
+            return text, await asyncio.get_running_loop().run_in_executor(pool, raw.create, text)
 
-    threads = [threading.Thread(target=client, args=(i,), name=f"raw-client-{i}") for i in range(concurrency)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return _level_stats(per_client, time.perf_counter() - t0)
+        return _level_stats(asyncio.run(closed_loop(request, concurrency, duration_s=duration_s)))
 
 
-def _level_stats(per_client: list[dict], wall: float) -> dict:
-    audio = sum(c["audio_s"] for c in per_client)
-    firsts = [x for c in per_client for x in c["first_audio_s"]]
+def _level_stats(loop: Loop) -> dict:
+    done = [(text, t) for text, t in loop.records if not t.error]
+    audio = sum(t.audio_s for _, t in done)
+    firsts = [t.first_audio_s for _, t in done if t.first_audio_s is not None]
+    wall = loop.wall_s
     return {
         "wall_s": rnd(wall, 3),
         "audio_s": rnd(audio, 3),
-        "requests": sum(c["requests"] for c in per_client),
-        "errors": sum(c["errors"] for c in per_client),
+        "requests": len(done),
+        "errors": len(loop.records) - len(done) + len(loop.failures),
         "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
-        "chars_per_s": rnd(sum(c["chars"] for c in per_client) / wall if wall > 0 else 0.0, 3),
+        "chars_per_s": rnd(sum(len(text) for text, _ in done) / wall if wall > 0 else 0.0, 3),
         "first_audio_ms_p50": rnd((median(firsts) or 0.0) * 1000.0, 1) if firsts else None,
         "first_audio_ms_max": rnd(max(firsts) * 1000.0, 1) if firsts else None,
     }
@@ -168,8 +136,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
         names = list(servers)
         for rnd_i in range(rounds):
             for c in levels:
-                shift = (rnd_i + levels.index(c)) % len(names)
-                for name in names[shift:] + names[:shift]:
+                for name in rotated(names, rnd_i + levels.index(c)):
                     srv = servers[name]
                     load = load_average()
                     sample: dict[str, Any] = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load}

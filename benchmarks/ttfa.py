@@ -39,6 +39,7 @@ import httpx
 from . import listeners, prom
 from .clients import WsSession, http_synthesize
 from .live import LiveServer
+from .loop import rotated
 from .raw import VOICE, RawRuntime
 from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot
 from .texts import PARAGRAPH, SENTENCES, check_paragraph
@@ -83,7 +84,7 @@ async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], 
     samples = []
     async with httpx.AsyncClient(timeout=600) as http:
         for run in range(1, runs + 1):
-            for mode in modes:
+            for mode in rotated(modes, run - 1):
                 if mode.startswith("raw_"):
                     s = await _raw_sample(mode, raw)
                 else:
