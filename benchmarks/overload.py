@@ -78,15 +78,15 @@ def sample(name: str, srv: LiveServer, delay_s: float, behind_wait_s: float, aft
         "config": name,
         "alone_first_audio_ms": _ms(alone.first_audio_s),
         "sentence_alone_complete_ms": _ms(sentence.complete_s),
-        "one_segment_ms": _ms(alone.complete_s / alone.chunks) if alone.complete_s and alone.chunks else None,
+        "one_segment_ms": _ms(alone.complete_s / len(alone.chunks)) if alone.complete_s and alone.chunks else None,
         "overload_streams_behind": over["streams_behind"],
         "overload_first_audio_ms": _ms(late.first_audio_s),
-        "overload_error": late.error,
+        "overload_error": late.code,
         "overload_error_ms": _ms(late.error_s),
         "overload_streams_underrun_s": over["streams_underrun_s"],
         "overload_streams_underrun_until_newcomer_s": over["streams_underrun_until_newcomer_s"],
         "stalled_complete_ms": _ms(stalled.complete_s),
-        "stalled_error": stalled.error,
+        "stalled_error": stalled.code,
     }
     a, o = out["alone_first_audio_ms"], out["overload_first_audio_ms"]
     out["overload_vs_alone"] = rnd(o / a, 3) if a and o else None

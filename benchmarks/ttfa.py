@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from . import listeners, prom
-from .clients import WsSession, http_synthesize
+from .clients import RequestFailed, WsSession, post
 from .live import LiveServer
 from .loop import rotated
 from .raw import VOICE, RawRuntime
@@ -54,7 +54,10 @@ SHORT_RATIO = 0.12  # the tighter goal for streaming first audio over batch
 async def _server_sample(mode: str, servers: dict[str, LiveServer], http: httpx.AsyncClient) -> dict:
     default = servers["default"]
     if mode == "batch":
-        t = await http_synthesize(http, default.url, PARAGRAPH, stream=False, voice=VOICE)
+        t = await post(http, f"{default.url}/invocations",
+                       {"text": PARAGRAPH, "format": "pcm", "stream": False, "voice": VOICE})
+        if t.error:
+            raise RequestFailed(t.error)
         # The whole audio is the first audio a batch client can play.
         return {"first_audio_s": t.complete_s, "complete_s": t.complete_s, "audio_s": t.audio_s, "connect_s": None}
     srv = servers["plain"] if mode == "streamed" else servers["clause"] if mode == "clause_first" else default

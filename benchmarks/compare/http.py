@@ -7,7 +7,7 @@ A plain HTTP request carries one text, so a "session" sends a list of texts one 
 (nothing is pipelined; ``pipelines`` is False) with times from the first send. Bodies are asked as
 ``pcm`` (audio only) unless the target says ``#format=wav``; a target that refuses ``pcm`` with a 400
 is asked for ``wav`` from then on (the AWS sample's POST does). A ``wav`` body's header is read past
-(:class:`WavReader`), so ``first_audio_s`` is the first byte of audio in either format and
+(:class:`benchmarks.clients.WavReader`), so ``first_audio_s`` is the first byte of audio in either format and
 ``audio_bytes`` counts audio only; ``complete_s`` is the last byte. boto3 calls block, so each runs
 in a worker thread; httpx runs on the caller's event loop.
 """
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..clients import Timing
+from ..clients import Timing, post
 from .targets import UNKNOWN_VOICE, Target, Unsupported
 
 INVALID_JSON = b'{"text": "an unterminated string'
@@ -90,31 +90,6 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-class WavReader:
-    """Splits a streamed WAV body into its header and the audio after it, chunk by chunk:
-    ``feed(chunk)`` returns the audio bytes in ``chunk`` (empty until the ``data`` chunk has begun).
-    Streamed headers carry unknown sizes, so the reader walks the chunks up to ``data`` and takes
-    everything after it as audio."""
-
-    def __init__(self) -> None:
-        self._head = b""
-        self._in_data = False
-
-    def feed(self, chunk: bytes) -> bytes:
-        if self._in_data:
-            return chunk
-        self._head += chunk
-        pos = 12  # "RIFF" size "WAVE"
-        while len(self._head) >= pos + 8:
-            cid, size = self._head[pos:pos + 4], int.from_bytes(self._head[pos + 4:pos + 8], "little")
-            if cid == b"data":
-                self._in_data = True
-                audio, self._head = self._head[pos + 8:], b""
-                return audio
-            pos += 8 + size + (size & 1)
-        return b""
-
-
 class HttpSession:
     """Texts one after another through ``post(text, t0, voice)``, times from the first send."""
 
@@ -171,23 +146,7 @@ class _HttpClient:
         return timing
 
     async def _post(self, text: str, t0: float, voice: str | None) -> Timing:
-        timing = Timing("http")
-        wav = WavReader() if self.audio_format == "wav" else None
-        try:
-            async with self.http.stream("POST", self.speech_url, json=self.body(text, voice)) as r:
-                if r.status_code != 200:
-                    timing.error = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
-                    return timing
-                async for chunk in r.aiter_raw():
-                    audio = wav.feed(chunk) if wav else chunk
-                    if audio and timing.first_audio_s is None:
-                        timing.first_audio_s = time.perf_counter() - t0
-                    timing.audio_bytes += len(audio)
-        except httpx.HTTPError as exc:
-            timing.error = f"{type(exc).__name__}: {exc}"
-            return timing
-        timing.complete_s = time.perf_counter() - t0
-        return timing
+        return await post(self.http, self.speech_url, self.body(text, voice), t0=t0, wav=self.audio_format == "wav")
 
     async def health(self) -> tuple[str, int, float]:
         if self._health is None:
@@ -285,9 +244,7 @@ class SageMakerInvocationsClient(InvocationsClient):
                 if part is None:
                     timing.error = f"stream error: {json.dumps(event, default=str)[:200]}"
                     return timing
-                if part.get("Bytes") and timing.first_audio_s is None:
-                    timing.first_audio_s = time.perf_counter() - t0
-                timing.audio_bytes += len(part.get("Bytes", b""))
+                timing.heard(time.perf_counter() - t0, part.get("Bytes", b""))
         except Unsupported:
             raise
         except Exception as exc:  # botocore ClientError (ValidationError, ModelError), connection errors
