@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite <name>.md and .png from the existing <name>.json without running anything",
     )
     parser.add_argument("--backend", choices=["fake", "onnx", "torch"], default=None,
-                        help="the runtime of the servers a suite starts, where it takes one (load, soak, overload); "
+                        help="the runtime of the servers a suite starts, where it takes one (every suite but quality, "
+                        "languages, onnx_durations and windowed_decoder, which measure the model's own output); "
                         "fake checks a suite's harness without the model")
     parser.add_argument("--agent-url", default=None, help="e2e: a running agent app (nothing is started)")
     parser.add_argument("--agent-runtime-arn", default=None,

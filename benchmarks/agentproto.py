@@ -153,13 +153,13 @@ async def _measure(ws_url: str, runs: int, log) -> list[dict]:
     return samples
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     runs = 2 if quick else 3
     result = Result("agentproto", quick, command_line("agentproto", quick), config={
         "text": PARAGRAPH, "tokens": len(tokens(PARAGRAPH)), "tokens_per_second": TOKENS_PER_SECOND, "voice": VOICE,
         "variants": list(VARIANTS), "runs_per_variant": runs, "server": "kokoro-serve serve (onnx, sequential)",
     })
-    with LiveServer(model_dir=model_dir, log=log) as tts:
+    with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
         result.samples = asyncio.run(_measure(tts.url.replace("http://", "ws://"), runs, log))
     summarize(result)
     return result

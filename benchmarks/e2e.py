@@ -105,14 +105,14 @@ async def _measure(turn, runs: int, log) -> list[dict]:
     return samples
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     runs = 2 if quick else 5
     result = Result(
         "e2e", quick, command_line("e2e", quick),
         config={"prompt": PROMPT, "reply": REPLY, "tokens_per_second": TOKENS_PER_SECOND, "model": "scripted", "voice": VOICE,
                 "modes": list(MODES), "runs_per_mode": runs, "aws_reference_speedup": AWS_REFERENCE_SPEEDUP},
     )
-    with LiveServer(model_dir=model_dir, log=log) as tts:
+    with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
         before = tts.scrape()
         result.config["path"] = "AgentCore app subprocess, POST /invocations, SSE"
         argv = [*_agent_command(), "serve", "--model", "scripted", "--tokens-per-second", str(TOKENS_PER_SECOND),

@@ -75,7 +75,7 @@ async def _measure(srv: LiveServer, raw: RawRuntime, texts: list[str], reps: int
     return samples
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     texts = segments(quick)
     reps = 1 if quick else 3
     result = Result(
@@ -88,7 +88,7 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
     )
     log(f"overhead: {len(texts)} segments x {reps} reps, raw and server alternating")
     raw = RawRuntime(model_dir)
-    with LiveServer(model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log) as srv:
+    with LiveServer(backend=backend, model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log) as srv:
         before = srv.scrape()
         t0 = time.perf_counter()
         result.samples = asyncio.run(_measure(srv, raw, texts, reps, log))

@@ -94,13 +94,14 @@ def torch_available(model_dir=None) -> tuple[bool, str]:
     return True, ""
 
 
-def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = None) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = None, backend: str = "onnx") -> Result:
     levels = [1, 4] if quick else [1, 2, 4, 8]
     duration = 12.0 if quick else 25.0
     rounds = 1 if quick else 2
-    configs: list[tuple[str, str]] = [("onnx", "sequential"), ("onnx", "concurrent")]
+    configs: list[tuple[str, str]] = [(backend, "sequential"), (backend, "concurrent")]
     result = Result("throughput", quick, command_line("throughput", quick))
-    want_torch = (not quick) if torch is None else torch
+    raw_too = backend != "fake"  # the harness without the model: no raw runtime beside it
+    want_torch = (not quick and backend == "onnx") if torch is None else torch
     if want_torch:
         ok, why = torch_available(model_dir)
         if ok:
@@ -112,7 +113,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
         result.notes.append("torch runtime not run (quick run; the full run includes it when available)")
     result.config = {
         "concurrency_levels": levels, "duration_per_level_s": duration, "rounds": rounds, "voice": VOICE,
-        "texts": list(THROUGHPUT_TEXTS), "configs": [RAW, *(f"{b}/{m}" for b, m in configs)],
+        "texts": list(THROUGHPUT_TEXTS), "configs": [*([RAW] if raw_too else []), *(f"{b}/{m}" for b, m in configs)],
         "client": "one WebSocket session per client, one request at a time",
         "raw_client": "one thread per client calling Kokoro.create() on one shared instance",
         "order": "every server is up (idle) at once; each round runs every level through every config in "
@@ -120,9 +121,9 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
     }
     log(f"throughput: levels {levels}, {duration:.0f} s each, {rounds} round(s), configs {result.config['configs']}")
 
-    raw = RawRuntime(model_dir)
+    raw = RawRuntime(model_dir) if raw_too else None
     with contextlib.ExitStack() as stack:
-        servers: dict[str, LiveServer | None] = {RAW: None}
+        servers: dict[str, LiveServer | None] = {RAW: None} if raw_too else {}
         for backend, mode in configs:
             name = f"{backend}/{mode}"
             srv = LiveServer(backend=backend, mode=mode, model_dir=model_dir, log=log)
@@ -141,6 +142,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
                     load = load_average()
                     sample: dict[str, Any] = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load}
                     if srv is None:
+                        assert raw is not None
                         sample.update(_raw_level(raw, c, duration))
                     else:
                         before = srv.scrape()
@@ -158,7 +160,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
     peak_rss = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
     result.summary["peak_rss_mib"] = peak_rss
     log("throughput: many listeners (deadlines on/off, sequential/concurrent)")
-    result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False)
+    result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False, backend=backend)
     summarize(result)
     return result
 

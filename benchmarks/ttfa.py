@@ -73,7 +73,8 @@ async def _server_sample(mode: str, servers: dict[str, LiveServer], http: httpx.
     }
 
 
-async def _raw_sample(mode: str, raw: RawRuntime) -> dict:
+async def _raw_sample(mode: str, raw: RawRuntime | None) -> dict:
+    assert raw is not None
     if mode == "raw_batch":
         t = await asyncio.to_thread(raw.create, PARAGRAPH)
     elif mode == "raw_stream":
@@ -83,7 +84,7 @@ async def _raw_sample(mode: str, raw: RawRuntime) -> dict:
     return {"first_audio_s": t.first_audio_s, "complete_s": t.complete_s, "audio_s": t.audio_s}
 
 
-async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], raw: RawRuntime, log) -> list[dict]:
+async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], raw: RawRuntime | None, log) -> list[dict]:
     samples = []
     async with httpx.AsyncClient(timeout=600) as http:
         for run in range(1, runs + 1):
@@ -111,33 +112,35 @@ async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], 
     return samples
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     check_paragraph()
     runs = 2 if quick else 5
     # quick: the modes that differ; for this paragraph `streamed` packs into one segment (= batch) and
     # create_stream() has one batch (= create()).
     modes = ["batch", "sentence_first", "fast_first", "clause_first", "raw_batch"] if quick else [*SERVER_MODES, *RAW_MODES]
+    if backend == "fake":  # the harness without the model: no raw runtime beside it
+        modes = [m for m in modes if not m.startswith("raw_")]
     result = Result(
         "ttfa", quick, command_line("ttfa", quick),
         config={
             "paragraph": PARAGRAPH, "paragraph_chars": len(PARAGRAPH), "sentences": list(SENTENCES),
             "voice": VOICE, "lang": "en-us", "runs_per_mode": runs, "modes": modes,
             "servers": {
-                "default": "kokoro-serve serve --backend onnx --mode sequential",
-                "plain": "KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend onnx --mode sequential",
-                "clause": "KOKORO_SHORT_FIRST_SEGMENT=never kokoro-serve serve --backend onnx --mode sequential",
+                "default": f"kokoro-serve serve --backend {backend} --mode sequential",
+                "plain": f"KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend {backend} --mode sequential",
+                "clause": f"KOKORO_SHORT_FIRST_SEGMENT=never kokoro-serve serve --backend {backend} --mode sequential",
             },
             "streaming_mode": STREAMING_MODE,
         },
     )
     log(f"ttfa: {runs} runs x {len(modes)} modes on a {len(PARAGRAPH)}-character paragraph")
-    raw = RawRuntime(model_dir)
-    result.config["raw_runtime"] = {"model": str(raw.model_path.name), "load_s": rnd(raw.load_s, 2)}
-    servers = {
-        "default": LiveServer(model_dir=model_dir, log=log),
-        "plain": LiveServer(model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log),
-        "clause": LiveServer(model_dir=model_dir, env={"KOKORO_SHORT_FIRST_SEGMENT": "never"}, log=log),
-    }
+    raw = None
+    if any(m.startswith("raw_") for m in modes):
+        raw = RawRuntime(model_dir)
+        result.config["raw_runtime"] = {"model": str(raw.model_path.name), "load_s": rnd(raw.load_s, 2)}
+    servers = {name: LiveServer(backend=backend, model_dir=model_dir, env=env, log=log) for name, env in (
+        ("default", {}), ("plain", {"KOKORO_FAST_FIRST_SEGMENT": "false"}),
+        ("clause", {"KOKORO_SHORT_FIRST_SEGMENT": "never"}))}
     with contextlib.ExitStack() as stack:
         for srv in servers.values():
             stack.enter_context(srv)
@@ -148,11 +151,11 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
         result.server_view = {name: prom.server_view(before[name], srv.scrape()) for name, srv in servers.items()}
         result.config["server_startup_s"] = {name: rnd(srv.startup_s, 1) for name, srv in servers.items()}
     log("ttfa: many listeners (deadlines on/off, sequential/concurrent)")
-    sweep = listeners.sweep(quick=quick, model_dir=model_dir, log=log)
+    sweep = listeners.sweep(quick=quick, model_dir=model_dir, log=log, backend=backend)
     summarize(result)
     result.summary["listeners"] = sweep
     listeners.targets(result, sweep)
-    if not quick and importlib.util.find_spec("torch") is not None:
+    if not quick and backend == "onnx" and importlib.util.find_spec("torch") is not None:
         log("ttfa: the late listener on the torch runtime (CPU), deadlines on, both modes")
         on_torch = listeners.sweep(quick=quick, model_dir=model_dir, log=log, backend="torch", levels=[1],
                                    configs=(("sequential", True), ("concurrent", True)))
