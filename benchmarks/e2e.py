@@ -20,6 +20,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,26 +75,30 @@ def _turn_stats(events: list[tuple[float, dict]], t0: float) -> dict:
     }
 
 
-async def _sse_turn(client: httpx.AsyncClient, urls: dict[bool, str], variant: str) -> dict:
-    mode, early = VARIANTS[variant]
-    url = urls[early]
+def sse_event(line: str) -> dict | None:
+    """The event of one line of an SSE body (``data: {...}``), None for any other line."""
+    payload = line[5:].strip() if line.startswith("data:") else ""
+    return json.loads(payload) if payload else None
+
+
+async def sse_turn(client: httpx.AsyncClient, url: str, mode: str) -> dict:
+    """One turn through an agent app's ``POST /invocations`` (SSE), as :func:`_turn_stats`."""
     events: list[tuple[float, dict]] = []
     t0 = time.perf_counter()
     async with client.stream("POST", f"{url}/invocations", json={"prompt": PROMPT, "mode": mode, "voice": VOICE}) as r:
         if r.status_code != 200:
             raise RuntimeError(f"agent answered HTTP {r.status_code}: {(await r.aread())[:300]!r}")
         async for line in r.aiter_lines():
-            if line.startswith("data:"):
-                payload = line[5:].strip()
-                if payload:
-                    events.append((time.perf_counter(), json.loads(payload)))
+            if (event := sse_event(line)) is not None:
+                events.append((time.perf_counter(), event))
     return _turn_stats(events, t0)
 
 
-async def _measure(turn, runs: int, log) -> list[dict]:
+async def measure(turn: Callable[[str], Awaitable[dict]], runs: int, log, modes: tuple[str, ...] = MODES) -> list[dict]:
+    """``runs`` rounds of every mode's turn, the modes rotating round by round."""
     samples = []
     for run in range(1, runs + 1):
-        for mode in rotated(MODES, run - 1):
+        for mode in rotated(modes, run - 1):
             s = await turn(mode)
             s.update({"mode": mode, "run": run, "load_1m": (load_average() or [None])[0]})
             samples.append(s)
@@ -127,7 +132,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
                 async def main() -> list[dict]:
                     async with httpx.AsyncClient(timeout=600) as client:
                         urls = {True: agent.url, False: plain.url}
-                        return await _measure(lambda m: _sse_turn(client, urls, m), runs, log)
+                        return await measure(lambda m: sse_turn(client, urls[VARIANTS[m][1]], VARIANTS[m][0]), runs, log)
 
                 result.samples = asyncio.run(main())
         except ServerFailed as e:
