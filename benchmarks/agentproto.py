@@ -24,8 +24,11 @@ import json
 import time
 from typing import Any
 
+from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed
+from agent.ws_client import ContractSession
 from backends.chunker import SentenceChunker
 
+from .clients import Timing
 from .live import LiveServer
 from .loop import rotated
 from .raw import VOICE
@@ -80,9 +83,10 @@ async def server_buffer(ws_url: str) -> dict:
 
 
 async def client_cut(ws_url: str) -> dict:
-    from websockets.asyncio.client import connect
-
-    async with connect(f"{ws_url}/invocations-bidirectional-stream", compression=None, max_size=None) as ws:
+    """The contract's WebSocket route with the cutting done here (the agent's chunker), through the
+    one contract client."""
+    async with await ContractSession.connect(f"{ws_url}/invocations-bidirectional-stream", frames="text",
+                                           max_size=None) as session:
         chunker = SentenceChunker(first_clause_words=6)
         sent = [0]
         t0 = time.perf_counter()
@@ -90,27 +94,26 @@ async def client_cut(ws_url: str) -> dict:
         async def say(chunks: list[str]) -> None:
             for chunk in chunks:
                 sent[0] += 1
-                await ws.send(json.dumps({"text": chunk, "voice": VOICE, "request_id": sent[0]}))
+                await session.synthesize(chunk, str(sent[0]), voice=VOICE)
 
         async def feed() -> None:
             await _paced(lambda token: say(chunker.push(token)), tokens(PARAGRAPH))
             await say(chunker.flush())
 
         feeder = asyncio.create_task(feed())
-        first: list[float] = []
-        audio = done = 0
-        async for frame in ws:
-            if isinstance(frame, bytes):
-                first = first or [time.perf_counter()]
-                audio += len(frame)
-            elif json.loads(frame).get("type") in ("synthesis_complete", "error"):
+        timing = Timing("client_cut")
+        done = 0
+        async for event in session.events():
+            if isinstance(event, AudioChunk):
+                timing.heard(time.perf_counter() - t0, event.pcm)
+            elif isinstance(event, SynthesisComplete | SynthesisFailed):
                 done += 1
                 if feeder.done() and done == sent[0]:
                     break
         await feeder
         end = time.perf_counter()
-    return {"first_audio_ms": rnd((first[0] - t0) * 1000), "end_ms": rnd((end - t0) * 1000),
-            "audio_s": round(audio / 48_000, 3), "requests": sent[0]}
+    return {"first_audio_ms": rnd((timing.first_audio_s or 0.0) * 1000), "end_ms": rnd((end - t0) * 1000),
+            "audio_s": round(timing.audio_s, 3), "requests": sent[0]}
 
 
 async def clear(ws_url: str) -> dict:
