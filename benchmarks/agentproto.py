@@ -32,7 +32,7 @@ from .clients import Timing
 from .live import LiveServer
 from .loop import rotated
 from .raw import VOICE
-from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .results import Result, command_line, load_average, markdown_table, medians_by, rnd
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -169,10 +169,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
 
 
 def summarize(result: Result) -> None:
-    for variant in VARIANTS:
-        xs = [s for s in result.samples if s["variant"] == variant]
-        keys = [k for k in xs[0] if k not in ("variant", "run", "load_1m")]
-        result.medians[variant] = {k: rnd(median(s[k] for s in xs), 2) for k in keys} | {"runs": len(xs)}
+    result.medians = medians_by(result.samples, "variant", 2)
     m = result.medians
     result.summary = {
         "server_buffer_first_audio_ms": m["server_buffer"]["first_audio_ms"],

@@ -30,7 +30,16 @@ from . import prom
 from .live import LiveServer, ServerFailed
 from .loop import rotated
 from .raw import VOICE
-from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot, shown_command
+from .results import (
+    Result,
+    command_line,
+    load_average,
+    markdown_table,
+    medians_by,
+    rnd,
+    save_plot,
+    shown_command,
+)
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -151,12 +160,8 @@ def _not_run(result: Result, why: str) -> Result:
 
 
 def summarize(result: Result) -> None:
-    for mode in MODES:
-        xs = [s for s in result.samples if s["mode"] == mode]
-        result.medians[mode] = {
-            key: rnd(median(s[key] for s in xs), 1)
-            for key in ("first_text_ms", "last_text_ms", "first_audio_ms", "end_ms")
-        } | {"audio_s": rnd(median(s["audio_s"] for s in xs), 3), "runs": len(xs)}
+    result.medians = medians_by(result.samples, "mode", {"first_text_ms": 1, "last_text_ms": 1, "first_audio_ms": 1,
+                                                          "end_ms": 1, "audio_s": 3})
     bidi = result.medians["bidi"]["first_audio_ms"]
     batch = result.medians["batch"]["first_audio_ms"]
     speedup = round(batch / bidi, 3) if bidi and batch else None
@@ -164,7 +169,7 @@ def summarize(result: Result) -> None:
         s["first_audio_ms"] is not None and s["last_text_ms"] is not None and s["first_audio_ms"] < s["last_text_ms"]
         for s in result.samples if s["mode"] == "bidi"
     )
-    plain = result.medians["bidi_no_early_clause"]["first_audio_ms"]
+    plain = result.medians.get("bidi_no_early_clause", {}).get("first_audio_ms")
     result.summary = {"bidi_first_audio_ms": bidi, "batch_first_audio_ms": batch, "speedup": speedup,
                       "bidi_no_early_clause_first_audio_ms": plain,
                       "early_clause_saves_ms": rnd(plain - bidi, 1) if bidi and plain else None,

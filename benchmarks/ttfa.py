@@ -41,7 +41,7 @@ from .clients import RequestFailed, WsSession, post
 from .live import LiveServer
 from .loop import rotated
 from .raw import VOICE, RawRuntime
-from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot
+from .results import Result, command_line, load_average, markdown_table, median, medians_by, rnd, save_plot
 from .texts import PARAGRAPH, SENTENCES, check_paragraph
 
 SERVER_MODES = ("batch", "streamed", "sentence_first", "fast_first", "clause_first")
@@ -168,18 +168,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
 
 
 def summarize(result: Result) -> None:
-    by_mode: dict[str, list[dict]] = {}
-    for s in result.samples:
-        by_mode.setdefault(s["mode"], []).append(s)
-    result.medians = {
-        mode: {
-            "first_audio_ms": rnd(median(x["first_audio_ms"] for x in xs), 1),
-            "complete_ms": rnd(median(x["complete_ms"] for x in xs), 1),
-            "audio_s": rnd(median(x["audio_s"] for x in xs), 3),
-            "runs": len(xs),
-        }
-        for mode, xs in by_mode.items()
-    }
+    result.medians = medians_by(result.samples, "mode", {"first_audio_ms": 1, "complete_ms": 1, "audio_s": 3})
     batch = (result.medians.get("batch") or {}).get("first_audio_ms")
     streaming = (result.medians.get(STREAMING_MODE) or {}).get("first_audio_ms")
     ratio = round(streaming / batch, 4) if batch and streaming else None
