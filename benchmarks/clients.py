@@ -25,6 +25,7 @@ from agent.messages import (
     AudioChunk,
     SynthesisComplete,
     SynthesisFailed,
+    SynthesisStart,
     Transport,
     synthesis_request,
 )
@@ -107,16 +108,17 @@ class WsSession:
     """
 
     def __init__(self, url: str, *, voice: str | None = None, speed: float = 1.0, api_key: str | None = None,
-                 frames: Literal["binary", "text"] = "text"):
+                 frames: Literal["binary", "text"] = "text", open_timeout: float = 30.0):
         self.url, self.voice, self.speed = url, voice, speed
-        self.api_key, self.frames = api_key, frames
+        self.api_key, self.frames, self.open_timeout = api_key, frames, open_timeout
         self.session: ContractSession | None = None
         self.burst: Burst | None = None
         self.connect_s: float | None = None
 
     async def __aenter__(self) -> WsSession:
         t0 = time.perf_counter()
-        self.session = await ContractSession.connect(self.url, api_key=self.api_key, frames=self.frames, max_size=None)
+        self.session = await ContractSession.connect(self.url, api_key=self.api_key, frames=self.frames, max_size=None,
+                                                     open_timeout=self.open_timeout)
         self.connect_s = time.perf_counter() - t0
         self.burst = Burst(self.session, voice=self.voice, speed=self.speed)
         return self
@@ -144,6 +146,11 @@ class Burst:
         self.extra = dict(extra or {})  # fields added to every request (``lang``, ...)
         self.answers = Answers()
         self._n = 0
+        #: the contract as this session saw it: ids sent and answered, in order, and any breach of it
+        self.sent: list[str] = []
+        self.answered: list[str] = []
+        self.violations: list[str] = []
+        self._current: str | None = None
 
     async def synthesize(self, texts: list[str] | tuple[str, ...], *, raise_on_error: bool = True,
                          voice: str | None = None, on_audio: OnAudio | None = None) -> list[Timing]:
@@ -156,6 +163,7 @@ class Burst:
             await self.transport.send({**synthesis_request(text, rid, voice=voice or self.voice, speed=self.speed),
                                        **self.extra})
             timings[rid].sent_s = time.perf_counter() - t0
+            self.sent.append(rid)
         pending = set(ids)
         while pending:
             frame = await self.transport.receive()
@@ -163,7 +171,16 @@ class Burst:
                 raise RequestFailed(f"session closed with {len(pending)} requests unanswered")
             event = self.answers.read(frame)
             now = time.perf_counter() - t0
-            if isinstance(event, AudioChunk):
+            if isinstance(event, SynthesisComplete | SynthesisFailed):
+                if self._current is not None and event.request_id != self._current:
+                    self.violations.append(f"the answer of {event.request_id} inside {self._current}")
+                self.answered.append(str(event.request_id))
+                self._current = None
+            if isinstance(event, SynthesisStart):
+                if self._current is not None:
+                    self.violations.append(f"{event.request_id} started inside {self._current}")
+                self._current = event.request_id
+            elif isinstance(event, AudioChunk):
                 if event.request_id is None:
                     raise RequestFailed("audio frame before synthesis_start")
                 timings[event.request_id].heard(now, event.pcm)
