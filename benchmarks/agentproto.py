@@ -160,7 +160,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
     runs = 2 if quick else 3
     result = Result("agentproto", quick, command_line("agentproto", quick), config={
         "text": PARAGRAPH, "tokens": len(tokens(PARAGRAPH)), "tokens_per_second": TOKENS_PER_SECOND, "voice": VOICE,
-        "variants": list(VARIANTS), "runs_per_variant": runs, "server": "kokoro-serve serve (onnx, sequential)",
+        "variants": list(VARIANTS), "runs_per_variant": runs, "server": f"kokoro-serve serve ({backend}, sequential)",
     })
     with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
         result.samples = asyncio.run(_measure(tts.url.replace("http://", "ws://"), runs, log))

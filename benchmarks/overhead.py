@@ -82,7 +82,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
         "overhead", quick, command_line("overhead", quick),
         config={
             "segments": texts, "reps": reps, "voice": VOICE, "concurrency": 1,
-            "server": "KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend onnx --mode sequential",
+            "server": f"KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend {backend} --mode sequential",
             "raw": "kokoro_onnx.Kokoro.create(text, voice, lang='en-us') in the benchmark process",
         },
     )
