@@ -21,7 +21,7 @@ from backends.factory import create_backend
 
 from .clients import BYTES_PER_SECOND, Timing
 from .loop import closed_loop as run_closed_loop
-from .results import percentile
+from .results import ms, percentile
 
 
 class Tally(NoObserver):
@@ -80,9 +80,8 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
     audio = sum(t.audio_s for t in timings)
     first = [t.first_audio_s for t in timings if t.first_audio_s is not None]
 
-    def ms(q: float) -> float | None:
-        p = percentile(first, q)
-        return None if p is None else round(p * 1000, 1)
+    def ms_at(q: float) -> float | None:
+        return ms(percentile(first, q))
 
     out = {
         "concurrency": clients, "requests": len(timings), "audio_s": round(audio, 2), "wall_s": round(wall, 3),
@@ -90,7 +89,7 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
         # CPU seconds this process spent per audio second (all threads): the cost of a configuration
         # with contention from other processes mostly factored out; cpu/wall = cores it really got.
         "cpu_s_per_audio_s": round(cpu / audio, 3) if audio else None, "cores_used": round(cpu / wall, 2),
-        "first_audio_ms_p50": ms(50), "first_audio_ms_p95": ms(95), "first_audio_ms_max": ms(100),
+        "first_audio_ms_p50": ms_at(50), "first_audio_ms_p95": ms_at(95), "first_audio_ms_max": ms_at(100),
     }
     if tally is not None:
         formed = tally.batches[seen:]

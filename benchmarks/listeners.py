@@ -30,7 +30,7 @@ from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed, Timing, WsS
 from .live import LiveServer
 from .loop import closed_loop, rotated
 from .raw import VOICE
-from .results import markdown_table, median, rnd
+from .results import markdown_table, median, ms, rnd
 from .texts import PARAGRAPH, THROUGHPUT_TEXTS
 
 CONFIGS = (("sequential", True), ("sequential", False), ("concurrent", True), ("concurrent", False))
@@ -93,8 +93,8 @@ async def level(url: str, n: int) -> dict[str, Any]:
     audio = sum(h.audio_s for h in heard)
     return {
         "listeners": n,
-        "first_audio_ms_median": rnd(median(firsts) * 1000.0, 1) if firsts else None,
-        "first_audio_ms_worst": rnd(max(firsts) * 1000.0, 1) if firsts else None,
+        "first_audio_ms_median": ms(median(firsts)),
+        "first_audio_ms_worst": ms(max(firsts, default=None)),
         "underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
         "audio_s": rnd(audio, 3),
         "wall_s": rnd(wall, 3),
@@ -169,7 +169,7 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
                 before = _interrupted(servers[name])
                 late = asyncio.run(late_arrival(servers[name].ws_url))
                 sample = {"config": name, "kind": "late", "streams_underrun_s": late["streams_underrun_s"],
-                          "late_first_audio_ms": rnd((late["newcomer"].first_audio_s or 0.0) * 1000.0, 1)}
+                          "late_first_audio_ms": ms(late["newcomer"].first_audio_s or 0.0)}
                 _settle(servers.values())
                 sample["interrupted_calls"] = int(_interrupted(servers[name]) - before)
                 samples.append(sample)

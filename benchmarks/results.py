@@ -64,6 +64,11 @@ def rnd(x: float | None, digits: int = 1) -> float | None:
     return None if x is None else round(x, digits)
 
 
+def ms(seconds: float | None, digits: int = 1) -> float | None:
+    """Seconds as milliseconds, rounded (None stays None)."""
+    return None if seconds is None else round(seconds * 1000.0, digits)
+
+
 def medians_by(samples: list[dict[str, Any]], key: str, fields: dict[str, int] | int) -> dict[str, dict[str, Any]]:
     """Per value of ``key`` (in the order first seen): each field's median, rounded to its digits,
     and ``runs``. ``fields`` as one number of digits: every field of the group but ``key``,

@@ -30,7 +30,7 @@ from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
 from .loop import Loop, closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
-from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot
+from .results import Result, command_line, load_average, markdown_table, median, ms, rnd, save_plot
 from .texts import THROUGHPUT_TEXTS
 
 TARGET_GAIN = 1.2
@@ -76,8 +76,8 @@ def _level_stats(loop: Loop) -> dict:
         "errors": len(loop.records) - len(done) + len(loop.failures),
         "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
         "chars_per_s": rnd(sum(len(text) for text, _ in done) / wall if wall > 0 else 0.0, 3),
-        "first_audio_ms_p50": rnd((median(firsts) or 0.0) * 1000.0, 1) if firsts else None,
-        "first_audio_ms_max": rnd(max(firsts) * 1000.0, 1) if firsts else None,
+        "first_audio_ms_p50": ms(median(firsts)),
+        "first_audio_ms_max": ms(max(firsts, default=None)),
     }
 
 

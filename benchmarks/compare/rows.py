@@ -29,7 +29,7 @@ from typing import Any
 from ..clients import Timing
 from ..live import rss_mib
 from ..loop import closed_loop, rotated
-from ..results import load_average
+from ..results import load_average, ms
 from ..texts import PARAGRAPH, SENTENCES, THROUGHPUT_TEXTS
 from .targets import BAD_CASES, Unsupported, over_limit_text
 
@@ -48,10 +48,6 @@ class Plan:
     over_limit_chars: int = 5200
     pids: dict[str, int] = field(default_factory=dict)
     sweep_rounds: int = 2
-
-
-def _ms(x: float | None) -> float | None:
-    return None if x is None else round(x * 1000, 1)
 
 
 def load1() -> float | None:
@@ -122,9 +118,9 @@ class Runner:
         if not any(t.audio_bytes for t in timings):
             raise RuntimeError("answered without audio (an empty body)")
         return {
-            "first_audio_ms": _ms(timings[0].first_audio_s), "total_ms": _ms(timings[-1].complete_s),
+            "first_audio_ms": ms(timings[0].first_audio_s), "total_ms": ms(timings[-1].complete_s),
             "audio_s": round(sum(t.audio_s for t in timings), 3), "pipelined": client.pipelines and len(texts) > 1,
-            "per_text_first_audio_ms": [_ms(t.first_audio_s) for t in timings],
+            "per_text_first_audio_ms": [ms(t.first_audio_s) for t in timings],
             **({"request_errors": errors} if errors else {}),
         }
 
@@ -182,7 +178,7 @@ class Runner:
         failed = [t.error or "answered without audio" for t in timings if t.error or not t.audio_bytes]
         pid = self.plan.pids.get(name)
         return {
-            "first_audio_ms": [_ms(t.first_audio_s) for t in timings if t.first_audio_s is not None],
+            "first_audio_ms": [ms(t.first_audio_s) for t in timings if t.first_audio_s is not None],
             "audio_s": round(sum(t.audio_s for t in timings), 3), "wall_s": round(wall, 3),
             "requests": len(timings), "errors": len(failures) + len(failed),
             "error_messages": failures[:5] + failed[:5],
