@@ -101,7 +101,10 @@ class HttpSession:
         return [await self.post(text, t0, self.voice) for text in texts]
 
 
-class _HttpClient:
+class Client:
+    """What every target's client shares: the target, its key and timeouts, and the health probe of
+    a target reachable over HTTP (the first of ``health_paths`` it has, on its host)."""
+
     pipelines = False
     health_paths: tuple[str, ...] = ("/ping",)
 
@@ -109,8 +112,23 @@ class _HttpClient:
                  health_timeout_s: float = HEALTH_TIMEOUT_S):
         self.target, self.api_key, self.timeout_s = target, api_key, timeout_s
         self.health_timeout_s = health_timeout_s
-        self.http = self._new_http()
         self._health: HealthProbe | None = None
+
+    async def health(self) -> tuple[str, int | None, float]:
+        if self._health is None:
+            self._health = HealthProbe(http_base(self.target.url), self.health_paths, api_key=self.api_key,
+                                       timeout_s=self.health_timeout_s)
+        return await self._health()
+
+    async def aclose(self) -> None:
+        if self._health is not None:
+            await self._health.aclose()
+
+
+class _HttpClient(Client):
+    def __init__(self, target: Target, **kwargs: Any):
+        super().__init__(target, **kwargs)
+        self.http = self._new_http()
         #: the format asked for: the target's own, else pcm until the target refuses it
         self.audio_format = target.audio_format or "pcm"
 
@@ -148,12 +166,6 @@ class _HttpClient:
     async def _post(self, text: str, t0: float, voice: str | None) -> Timing:
         return await post(self.http, self.speech_url, self.body(text, voice), t0=t0, wav=self.audio_format == "wav")
 
-    async def health(self) -> tuple[str, int, float]:
-        if self._health is None:
-            self._health = HealthProbe(http_base(self.target.url), self.health_paths, api_key=self.api_key,
-                                       timeout_s=self.health_timeout_s)
-        return await self._health()
-
     async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
         """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S`` for
         it, then hanging up), and whether a normal request on a new connection works after it."""
@@ -186,8 +198,7 @@ class _HttpClient:
 
     async def aclose(self) -> None:
         await self.http.aclose()
-        if self._health is not None:
-            await self._health.aclose()
+        await super().aclose()
 
 
 class InvocationsClient(_HttpClient):
