@@ -112,9 +112,9 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
             result.target(f"{s['config']}: newcomer's first audio under overload vs alone{reached}", "<= 2x", ratio,
                           None if ratio is None or reached else ratio <= 2.0)
         else:
-            ms = s["overload_error_ms"]
-            result.target(f"{s['config']}: newcomer refused under overload within{reached}", "<= 500 ms", ms,
-                          None if ms is None or reached else ms <= 500)
+            refused = s["overload_error_ms"]
+            result.target(f"{s['config']}: newcomer refused under overload within{reached}", "<= 500 ms", refused,
+                          None if refused is None or reached else refused <= 500)
         if s["stalled_complete_ms"] is not None and s["sentence_alone_complete_ms"] and s["one_segment_ms"]:
             goal = s["sentence_alone_complete_ms"] + s["one_segment_ms"]
             result.target(f"{s['config']}: a sentence behind two stalled readers completes",
