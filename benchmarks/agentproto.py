@@ -2,7 +2,7 @@
 sentences vs the client cutting them, and the time from a barge-in (``Clear``) to the last audio.
 
 The LLM is simulated: the TTFA paragraph (``benchmarks.texts.PARAGRAPH``, 267 characters) as word
-tokens at 30 tokens/s. Variants, alternating run by run so load drift hits them alike:
+tokens at 30 tokens/s. Variants, taking turns run by run (the first one rotating) so load drift hits them alike:
 
 * ``server_buffer`` — Deepgram's ``/v1/speak``: every token its own ``Speak`` message (as a plugin
   in token mode sends it), ``Flush`` after the last; the server's streaming text buffer cuts the
@@ -14,7 +14,8 @@ tokens at 30 tokens/s. Variants, alternating run by run so load drift hits them 
   audio frame arrives; measured: ``Clear`` to ``Cleared`` and the audio the server sent in between.
 
 First audio is when the first binary frame reaches this client, from the moment the first token
-was sent. One live server (``kokoro-serve serve``, ONNX, sequential), one client at a time.
+was sent. One live server (``kokoro-serve serve``, sequential; ONNX unless ``--backend`` says), one client at
+a time.
 """
 
 from __future__ import annotations

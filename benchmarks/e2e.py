@@ -10,7 +10,8 @@ reading its SSE events; first audio is when the first ``audio_chunk`` event reac
 When the app does not start, the benchmark writes a ``not_run`` result with the reason and exits
 non-zero.
 
-Variants alternate run by run, so load drift hits them alike.
+Variants take turns run by run, the first one rotating (:func:`benchmarks.loop.rotated`), so load drift
+hits them alike.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Time to first audio on the 267-character, 4-sentence paragraph: batch vs streaming, against
 live servers, with the raw runtime (kokoro-onnx) side by side in the same run.
 
-Modes (each run goes through every mode in turn, so load drift hits all modes alike):
+Modes (each run goes through every mode in turn, the first one rotating run by run, so load drift hits all
+modes alike; ``--backend fake`` leaves out the raw runtime):
 
 * ``batch`` — ``POST /invocations`` with ``stream: false``; first audio is when the whole audio
   has arrived (the AWS sample handler's behaviour).
