@@ -10,7 +10,8 @@ last one is done. Audio-hours per hour = audio seconds received / wall seconds. 
 text; text characters per second is reported beside it as the equal-work measure. All servers are up
 at once (idle ones cost no CPU) and the configs take turns level by level, rotating, with the raw
 runtime among them, so load drift on shared cores hits all alike; with several rounds the medians
-are reported. Peak RSS is each server process's high-water mark (``VmHWM``).
+are reported. Peak RSS is each server process's high-water mark (``VmHWM``). ``--backend fake`` runs the
+servers on the model-free runtime and leaves out the raw runtime (the harness, not the figures).
 
 Then the listeners' sweep (:mod:`benchmarks.listeners`): 1, 2, 4, 8 listeners sending the
 267-character paragraph at once, each playing it in real time and counting underruns, with playback
