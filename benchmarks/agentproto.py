@@ -31,9 +31,9 @@ from backends.chunker import SentenceChunker
 
 from .clients import Timing
 from .live import LiveServer
-from .loop import rotated
+from .loop import in_rounds
 from .raw import VOICE
-from .results import Result, command_line, load_average, markdown_table, medians_by, rnd
+from .results import Result, command_line, markdown_table, medians_by, rnd
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -146,15 +146,8 @@ async def clear(ws_url: str) -> dict:
 
 
 async def _measure(ws_url: str, runs: int, log) -> list[dict]:
-    samples = []
-    for run in range(1, runs + 1):
-        for variant in rotated(VARIANTS, run - 1):
-            s = await {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}[variant](ws_url)
-            s.update({"variant": variant, "run": run, "load_1m": (load_average() or [None])[0]})
-            samples.append(s)
-            log(f"  run {run}/{runs} {variant:<13} " + "  ".join(f"{k} {v}" for k, v in s.items()
-                                                                 if k not in ("variant", "run")))
-    return samples
+    variants = {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}
+    return await in_rounds(VARIANTS, runs, lambda v: variants[v](ws_url), key="variant", log=log)
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:

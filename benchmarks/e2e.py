@@ -29,12 +29,11 @@ import httpx
 
 from . import prom
 from .live import LiveServer, ServerFailed
-from .loop import rotated
+from .loop import in_rounds
 from .raw import VOICE
 from .results import (
     Result,
     command_line,
-    load_average,
     markdown_table,
     medians_by,
     rnd,
@@ -106,18 +105,7 @@ async def sse_turn(client: httpx.AsyncClient, url: str, mode: str) -> dict:
 
 async def measure(turn: Callable[[str], Awaitable[dict]], runs: int, log, modes: tuple[str, ...] = MODES) -> list[dict]:
     """``runs`` rounds of every mode's turn, the modes rotating round by round."""
-    samples = []
-    for run in range(1, runs + 1):
-        for mode in rotated(modes, run - 1):
-            s = await turn(mode)
-            s.update({"mode": mode, "run": run, "load_1m": (load_average() or [None])[0]})
-            samples.append(s)
-            log(
-                f"  run {run}/{runs} {mode:<5} first text {s['first_text_ms']} ms  last text {s['last_text_ms']} ms  "
-                f"first audio {s['first_audio_ms']} ms  audio {s['audio_s']} s" + (f"  errors {s['errors']}" if s["errors"] else "")
-            )
-            await asyncio.sleep(0.3)
-    return samples
+    return await in_rounds(modes, runs, turn, log=log, pause_s=0.3)
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:

@@ -8,7 +8,8 @@ context manager). A client that fails stops; its failure is kept and the others 
 
 :func:`rotated` is the order of the targets (servers, variants, configurations) in round ``k``: each
 round starts one further along, so no target always runs first or right after the same other one,
-and load drift on shared cores hits all alike.
+and load drift on shared cores hits all alike; :func:`in_rounds` measures variants one at a time in
+that order, round after round.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from .results import load_average
 
 T = TypeVar("T")
 
@@ -65,3 +68,19 @@ def rotated(items: Sequence[T], k: int) -> list[T]:
         return []
     k %= len(items)
     return [*items[k:], *items[:k]]
+
+
+async def in_rounds(variants: Sequence[str], runs: int, measure: Callable[[str], Awaitable[dict[str, Any]]], *,
+                    key: str = "mode", log: Callable[[str], None] = print, pause_s: float = 0.0) -> list[dict[str, Any]]:
+    """``runs`` rounds of ``await measure(variant)`` for each variant, one at a time, the first one
+    rotating round by round; each sample is the figures with its variant under ``key``, its round
+    (``run``) and the one-minute load average (``load_1m``)."""
+    samples = []
+    for run in range(1, runs + 1):
+        for variant in rotated(variants, run - 1):
+            sample = {key: variant, "run": run, **await measure(variant), "load_1m": (load_average() or [None])[0]}
+            samples.append(sample)
+            log(f"  run {run}/{runs} {variant:<19} " + "  ".join(
+                f"{k} {v}" for k, v in sample.items() if k not in (key, "run", "load_1m") and not isinstance(v, list | dict)))
+            await asyncio.sleep(pause_s)
+    return samples

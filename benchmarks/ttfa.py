@@ -40,9 +40,9 @@ import httpx
 from . import listeners, prom
 from .clients import RequestFailed, WsSession, post
 from .live import LiveServer
-from .loop import rotated
+from .loop import in_rounds
 from .raw import VOICE, RawRuntime
-from .results import Result, command_line, load_average, markdown_table, median, medians_by, rnd, save_plot
+from .results import Result, command_line, markdown_table, median, medians_by, ms, rnd, save_plot
 from .texts import PARAGRAPH, SENTENCES, check_paragraph
 
 SERVER_MODES = ("batch", "streamed", "sentence_first", "fast_first", "clause_first")
@@ -86,31 +86,14 @@ async def _raw_sample(mode: str, raw: RawRuntime | None) -> dict:
 
 
 async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], raw: RawRuntime | None, log) -> list[dict]:
-    samples = []
     async with httpx.AsyncClient(timeout=600) as http:
-        for run in range(1, runs + 1):
-            for mode in rotated(modes, run - 1):
-                if mode.startswith("raw_"):
-                    s = await _raw_sample(mode, raw)
-                else:
-                    s = await _server_sample(mode, servers, http)
-                sample = {
-                    "mode": mode,
-                    "run": run,
-                    "first_audio_ms": rnd(s["first_audio_s"] * 1000.0, 1),
-                    "complete_ms": rnd(s["complete_s"] * 1000.0, 1),
-                    "audio_s": rnd(s["audio_s"], 3),
-                    "connect_ms": rnd((s.get("connect_s") or 0.0) * 1000.0, 2) if s.get("connect_s") else None,
-                    "server_ttfa_ms": s.get("server_ttfa_ms"),
-                    "load_1m": (load_average() or [None])[0],
-                }
-                samples.append(sample)
-                log(
-                    f"  run {run}/{runs} {mode:<19} first audio {sample['first_audio_ms']:>8.1f} ms   "
-                    f"complete {sample['complete_ms']:>8.1f} ms   audio {sample['audio_s']:.2f} s"
-                )
-                await asyncio.sleep(0.3)
-    return samples
+        async def one(mode: str) -> dict:
+            s = await (_raw_sample(mode, raw) if mode.startswith("raw_") else _server_sample(mode, servers, http))
+            return {"first_audio_ms": ms(s["first_audio_s"]), "complete_ms": ms(s["complete_s"]),
+                    "audio_s": rnd(s["audio_s"], 3), "connect_ms": ms(s.get("connect_s") or None, 2),
+                    "server_ttfa_ms": s.get("server_ttfa_ms")}
+
+        return await in_rounds(modes, runs, one, log=log, pause_s=0.3)
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:

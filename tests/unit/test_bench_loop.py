@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from benchmarks.loop import closed_loop, rotated
+from benchmarks.loop import closed_loop, in_rounds, rotated
 
 
 def test_each_client_sends_its_requests_one_after_another_on_its_own_session():
@@ -58,3 +58,16 @@ def test_each_round_starts_one_target_further_along():
     assert [rotated(targets, k) for k in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"],
                                                         ["a", "b", "c"]]
     assert rotated([], 3) == []
+
+
+def test_variants_are_measured_one_at_a_time_round_by_round_the_first_rotating():
+    order: list[str] = []
+
+    async def measure(variant: str) -> dict:
+        order.append(variant)
+        return {"first_audio_ms": 1.0}
+
+    samples = asyncio.run(in_rounds(("a", "b", "c"), 2, measure, key="variant", log=lambda _m: None))
+    assert order == ["a", "b", "c", "b", "c", "a"]
+    assert [(s["variant"], s["run"]) for s in samples] == [("a", 1), ("b", 1), ("c", 1), ("b", 2), ("c", 2), ("a", 2)]
+    assert all(s["first_audio_ms"] == 1.0 and "load_1m" in s for s in samples)
