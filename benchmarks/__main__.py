@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     if deployed and args.name != "e2e":
         parser.error("--agent-url, --agent-runtime-arn and --region are options of e2e")
     if args.backend and args.name != "all" and not _takes_backend(args.name):
-        parser.error(f"--backend is an option of {', '.join(n for n in NAMES if _takes_backend(n))}")
+        parser.error(f"{args.name} measures the model's own output and takes no --backend (an option of "
+                     f"{', '.join(n for n in NAMES if _takes_backend(n))})")
     if args.out is None:
         # Quick runs never overwrite the full results docs/benchmarks.md quotes.
         args.out = results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR
