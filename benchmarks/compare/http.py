@@ -90,17 +90,6 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-class HttpSession:
-    """Texts one after another through ``post(text, t0, voice)``, times from the first send."""
-
-    def __init__(self, post: Any, voice: str | None):
-        self.post, self.voice = post, voice
-
-    async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
-        t0 = time.perf_counter()
-        return [await self.post(text, t0, self.voice) for text in texts]
-
-
 class Client:
     """What every target's client shares: the target, its key and timeouts, and the health probe of
     a target reachable over HTTP (the first of ``health_paths`` it has, on its host)."""
@@ -149,8 +138,14 @@ class _HttpClient(Client):
         raise NotImplementedError
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[HttpSession]:
-        yield HttpSession(self.post, self.target.voice)
+    async def session(self) -> AsyncIterator[_HttpClient]:
+        """No session over plain HTTP: the client itself, whose :meth:`request` sends texts one after
+        another, times from the first send."""
+        yield self
+
+    async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
+        t0 = time.perf_counter()
+        return [await self.post(text, t0, self.target.voice) for text in texts]
 
     async def post(self, text: str, t0: float, voice: str | None) -> Timing:
         timing = await self._post(text, t0, voice)
