@@ -63,3 +63,31 @@ def test_a_listener_can_hang_up_at_its_first_chunk():
     heard: list[float] = []
     (t,) = asyncio.run(Burst(transport).synthesize(["One."], on_audio=lambda _t, now, _pcm: heard.append(now) or True))
     assert len(heard) == 1 and t.audio_s == 1.0 and t.complete_s is None
+
+
+def test_a_post_counts_the_audio_after_a_wav_header_and_keeps_a_refusal_as_its_error():
+    import io
+    import wave
+
+    import httpx
+
+    from benchmarks.clients import post
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(24_000)
+        w.writeframes(SECOND)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content).get("format") == "pcm":
+            return httpx.Response(400, stream=httpx.ByteStream(b"pcm is not supported"))
+        return httpx.Response(200, stream=httpx.ByteStream(buf.getvalue()))
+
+    async def both() -> tuple:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+            return (await post(http, "http://peer/invocations", {"format": "wav"}, wav=True),
+                    await post(http, "http://peer/invocations", {"format": "pcm"}))
+
+    wav, refused = asyncio.run(both())
+    assert wav.audio_s == 1.0 and wav.error is None and wav.first_audio_s is not None and wav.complete_s is not None
+    assert refused.error == "HTTP 400: pcm is not supported" and refused.audio_bytes == 0
