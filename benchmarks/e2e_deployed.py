@@ -2,7 +2,7 @@
 agent runs: ``python -m benchmarks e2e --agent-url URL`` (any running agent app, local or remote:
 ``POST /invocations``, SSE) or ``--agent-runtime-arn ARN`` (a Bedrock AgentCore runtime, through
 boto3's ``invoke_agent_runtime``; credentials from boto3's usual chain, the region from the ARN unless
-``--region`` says otherwise). ``bidi`` and ``batch`` on the same prompt, alternating run by run;
+``--region`` says otherwise). ``bidi`` and ``batch`` on the same prompt, taking turns run by run (the first one rotating);
 first audio is when the first ``audio_chunk`` event reaches this client. Medians and means (AWS
 reports means). An agent that does not answer gives a ``not_run`` result with the reason.
 
