@@ -72,18 +72,44 @@ def _takes_backend(name: str) -> bool:
     return "backend" in inspect.signature(importlib.import_module(f"benchmarks.{name}").run).parameters
 
 
-def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, **options) -> dict:
-    """Run one benchmark; ``options`` (e2e's deployed agent) pick ``benchmarks.e2e_deployed``;
-    ``backend`` goes to the suites that take one."""
-    backend = options.pop("backend", None)
-    module = importlib.import_module(f"benchmarks.{name}" + ("_deployed" if options else ""))
+#: Options of one suite: ``--flag`` -> (the suite, its ``run()`` keyword, argparse settings).
+SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
+    "--requests": ("soak", "requests", {"type": int, "help": "soak: requests per run (default 1,000; --quick 300 on "
+                                                              "the fake runtime, 40 on onnx)"}),
+    "--allocator": ("soak", "allocators", {"action": "append", "choices": ["default", "arena2"],
+                                           "help": "soak: glibc's default allocator or MALLOC_ARENA_MAX=2 (default both; "
+                                                   "repeat for both)"}),
+    "--mode": ("soak", "mode", {"choices": ["sequential", "concurrent"], "help": "soak: the server's mode "
+                                                                                  "(default sequential)"}),
+}
+
+
+def _suite_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """The suite's own options given (for its ``run()``) and as they read on its command line."""
+    given = {flag: (suite, dest, getattr(args, dest)) for flag, (suite, dest, _o) in SUITE_OPTIONS.items()
+             if getattr(args, dest)}
+    for flag, (suite, _dest, _v) in given.items():
+        if args.name != suite:
+            parser.error(f"{flag} is an option of {suite}")
+    shown = [part for flag, (_s, _d, v) in given.items() for one in (v if isinstance(v, list) else [v])
+             for part in (flag, str(one))]
+    return {dest: v for _s, dest, v in given.values()}, shown
+
+
+def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, backend: str | None = None,
+            deployed: dict | None = None, options: dict | None = None, shown: tuple[str, ...] = ()) -> dict:
+    """Run one benchmark; ``deployed`` (e2e's deployed agent) picks ``benchmarks.e2e_deployed``;
+    ``backend`` goes to the suites that take one, ``options`` (``shown`` on its command line) to the suite."""
+    module = importlib.import_module(f"benchmarks.{name}" + ("_deployed" if deployed else ""))
+    options = {**(deployed or {}), **(options or {})}
     if backend and _takes_backend(name):
         options["backend"] = backend
+        shown = ("--backend", backend, *shown)
     t0 = time.perf_counter()
     _log(f"== {name} ({'quick' if quick else 'full'}) ==")
     result = module.run(quick=quick, model_dir=model_dir, log=_log, **options)
-    if "backend" in options:
-        result.command += f" --backend {options['backend']}"
+    if shown:
+        result.command += " " + results.shown_command(list(shown))
     result.config.setdefault("benchmark_wall_s", round(time.perf_counter() - t0, 1))
     data = results.write(
         result, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None), out_dir=out_dir, log=_log
@@ -134,13 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite <name>.md and .png from the existing <name>.json without running anything",
     )
     parser.add_argument("--backend", choices=["fake", "onnx", "torch"], default=None,
-                        help="the runtime of the servers a suite starts, where it takes one (load, soak, overload); "
+                        help="the runtime of the servers a suite starts, where it takes one (every suite but quality, "
+                        "languages, onnx_durations and windowed_decoder, which measure the model's own output); "
                         "fake checks a suite's harness without the model")
     parser.add_argument("--agent-url", default=None, help="e2e: a running agent app (nothing is started)")
     parser.add_argument("--agent-runtime-arn", default=None,
                         help="e2e: a Bedrock AgentCore runtime, through invoke_agent_runtime (nothing is started)")
     parser.add_argument("--region", default=None, help="e2e: the AgentCore runtime's region (default: from the ARN)")
+    for flag, (_suite, dest, settings) in SUITE_OPTIONS.items():
+        parser.add_argument(flag, dest=dest, default=None, **settings)
     args = parser.parse_args(argv)
+    suite_options, shown = _suite_options(parser, args)
     if args.name in OWN_OPTIONS:
         parser.error(f"{args.name} takes its own options first: python -m benchmarks {args.name} --help")
     deployed = {k: v for k, v in (("agent_url", args.agent_url), ("agent_runtime_arn", args.agent_runtime_arn),
@@ -148,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     if deployed and args.name != "e2e":
         parser.error("--agent-url, --agent-runtime-arn and --region are options of e2e")
     if args.backend and args.name != "all" and not _takes_backend(args.name):
-        parser.error(f"--backend is an option of {', '.join(n for n in NAMES if _takes_backend(n))}")
+        parser.error(f"{args.name} measures the model's own output and takes no --backend (an option of "
+                     f"{', '.join(n for n in NAMES if _takes_backend(n))})")
     if args.out is None:
         # Quick runs never overwrite the full results docs/benchmarks.md quotes.
         args.out = results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR
@@ -165,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         try:
             data = run_one(name, quick=args.quick, model_dir=model_dir, out_dir=args.out, backend=args.backend,
-                           **deployed)
+                           deployed=deployed, options=suite_options, shown=tuple(shown))
             if data.get("status") != "ok":
                 failed.append(name)
         except KeyboardInterrupt:

@@ -2,7 +2,7 @@
 sentences vs the client cutting them, and the time from a barge-in (``Clear``) to the last audio.
 
 The LLM is simulated: the TTFA paragraph (``benchmarks.texts.PARAGRAPH``, 267 characters) as word
-tokens at 30 tokens/s. Variants, alternating run by run so load drift hits them alike:
+tokens at 30 tokens/s. Variants, taking turns run by run (the first one rotating) so load drift hits them alike:
 
 * ``server_buffer`` — Deepgram's ``/v1/speak``: every token its own ``Speak`` message (as a plugin
   in token mode sends it), ``Flush`` after the last; the server's streaming text buffer cuts the
@@ -14,7 +14,8 @@ tokens at 30 tokens/s. Variants, alternating run by run so load drift hits them 
   audio frame arrives; measured: ``Clear`` to ``Cleared`` and the audio the server sent in between.
 
 First audio is when the first binary frame reaches this client, from the moment the first token
-was sent. One live server (``kokoro-serve serve``, ONNX, sequential), one client at a time.
+was sent. One live server (``kokoro-serve serve``, sequential; ONNX unless ``--backend`` says), one client at
+a time.
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ import json
 import time
 from typing import Any
 
+from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed
+from agent.ws_client import ContractSession
 from backends.chunker import SentenceChunker
 
+from .clients import Timing
 from .live import LiveServer
+from .loop import in_rounds
 from .raw import VOICE
-from .results import Result, command_line, load_average, markdown_table, median, rnd
+from .results import Result, command_line, markdown_table, medians_by, rnd
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -79,9 +84,10 @@ async def server_buffer(ws_url: str) -> dict:
 
 
 async def client_cut(ws_url: str) -> dict:
-    from websockets.asyncio.client import connect
-
-    async with connect(f"{ws_url}/invocations-bidirectional-stream", compression=None, max_size=None) as ws:
+    """The contract's WebSocket route with the cutting done here (the agent's chunker), through the
+    one contract client."""
+    async with await ContractSession.connect(f"{ws_url}/invocations-bidirectional-stream", frames="text",
+                                           max_size=None) as session:
         chunker = SentenceChunker(first_clause_words=6)
         sent = [0]
         t0 = time.perf_counter()
@@ -89,27 +95,26 @@ async def client_cut(ws_url: str) -> dict:
         async def say(chunks: list[str]) -> None:
             for chunk in chunks:
                 sent[0] += 1
-                await ws.send(json.dumps({"text": chunk, "voice": VOICE, "request_id": sent[0]}))
+                await session.synthesize(chunk, str(sent[0]), voice=VOICE)
 
         async def feed() -> None:
             await _paced(lambda token: say(chunker.push(token)), tokens(PARAGRAPH))
             await say(chunker.flush())
 
         feeder = asyncio.create_task(feed())
-        first: list[float] = []
-        audio = done = 0
-        async for frame in ws:
-            if isinstance(frame, bytes):
-                first = first or [time.perf_counter()]
-                audio += len(frame)
-            elif json.loads(frame).get("type") in ("synthesis_complete", "error"):
+        timing = Timing("client_cut")
+        done = 0
+        async for event in session.events():
+            if isinstance(event, AudioChunk):
+                timing.heard(time.perf_counter() - t0, event.pcm)
+            elif isinstance(event, SynthesisComplete | SynthesisFailed):
                 done += 1
                 if feeder.done() and done == sent[0]:
                     break
         await feeder
         end = time.perf_counter()
-    return {"first_audio_ms": rnd((first[0] - t0) * 1000), "end_ms": rnd((end - t0) * 1000),
-            "audio_s": round(audio / 48_000, 3), "requests": sent[0]}
+    return {"first_audio_ms": rnd((timing.first_audio_s or 0.0) * 1000), "end_ms": rnd((end - t0) * 1000),
+            "audio_s": round(timing.audio_s, 3), "requests": sent[0]}
 
 
 async def clear(ws_url: str) -> dict:
@@ -141,34 +146,24 @@ async def clear(ws_url: str) -> dict:
 
 
 async def _measure(ws_url: str, runs: int, log) -> list[dict]:
-    samples = []
-    for run in range(1, runs + 1):
-        for variant in VARIANTS:
-            s = await {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}[variant](ws_url)
-            s.update({"variant": variant, "run": run, "load_1m": (load_average() or [None])[0]})
-            samples.append(s)
-            log(f"  run {run}/{runs} {variant:<13} " + "  ".join(f"{k} {v}" for k, v in s.items()
-                                                                 if k not in ("variant", "run")))
-    return samples
+    variants = {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}
+    return await in_rounds(VARIANTS, runs, lambda v: variants[v](ws_url), key="variant", log=log)
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     runs = 2 if quick else 3
     result = Result("agentproto", quick, command_line("agentproto", quick), config={
         "text": PARAGRAPH, "tokens": len(tokens(PARAGRAPH)), "tokens_per_second": TOKENS_PER_SECOND, "voice": VOICE,
-        "variants": list(VARIANTS), "runs_per_variant": runs, "server": "kokoro-serve serve (onnx, sequential)",
+        "variants": list(VARIANTS), "runs_per_variant": runs, "server": f"kokoro-serve serve ({backend}, sequential)",
     })
-    with LiveServer(model_dir=model_dir, log=log) as tts:
+    with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
         result.samples = asyncio.run(_measure(tts.url.replace("http://", "ws://"), runs, log))
     summarize(result)
     return result
 
 
 def summarize(result: Result) -> None:
-    for variant in VARIANTS:
-        xs = [s for s in result.samples if s["variant"] == variant]
-        keys = [k for k in xs[0] if k not in ("variant", "run", "load_1m")]
-        result.medians[variant] = {k: rnd(median(s[k] for s in xs), 2) for k in keys} | {"runs": len(xs)}
+    result.medians = medians_by(result.samples, "variant", 2)
     m = result.medians
     result.summary = {
         "server_buffer_first_audio_ms": m["server_buffer"]["first_audio_ms"],

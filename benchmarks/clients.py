@@ -1,6 +1,10 @@
-"""Wire clients that time what a user hears: the WebSocket contract (docs/wire-contract.md, through the one
-contract client, ``agent.ws_client``) and ``POST /invocations``. Times are ``time.perf_counter()`` seconds from the moment the request
-(or the first request of a pipelined burst) left the client.
+"""The suite's clients, one per protocol, each returning one :class:`Timing` per request (sent,
+first byte, first audio, each chunk, end, audio seconds): the WebSocket contract
+(docs/wire-contract.md) over any of its transports (:class:`Burst`; :class:`WsSession` opens a
+WebSocket session for it through the one contract client, ``agent.ws_client``) and a streamed HTTP
+POST (:func:`post`: ``/invocations`` or the OpenAI speech API, ``pcm`` or ``wav``). Times are
+``time.perf_counter()`` seconds from the moment the request (or the first request of a pipelined
+burst) left the client.
 
 Cancellation: cancelling a coroutine here closes its socket/response, which the server takes as
 "client went away" and aborts the remaining work.
@@ -10,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
@@ -20,8 +25,8 @@ from agent.messages import (
     AudioChunk,
     SynthesisComplete,
     SynthesisFailed,
+    SynthesisStart,
     Transport,
-    TTSEvent,
     synthesis_request,
 )
 from agent.ws_client import ContractSession
@@ -37,24 +42,36 @@ class RequestFailed(RuntimeError):
 class Timing:
     """One request as the client saw it (seconds; ``None`` where it never happened)."""
 
-    request_id: str
+    request_id: str = ""
+    sent_s: float | None = None
+    first_byte_s: float | None = None
     first_audio_s: float | None = None
     complete_s: float | None = None
     audio_bytes: int = 0
+    #: ``(time, audio seconds)`` of every chunk of audio, in arrival order
+    chunks: list[tuple[float, float]] = field(default_factory=list)
     server_ttfa_ms: float | None = None
     error: str | None = None
+    code: str | None = None  # the error code of a refusal
+    error_s: float | None = None
 
     @property
     def audio_s(self) -> float:
         return self.audio_bytes / BYTES_PER_SECOND
 
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["audio_s"] = round(self.audio_s, 4)
-        for key in ("first_audio_s", "complete_s"):
-            if out[key] is not None:
-                out[key] = round(out[key], 5)
-        return out
+    def heard(self, now: float, audio: bytes) -> None:
+        """``audio`` arrived at ``now``."""
+        if self.first_byte_s is None:
+            self.first_byte_s = now
+        if audio and self.first_audio_s is None:
+            self.first_audio_s = now
+        self.audio_bytes += len(audio)
+        if audio:
+            self.chunks.append((now, len(audio) / BYTES_PER_SECOND))
+
+
+#: ``on_audio(timing, now, pcm)`` hears each chunk as it arrives; returning True hangs up there.
+OnAudio = Callable[[Timing, float, bytes], bool | None]
 
 
 class PlaybackClock:
@@ -91,16 +108,17 @@ class WsSession:
     """
 
     def __init__(self, url: str, *, voice: str | None = None, speed: float = 1.0, api_key: str | None = None,
-                 frames: Literal["binary", "text"] = "text"):
+                 frames: Literal["binary", "text"] = "text", open_timeout: float = 30.0):
         self.url, self.voice, self.speed = url, voice, speed
-        self.api_key, self.frames = api_key, frames
+        self.api_key, self.frames, self.open_timeout = api_key, frames, open_timeout
         self.session: ContractSession | None = None
         self.burst: Burst | None = None
         self.connect_s: float | None = None
 
     async def __aenter__(self) -> WsSession:
         t0 = time.perf_counter()
-        self.session = await ContractSession.connect(self.url, api_key=self.api_key, frames=self.frames, max_size=None)
+        self.session = await ContractSession.connect(self.url, api_key=self.api_key, frames=self.frames, max_size=None,
+                                                     open_timeout=self.open_timeout)
         self.connect_s = time.perf_counter() - t0
         self.burst = Burst(self.session, voice=self.voice, speed=self.speed)
         return self
@@ -110,10 +128,11 @@ class WsSession:
             await self.session.aclose()
             self.session = None
 
-    async def synthesize(self, texts: list[str] | tuple[str, ...], *, raise_on_error: bool = True) -> list[Timing]:
+    async def synthesize(self, texts: list[str] | tuple[str, ...], *, raise_on_error: bool = True,
+                         on_audio: OnAudio | None = None) -> list[Timing]:
         if self.burst is None:
             raise RuntimeError("use `async with WsSession(...)`")
-        return await self.burst.synthesize(texts, raise_on_error=raise_on_error)
+        return await self.burst.synthesize(texts, raise_on_error=raise_on_error, on_audio=on_audio)
 
 
 class Burst:
@@ -127,9 +146,14 @@ class Burst:
         self.extra = dict(extra or {})  # fields added to every request (``lang``, ...)
         self.answers = Answers()
         self._n = 0
+        #: the contract as this session saw it: ids sent and answered, in order, and any breach of it
+        self.sent: list[str] = []
+        self.answered: list[str] = []
+        self.violations: list[str] = []
+        self._current: str | None = None
 
     async def synthesize(self, texts: list[str] | tuple[str, ...], *, raise_on_error: bool = True,
-                         voice: str | None = None) -> list[Timing]:
+                         voice: str | None = None, on_audio: OnAudio | None = None) -> list[Timing]:
         ids = [f"bench-{self._n + i + 1}" for i in range(len(texts))]
         self._n += len(texts)
         timings = {rid: Timing(rid) for rid in ids}
@@ -138,81 +162,95 @@ class Burst:
             self.answers.expect(rid, text)
             await self.transport.send({**synthesis_request(text, rid, voice=voice or self.voice, speed=self.speed),
                                        **self.extra})
+            timings[rid].sent_s = time.perf_counter() - t0
+            self.sent.append(rid)
         pending = set(ids)
         while pending:
             frame = await self.transport.receive()
             if frame is None:
                 raise RequestFailed(f"session closed with {len(pending)} requests unanswered")
             event = self.answers.read(frame)
-            if event is not None:
-                _record(event, timings, pending, time.perf_counter() - t0, raise_on_error=raise_on_error)
+            now = time.perf_counter() - t0
+            if isinstance(event, SynthesisComplete | SynthesisFailed):
+                if self._current is not None and event.request_id != self._current:
+                    self.violations.append(f"the answer of {event.request_id} inside {self._current}")
+                self.answered.append(str(event.request_id))
+                self._current = None
+            if isinstance(event, SynthesisStart):
+                if self._current is not None:
+                    self.violations.append(f"{event.request_id} started inside {self._current}")
+                self._current = event.request_id
+            elif isinstance(event, AudioChunk):
+                if event.request_id is None:
+                    raise RequestFailed("audio frame before synthesis_start")
+                timings[event.request_id].heard(now, event.pcm)
+                if on_audio is not None and on_audio(timings[event.request_id], now, event.pcm):
+                    break
+            elif isinstance(event, SynthesisComplete) and event.request_id in timings:
+                timings[event.request_id].complete_s = now
+                timings[event.request_id].server_ttfa_ms = event.ttfa_ms
+                pending.discard(event.request_id)
+            elif isinstance(event, SynthesisFailed):
+                if raise_on_error:
+                    raise RequestFailed(f"{event.code}: {event.message}")
+                for key in [event.request_id] if event.request_id in timings else list(pending):
+                    t = timings[key]
+                    t.error, t.code, t.error_s = f"{event.code}: {event.message}", event.code, now
+                    pending.discard(key)
         return [timings[rid] for rid in ids]
 
 
-def _record(event: TTSEvent, timings: dict[str, Timing], pending: set[str], now: float, *,
-            raise_on_error: bool) -> None:
-    """One event of a pipelined burst into its request's :class:`Timing`."""
-    if isinstance(event, AudioChunk):
-        if event.request_id is None:
-            raise RequestFailed("audio frame before synthesis_start")
-        t = timings[event.request_id]
-        if t.first_audio_s is None:
-            t.first_audio_s = now
-        t.audio_bytes += len(event.pcm)
-    elif isinstance(event, SynthesisComplete) and event.request_id in timings:
-        timings[event.request_id].complete_s = now
-        timings[event.request_id].server_ttfa_ms = event.ttfa_ms
-        pending.discard(event.request_id)
-    elif isinstance(event, SynthesisFailed):
-        err = f"{event.code}: {event.message}"
-        if raise_on_error:
-            raise RequestFailed(err)
-        for key in [event.request_id] if event.request_id in timings else list(pending):
-            timings[key].error = err
-            pending.discard(key)
-
-
-async def http_synthesize(
-    client: httpx.AsyncClient,
-    base_url: str,
-    text: str,
-    *,
-    stream: bool = True,
-    fmt: str = "pcm",
-    voice: str | None = None,
-    speed: float = 1.0,
-) -> Timing:
-    """``POST /invocations``; ``first_audio_s`` is the first body byte, ``complete_s`` the last.
-    With ``fmt="pcm"`` the body is audio only, so byte counts are audio."""
-    body: dict = {"text": text, "format": fmt, "stream": stream, "speed": speed}
-    if voice:
-        body["voice"] = voice
-    timing = Timing(f"http-{id(body)}")
-    t0 = time.perf_counter()
-    async with client.stream("POST", f"{base_url}/invocations", json=body) as r:
-        if r.status_code != 200:
-            detail = (await r.aread())[:300].decode(errors="replace")
-            raise RequestFailed(f"HTTP {r.status_code}: {detail}")
-        async for chunk in r.aiter_raw():
-            if chunk and timing.first_audio_s is None:
-                timing.first_audio_s = time.perf_counter() - t0
-            timing.audio_bytes += len(chunk)
+async def post(http: httpx.AsyncClient, url: str, body: Any, *, t0: float | None = None, wav: bool = False,
+               **kwargs: Any) -> Timing:
+    """One streamed POST of ``body`` (JSON, or bytes as they are); ``wav`` reads past a WAV header
+    (:class:`WavReader`), so audio counts audio only; a refusal or a broken connection is the
+    timing's ``error``. ``first_audio_s`` is the first byte of audio, ``complete_s`` the last."""
+    timing = Timing("http")
+    t0 = time.perf_counter() if t0 is None else t0
+    reader = WavReader() if wav else None
+    content = {"content": body} if isinstance(body, bytes) else {"json": body}
+    try:
+        async with http.stream("POST", url, **content, **kwargs) as r:
+            if r.status_code != 200:
+                timing.error = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
+                return timing
+            async for chunk in r.aiter_raw():
+                timing.heard(time.perf_counter() - t0, reader.feed(chunk) if reader else chunk)
+    except httpx.HTTPError as exc:
+        timing.error = f"{type(exc).__name__}: {exc}"
+        return timing
     timing.complete_s = time.perf_counter() - t0
     return timing
+
+
+class WavReader:
+    """Splits a streamed WAV body into its header and the audio after it, chunk by chunk:
+    ``feed(chunk)`` returns the audio bytes in ``chunk`` (empty until the ``data`` chunk has begun).
+    Streamed headers carry unknown sizes, so the reader walks the chunks up to ``data`` and takes
+    everything after it as audio."""
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._in_data = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._in_data:
+            return chunk
+        self._head += chunk
+        pos = 12  # "RIFF" size "WAVE"
+        while len(self._head) >= pos + 8:
+            cid, size = self._head[pos:pos + 4], int.from_bytes(self._head[pos + 4:pos + 8], "little")
+            if cid == b"data":
+                self._in_data = True
+                audio, self._head = self._head[pos + 8:], b""
+                return audio
+            pos += 8 + size + (size & 1)
+        return b""
 
 
 async def ws_audio(url: str, text: str, *, voice: str | None) -> bytes:
     """All PCM of one request over a fresh WebSocket session."""
     chunks: list[bytes] = []
-    async with await ContractSession.connect(url, frames="text", max_size=None) as session:
-        await session.synthesize(text, "clip", voice=voice)
-        while True:
-            event = await asyncio.wait_for(session.next_event(), timeout=300)
-            if isinstance(event, AudioChunk):
-                chunks.append(event.pcm)
-            elif isinstance(event, SynthesisComplete):
-                return b"".join(chunks)
-            elif isinstance(event, SynthesisFailed):
-                raise RequestFailed(f"{event.code}: {event.message}")
-            elif event is None:
-                raise RequestFailed("session closed before the clip completed")
+    async with WsSession(url, voice=voice) as ws:
+        await asyncio.wait_for(ws.synthesize([text], on_audio=lambda _t, _now, pcm: chunks.append(pcm)), timeout=300)
+    return b"".join(chunks)

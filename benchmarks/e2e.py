@@ -10,7 +10,8 @@ reading its SSE events; first audio is when the first ``audio_chunk`` event reac
 When the app does not start, the benchmark writes a ``not_run`` result with the reason and exits
 non-zero.
 
-Variants alternate run by run, so load drift hits them alike.
+Variants take turns run by run, the first one rotating (:func:`benchmarks.loop.rotated`), so load drift
+hits them alike.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,17 @@ import httpx
 
 from . import prom
 from .live import LiveServer, ServerFailed
+from .loop import in_rounds
 from .raw import VOICE
-from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot, shown_command
+from .results import (
+    Result,
+    command_line,
+    markdown_table,
+    medians_by,
+    rnd,
+    save_plot,
+    shown_command,
+)
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -73,45 +84,38 @@ def _turn_stats(events: list[tuple[float, dict]], t0: float) -> dict:
     }
 
 
-async def _sse_turn(client: httpx.AsyncClient, urls: dict[bool, str], variant: str) -> dict:
-    mode, early = VARIANTS[variant]
-    url = urls[early]
+def sse_event(line: str) -> dict | None:
+    """The event of one line of an SSE body (``data: {...}``), None for any other line."""
+    payload = line[5:].strip() if line.startswith("data:") else ""
+    return json.loads(payload) if payload else None
+
+
+async def sse_turn(client: httpx.AsyncClient, url: str, mode: str) -> dict:
+    """One turn through an agent app's ``POST /invocations`` (SSE), as :func:`_turn_stats`."""
     events: list[tuple[float, dict]] = []
     t0 = time.perf_counter()
     async with client.stream("POST", f"{url}/invocations", json={"prompt": PROMPT, "mode": mode, "voice": VOICE}) as r:
         if r.status_code != 200:
             raise RuntimeError(f"agent answered HTTP {r.status_code}: {(await r.aread())[:300]!r}")
         async for line in r.aiter_lines():
-            if line.startswith("data:"):
-                payload = line[5:].strip()
-                if payload:
-                    events.append((time.perf_counter(), json.loads(payload)))
+            if (event := sse_event(line)) is not None:
+                events.append((time.perf_counter(), event))
     return _turn_stats(events, t0)
 
 
-async def _measure(turn, runs: int, log) -> list[dict]:
-    samples = []
-    for run in range(1, runs + 1):
-        for mode in MODES:
-            s = await turn(mode)
-            s.update({"mode": mode, "run": run, "load_1m": (load_average() or [None])[0]})
-            samples.append(s)
-            log(
-                f"  run {run}/{runs} {mode:<5} first text {s['first_text_ms']} ms  last text {s['last_text_ms']} ms  "
-                f"first audio {s['first_audio_ms']} ms  audio {s['audio_s']} s" + (f"  errors {s['errors']}" if s["errors"] else "")
-            )
-            await asyncio.sleep(0.3)
-    return samples
+async def measure(turn: Callable[[str], Awaitable[dict]], runs: int, log, modes: tuple[str, ...] = MODES) -> list[dict]:
+    """``runs`` rounds of every mode's turn, the modes rotating round by round."""
+    return await in_rounds(modes, runs, turn, log=log, pause_s=0.3)
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     runs = 2 if quick else 5
     result = Result(
         "e2e", quick, command_line("e2e", quick),
         config={"prompt": PROMPT, "reply": REPLY, "tokens_per_second": TOKENS_PER_SECOND, "model": "scripted", "voice": VOICE,
                 "modes": list(MODES), "runs_per_mode": runs, "aws_reference_speedup": AWS_REFERENCE_SPEEDUP},
     )
-    with LiveServer(model_dir=model_dir, log=log) as tts:
+    with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
         before = tts.scrape()
         result.config["path"] = "AgentCore app subprocess, POST /invocations, SSE"
         argv = [*_agent_command(), "serve", "--model", "scripted", "--tokens-per-second", str(TOKENS_PER_SECOND),
@@ -126,7 +130,7 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
                 async def main() -> list[dict]:
                     async with httpx.AsyncClient(timeout=600) as client:
                         urls = {True: agent.url, False: plain.url}
-                        return await _measure(lambda m: _sse_turn(client, urls, m), runs, log)
+                        return await measure(lambda m: sse_turn(client, urls[VARIANTS[m][1]], VARIANTS[m][0]), runs, log)
 
                 result.samples = asyncio.run(main())
         except ServerFailed as e:
@@ -145,12 +149,8 @@ def _not_run(result: Result, why: str) -> Result:
 
 
 def summarize(result: Result) -> None:
-    for mode in MODES:
-        xs = [s for s in result.samples if s["mode"] == mode]
-        result.medians[mode] = {
-            key: rnd(median(s[key] for s in xs), 1)
-            for key in ("first_text_ms", "last_text_ms", "first_audio_ms", "end_ms")
-        } | {"audio_s": rnd(median(s["audio_s"] for s in xs), 3), "runs": len(xs)}
+    result.medians = medians_by(result.samples, "mode", {"first_text_ms": 1, "last_text_ms": 1, "first_audio_ms": 1,
+                                                          "end_ms": 1, "audio_s": 3})
     bidi = result.medians["bidi"]["first_audio_ms"]
     batch = result.medians["batch"]["first_audio_ms"]
     speedup = round(batch / bidi, 3) if bidi and batch else None
@@ -158,7 +158,7 @@ def summarize(result: Result) -> None:
         s["first_audio_ms"] is not None and s["last_text_ms"] is not None and s["first_audio_ms"] < s["last_text_ms"]
         for s in result.samples if s["mode"] == "bidi"
     )
-    plain = result.medians["bidi_no_early_clause"]["first_audio_ms"]
+    plain = result.medians.get("bidi_no_early_clause", {}).get("first_audio_ms")
     result.summary = {"bidi_first_audio_ms": bidi, "batch_first_audio_ms": batch, "speedup": speedup,
                       "bidi_no_early_clause_first_audio_ms": plain,
                       "early_clause_saves_ms": rnd(plain - bidi, 1) if bidi and plain else None,

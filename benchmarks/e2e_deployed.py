@@ -2,7 +2,7 @@
 agent runs: ``python -m benchmarks e2e --agent-url URL`` (any running agent app, local or remote:
 ``POST /invocations``, SSE) or ``--agent-runtime-arn ARN`` (a Bedrock AgentCore runtime, through
 boto3's ``invoke_agent_runtime``; credentials from boto3's usual chain, the region from the ARN unless
-``--region`` says otherwise). ``bidi`` and ``batch`` on the same prompt, alternating run by run;
+``--region`` says otherwise). ``bidi`` and ``batch`` on the same prompt, taking turns run by run (the first one rotating);
 first audio is when the first ``audio_chunk`` event reaches this client. Medians and means (AWS
 reports means). An agent that does not answer gives a ``not_run`` result with the reason.
 
@@ -15,37 +15,15 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import httpx
 
 from . import e2e
-from .results import Result, command_line, load_average, markdown_table, mean, rnd
+from .results import Result, command_line, markdown_table, mean, rnd
 
 MODES = ("bidi", "batch")
-
-
-def _event(line: str) -> dict | None:
-    payload = line[5:].strip() if line.startswith("data:") else ""
-    return json.loads(payload) if payload else None
-
-
-def _body(mode: str) -> dict[str, str]:
-    return {"prompt": e2e.PROMPT, "mode": mode, "voice": e2e.VOICE}
-
-
-async def url_turn(client: httpx.AsyncClient, url: str, mode: str) -> dict:
-    """One turn through a running agent app's ``POST /invocations``."""
-    events: list[tuple[float, dict]] = []
-    t0 = time.perf_counter()
-    async with client.stream("POST", f"{url}/invocations", json=_body(mode)) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"agent answered HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        async for line in r.aiter_lines():
-            if (event := _event(line)) is not None:
-                events.append((time.perf_counter(), event))
-    return e2e._turn_stats(events, t0)
 
 
 class AgentCoreTurns:
@@ -66,24 +44,12 @@ class AgentCoreTurns:
         t0 = time.perf_counter()
         resp = self.client.invoke_agent_runtime(
             agentRuntimeArn=self.arn, runtimeSessionId=f"kokoro-bench-{uuid.uuid4()}",
-            payload=json.dumps(_body(mode)).encode(), contentType="application/json", accept="text/event-stream")
+            payload=json.dumps({"prompt": e2e.PROMPT, "mode": mode, "voice": e2e.VOICE}).encode(), contentType="application/json", accept="text/event-stream")
         lines: Iterable[bytes] = resp["response"].iter_lines()
         for raw in lines:
-            if (event := _event(raw.decode("utf-8", errors="replace"))) is not None:
+            if (event := e2e.sse_event(raw.decode("utf-8", errors="replace"))) is not None:
                 events.append((time.perf_counter(), event))
         return e2e._turn_stats(events, t0)
-
-
-async def _measure(turn: Callable[[str], Awaitable[dict]], runs: int, log) -> list[dict]:
-    samples = []
-    for run_no in range(1, runs + 1):
-        for mode in MODES:
-            s = await turn(mode)
-            s.update({"mode": mode, "run": run_no, "load_1m": (load_average() or [None])[0]})
-            samples.append(s)
-            log(f"  run {run_no}/{runs} {mode:<5} first text {s['first_text_ms']} ms  first audio {s['first_audio_ms']} ms"
-                f"  audio {s['audio_s']} s" + (f"  errors {s['errors']}" if s["errors"] else ""))
-    return samples
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, agent_url: str | None = None,
@@ -99,13 +65,13 @@ def run(*, quick: bool = False, model_dir=None, log=print, agent_url: str | None
 
         async def main() -> list[dict]:
             async with httpx.AsyncClient(timeout=600) as http:
-                return await _measure(lambda m: url_turn(http, url, m), runs, log)
+                return await e2e.measure(lambda m: e2e.sse_turn(http, url, m), runs, log, MODES)
     else:
         result.config["path"] = f"Bedrock AgentCore runtime {agent_runtime_arn}, invoke_agent_runtime, SSE"
 
         async def main() -> list[dict]:
             turns = AgentCoreTurns(agent_runtime_arn or "", region=region, client=agentcore_client)
-            return await _measure(lambda m: asyncio.to_thread(turns.turn, m), runs, log)
+            return await e2e.measure(lambda m: asyncio.to_thread(turns.turn, m), runs, log, MODES)
 
     try:
         result.samples = asyncio.run(main())

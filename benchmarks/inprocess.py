@@ -3,9 +3,8 @@ the server runs, in the mode and with the settings a :class:`~backends.config.Ba
 names — and the closed loop that drives it, with no server or socket in between.
 
 :func:`request` streams one text through the backend and returns its
-:class:`~benchmarks.clients.Timing` (first audio, end, audio); :func:`closed_loop` runs ``clients``
-clients at once, each sending its next text as soon as the previous one is fully answered (zero
-think time), and reports audio-seconds per wall-second, this process's CPU seconds per audio
+:class:`~benchmarks.clients.Timing` (first audio, end, audio); :func:`closed_loop` runs the suite's
+closed loop (:func:`benchmarks.loop.closed_loop`) over it and reports audio-seconds per wall-second, this process's CPU seconds per audio
 second, and first audio by percentile.
 """
 
@@ -21,7 +20,8 @@ from backends.config import BackendConfig
 from backends.factory import create_backend
 
 from .clients import BYTES_PER_SECOND, Timing
-from .results import percentile
+from .loop import closed_loop as run_closed_loop
+from .results import ms, percentile
 
 
 class Tally(NoObserver):
@@ -66,23 +66,22 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
     """``clients`` clients at once, ``per_client`` requests each, back to back. Client ``c``'s
     ``r``-th text is ``texts[(c * 7 + r) % len(texts)]`` (the clients start on different texts).
     With the backend's ``tally``: the number and mean size of the batches formed meanwhile."""
-    import asyncio
-
     seen = len(tally.batches) if tally else 0
 
-    async def client(c: int) -> list[Timing]:
-        return [await request(backend, texts[(c * 7 + r) % len(texts)], voice=voice, session=f"c{c}",
-                              request_id=f"c{c}-{r}") for r in range(per_client)]
+    async def one(_s: None, c: int, r: int) -> Timing:
+        return await request(backend, texts[(c * 7 + r) % len(texts)], voice=voice, session=f"c{c}",
+                             request_id=f"c{c}-{r}")
 
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    timings = [t for ts in await asyncio.gather(*(client(c) for c in range(clients))) for t in ts]
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    cpu0 = time.process_time()
+    loop = await run_closed_loop(one, clients, per_client=per_client)
+    if loop.failures:
+        raise loop.failures[0]
+    timings, wall, cpu = loop.records, loop.wall_s, time.process_time() - cpu0
     audio = sum(t.audio_s for t in timings)
     first = [t.first_audio_s for t in timings if t.first_audio_s is not None]
 
-    def ms(q: float) -> float | None:
-        p = percentile(first, q)
-        return None if p is None else round(p * 1000, 1)
+    def ms_at(q: float) -> float | None:
+        return ms(percentile(first, q))
 
     out = {
         "concurrency": clients, "requests": len(timings), "audio_s": round(audio, 2), "wall_s": round(wall, 3),
@@ -90,7 +89,7 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
         # CPU seconds this process spent per audio second (all threads): the cost of a configuration
         # with contention from other processes mostly factored out; cpu/wall = cores it really got.
         "cpu_s_per_audio_s": round(cpu / audio, 3) if audio else None, "cores_used": round(cpu / wall, 2),
-        "first_audio_ms_p50": ms(50), "first_audio_ms_p95": ms(95), "first_audio_ms_max": ms(100),
+        "first_audio_ms_p50": ms_at(50), "first_audio_ms_p95": ms_at(95), "first_audio_ms_max": ms_at(100),
     }
     if tally is not None:
         formed = tally.batches[seen:]

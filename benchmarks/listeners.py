@@ -23,16 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed
-from agent.ws_client import ContractSession
-
-from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed
+from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed, Timing, WsSession
 from .live import LiveServer
+from .loop import closed_loop, rotated
 from .raw import VOICE
-from .results import markdown_table, median, rnd
+from .results import markdown_table, median, ms, rnd
 from .texts import PARAGRAPH, THROUGHPUT_TEXTS
 
 CONFIGS = (("sequential", True), ("sequential", False), ("concurrent", True), ("concurrent", False))
@@ -45,23 +43,20 @@ def config_name(mode: str, deadlines: bool, backend: str = "onnx") -> str:
 
 
 @dataclass
-class Heard:
-    """One request as a listener playing in real time heard it (seconds from its send)."""
+class Heard(Timing):
+    """One request as a listener playing it in real time heard it (seconds from its send), on its
+    own :class:`~benchmarks.clients.PlaybackClock`."""
 
-    first_audio_s: float | None = None
-    underrun_s: float = 0.0
-    audio_s: float = 0.0
-    complete_s: float | None = None
-    chunks: int = 0
-    error: str | None = None  # the code of a refusal (``raise_on_error=False``)
-    error_s: float | None = None
-    clock: PlaybackClock | None = None
+    clock: PlaybackClock = field(default_factory=PlaybackClock)
     sent_at: float = 0.0  # time.perf_counter() at the send
+
+    @property
+    def underrun_s(self) -> float:
+        return self.clock.underrun_s
 
     def behind(self) -> bool:
         """Whether this listener hears silence now (its audio ran out, more is due)."""
-        return self.clock is not None and self.complete_s is None and \
-            self.clock.behind(time.perf_counter() - self.sent_at)
+        return self.complete_s is None and self.clock.behind(time.perf_counter() - self.sent_at)
 
 
 async def listen(
@@ -70,49 +65,36 @@ async def listen(
 ) -> Heard:
     """Send ``text`` on a fresh session and play it in real time in the head; ``started`` is set at
     first audio; ``first_only`` hangs up there. Cancel it to hang up. A refusal raises
-    :class:`RequestFailed`, or with ``raise_on_error=False`` is kept in ``error``."""
+    :class:`RequestFailed`, or with ``raise_on_error=False`` is kept in ``error`` (its code in ``code``)."""
     heard = heard if heard is not None else Heard()
-    async with await ContractSession.connect(url, frames="text", max_size=None) as session:
-        t0 = heard.sent_at = time.perf_counter()
-        clock = heard.clock = PlaybackClock()
-        await session.synthesize(text, "listener", voice=VOICE)
-        while True:
-            event = await session.next_event()
-            now = time.perf_counter() - t0
-            if isinstance(event, AudioChunk):
-                seconds = len(event.pcm) / BYTES_PER_SECOND
-                heard.underrun_s += clock.heard(now, seconds)
-                heard.audio_s += seconds
-                heard.chunks += 1
-                if heard.first_audio_s is None:
-                    heard.first_audio_s = now
-                    if started is not None:
-                        started.set()
-                    if first_only:
-                        return heard
-            elif isinstance(event, SynthesisComplete):
-                heard.complete_s = now
-                return heard
-            elif isinstance(event, SynthesisFailed):
-                if raise_on_error:
-                    raise RequestFailed(f"{event.code}: {event.message}")
-                heard.error, heard.error_s = event.code, now
-                return heard
-            elif event is None:
-                raise RequestFailed("session closed before the request completed")
+
+    def on_audio(t: Timing, now: float, pcm: bytes) -> bool:
+        heard.clock.heard(now, len(pcm) / BYTES_PER_SECOND)
+        heard.first_audio_s, heard.audio_bytes, heard.chunks = t.first_audio_s, t.audio_bytes, t.chunks
+        if started is not None:
+            started.set()
+        return first_only
+
+    async with WsSession(url, voice=VOICE) as ws:
+        heard.sent_at = time.perf_counter()
+        (t,) = await ws.synthesize([text], raise_on_error=raise_on_error, on_audio=on_audio)
+    for key in ("first_audio_s", "complete_s", "audio_bytes", "chunks", "error", "code", "error_s", "server_ttfa_ms"):
+        setattr(heard, key, getattr(t, key))
+    return heard
 
 
 async def level(url: str, n: int) -> dict[str, Any]:
     """N listeners send the paragraph at once."""
-    t0 = time.perf_counter()
-    heard = await asyncio.gather(*(listen(url, PARAGRAPH) for _ in range(n)))
-    wall = time.perf_counter() - t0
+    loop = await closed_loop(lambda _s, _c, _r: listen(url, PARAGRAPH), n, per_client=1)
+    if loop.failures:
+        raise loop.failures[0]
+    heard, wall = loop.records, loop.wall_s
     firsts = [h.first_audio_s for h in heard if h.first_audio_s is not None]
     audio = sum(h.audio_s for h in heard)
     return {
         "listeners": n,
-        "first_audio_ms_median": rnd(median(firsts) * 1000.0, 1) if firsts else None,
-        "first_audio_ms_worst": rnd(max(firsts) * 1000.0, 1) if firsts else None,
+        "first_audio_ms_median": ms(median(firsts)),
+        "first_audio_ms_worst": ms(max(firsts, default=None)),
         "underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
         "audio_s": rnd(audio, 3),
         "wall_s": rnd(wall, 3),
@@ -174,7 +156,7 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
             servers[config_name(mode, deadlines, backend)] = stack.enter_context(srv)
         names = list(servers)
         for i, n in enumerate(levels):
-            for name in names[i % len(names):] + names[: i % len(names)]:
+            for name in rotated(names, i):
                 _settle(servers.values())
                 sample = {"config": name, "kind": "level", **asyncio.run(level(servers[name].ws_url, n))}
                 samples.append(sample)
@@ -187,7 +169,7 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
                 before = _interrupted(servers[name])
                 late = asyncio.run(late_arrival(servers[name].ws_url))
                 sample = {"config": name, "kind": "late", "streams_underrun_s": late["streams_underrun_s"],
-                          "late_first_audio_ms": rnd((late["newcomer"].first_audio_s or 0.0) * 1000.0, 1)}
+                          "late_first_audio_ms": ms(late["newcomer"].first_audio_s or 0.0)}
                 _settle(servers.values())
                 sample["interrupted_calls"] = int(_interrupted(servers[name]) - before)
                 samples.append(sample)

@@ -61,29 +61,21 @@ def rss_mib(pid: int, *, peak: bool = False, children: bool = True, digits: int 
 
 
 class _RssSampler(threading.Thread):
-    """Samples the RSS of the server and its children every ``interval`` seconds."""
+    """Samples the resident memory of the server and its children (:func:`rss_mib`) every
+    ``interval`` seconds, keeping the largest."""
 
     def __init__(self, pid: int, interval: float = 0.25):
         super().__init__(daemon=True, name="rss-sampler")
         self.pid, self.interval = pid, interval
-        self.peak_bytes = 0
+        self.peak_mib = 0.0
         self._stop = threading.Event()
 
     def run(self) -> None:
-        try:
-            import psutil
-        except ImportError:
-            return
-        try:
-            proc = psutil.Process(self.pid)
-        except psutil.Error:
-            return
         while not self._stop.wait(self.interval):
-            try:
-                rss = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
-            except psutil.Error:
+            mib = rss_mib(self.pid)
+            if mib is None:
                 return
-            self.peak_bytes = max(self.peak_bytes, rss)
+            self.peak_mib = max(self.peak_mib, mib)
 
     def stop(self) -> None:
         self._stop.set()
@@ -207,7 +199,7 @@ class LiveServer:
             self.peak_rss_mib = round(server.peak_rss_kib / 1024, 1)
         if self._sampler is not None:
             self._sampler.stop()
-            sampled = self._sampler.peak_bytes / (1 << 20)
+            sampled = self._sampler.peak_mib
             if sampled and (self.peak_rss_mib is None or sampled > self.peak_rss_mib):
                 self.peak_rss_mib = round(sampled, 1)
         shutil.rmtree(self._logdir, ignore_errors=True)

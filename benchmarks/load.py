@@ -16,7 +16,6 @@ Timing claims live here; the tests assert only counts and order.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from agent.ws_client import ContractSession
-
+from .clients import RequestFailed, WsSession
+from .loop import closed_loop
 from .results import percentile, rnd
 
 SENTENCES = [
@@ -52,48 +51,26 @@ class SessionOutcome:
 
 
 async def _session(ws_url: str, sid: int, texts: list[str], *, speed: float, api_key: str | None) -> SessionOutcome:
-    sent = [f"s{sid}-r{j}" for j in range(len(texts))]
-    out = SessionOutcome(sid, sent)
-    async with await ContractSession.connect(ws_url, api_key=api_key, open_timeout=120, max_size=None) as session:
-        for rid, text in zip(sent, texts, strict=True):  # pipelined: all sent before any answer
-            await session.synthesize(text, rid, speed=speed)
-        current: str | None = None
-        while len(out.answered) < len(sent):
-            message = await session.receive()
-            if message is None:
-                out.violations.append("the session closed before every request was answered")
-                break
-            if isinstance(message, bytes):
-                if current is None:
-                    out.violations.append("audio outside a request")
-                out.audio_bytes += len(message)
-                continue
-            current = _answer(out, json.loads(message), current)
-        await session.close()
-        while await session.receive() is not None:
+    """One session through the contract client, which notes the order it was answered in."""
+    out = SessionOutcome(sid, [])
+    async with WsSession(ws_url, speed=speed, api_key=api_key, frames="binary", open_timeout=120) as ws:
+        assert ws.burst is not None and ws.session is not None
+        try:
+            timings = await ws.synthesize(texts, raise_on_error=False)  # pipelined: all sent before any answer
+        except RequestFailed as exc:  # the session closed early, or audio came outside a request
+            out.violations.append(str(exc))
+            timings = []
+        out.sent, out.answered = ws.burst.sent, ws.burst.answered
+        out.violations += ws.burst.violations
+        out.completed = sum(t.complete_s is not None for t in timings)
+        out.errors = [t.code or "?" for t in timings if t.error]
+        out.audio_bytes = sum(t.audio_bytes for t in timings)
+        out.ttfa_ms = [t.server_ttfa_ms for t in timings if t.complete_s is not None and t.server_ttfa_ms is not None]
+        await ws.session.close()
+        while await ws.session.receive() is not None:
             pass
-        out.closed_normally = session.close_code == 1000
+        out.closed_normally = ws.session.close_code == 1000
     return out
-
-
-def _answer(out: SessionOutcome, event: dict[str, Any], current: str | None) -> str | None:
-    """Check one control event against the contract's order; returns the request now in progress."""
-    kind, rid = event.get("type"), event.get("request_id")
-    if kind == "synthesis_start":
-        if current is not None:
-            out.violations.append(f"{rid} started inside {current}")
-        return rid
-    if kind in ("synthesis_complete", "error"):
-        if current is not None and rid != current:
-            out.violations.append(f"{kind} of {rid} inside {current}")
-        out.answered.append(rid)
-        if kind == "synthesis_complete":
-            out.completed += 1
-            out.ttfa_ms.append(event["ttfa_ms"])
-        else:
-            out.errors.append(event.get("code", "?"))
-        return None
-    return current
 
 
 async def run_sessions(ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0,
@@ -103,8 +80,11 @@ async def run_sessions(ws_url: str, sessions: int, per_session: int, *, speed: f
     def texts(i: int) -> list[str]:
         return [SENTENCES[(i + j) % len(SENTENCES)] for j in range(per_session)]
 
-    return list(await asyncio.gather(*(
-        _session(ws_url, i, texts(i), speed=speed, api_key=api_key) for i in range(sessions))))
+    loop = await closed_loop(lambda _s, i, _r: _session(ws_url, i, texts(i), speed=speed, api_key=api_key), sessions,
+                             per_client=1)
+    if loop.failures:
+        raise loop.failures[0]
+    return loop.records
 
 
 def tally(outcomes: list[SessionOutcome]) -> dict[str, Any]:

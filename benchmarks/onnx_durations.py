@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .loop import rotated
 from .raw import LANG, VOICE, model_files
 from .results import Result, command_line, markdown_table, median, rnd
 from .texts import CLIPS, SENTENCES
@@ -127,8 +128,7 @@ def _runtime_rounds(synths: dict[str, Any], segments, rounds: int, log) -> list[
     samples = []
     for rnd_i in range(1, rounds + 1):
         for i, seg in enumerate(segments):
-            shift = (rnd_i + i) % len(names)
-            order = names[shift:] + names[:shift]
+            order = rotated(names, rnd_i + i)
             took, cpu, audio = {}, {}, {}
             for name in order:
                 t0, c0 = time.perf_counter(), time.process_time()

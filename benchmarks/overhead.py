@@ -75,20 +75,20 @@ async def _measure(srv: LiveServer, raw: RawRuntime, texts: list[str], reps: int
     return samples
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     texts = segments(quick)
     reps = 1 if quick else 3
     result = Result(
         "overhead", quick, command_line("overhead", quick),
         config={
             "segments": texts, "reps": reps, "voice": VOICE, "concurrency": 1,
-            "server": "KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend onnx --mode sequential",
+            "server": f"KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend {backend} --mode sequential",
             "raw": "kokoro_onnx.Kokoro.create(text, voice, lang='en-us') in the benchmark process",
         },
     )
     log(f"overhead: {len(texts)} segments x {reps} reps, raw and server alternating")
     raw = RawRuntime(model_dir)
-    with LiveServer(model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log) as srv:
+    with LiveServer(backend=backend, model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log) as srv:
         before = srv.scrape()
         t0 = time.perf_counter()
         result.samples = asyncio.run(_measure(srv, raw, texts, reps, log))

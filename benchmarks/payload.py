@@ -55,7 +55,7 @@ async def _collect(srv: LiveServer, clips: tuple[str, ...], log) -> list[bytes]:
     return out
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     clips = CLIPS[:8] if quick else CLIPS
     result = Result(
         "payload", quick, command_line("payload", quick),
@@ -63,7 +63,7 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
                 "aws_reference_bytes": AWS_REFERENCE},
     )
     log(f"payload: {len(clips)} clips")
-    with LiveServer(model_dir=model_dir, log=log) as srv:
+    with LiveServer(backend=backend, model_dir=model_dir, log=log) as srv:
         before = srv.scrape()
         pcms = asyncio.run(_collect(srv, clips, log))
         result.server_view = {"default": prom.server_view(before, srv.scrape())}

@@ -10,8 +10,9 @@ executor. Nothing here starts a server.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from .clients import BYTES_PER_SECOND, Timing
 
 SAMPLE_RATE = 24_000
 VOICE = "jm_kumo"
@@ -25,18 +26,8 @@ def model_files(model_dir: Path | None = None, *, torch: bool = False):
     return build_assets(Path(model_dir or default_model_dir()), torch=torch)
 
 
-@dataclass
-class RawTiming:
-    first_audio_s: float
-    complete_s: float
-    audio_s: float
-
-    def to_dict(self) -> dict:
-        return {
-            "first_audio_s": round(self.first_audio_s, 5),
-            "complete_s": round(self.complete_s, 5),
-            "audio_s": round(self.audio_s, 4),
-        }
+def _timing(first: float | None, complete: float, audio_s: float) -> Timing:
+    return Timing("raw", first_audio_s=first or 0.0, complete_s=complete, audio_bytes=round(audio_s * BYTES_PER_SECOND))
 
 
 class RawRuntime:
@@ -55,14 +46,14 @@ class RawRuntime:
         self.load_s = time.perf_counter() - t0
         self.create("Warming up.")  # the server warms up too; compare warm against warm
 
-    def create(self, text: str) -> RawTiming:
+    def create(self, text: str) -> Timing:
         """Whole text at once: first audio is the whole audio (blocking)."""
         t0 = time.perf_counter()
         audio, sr = self.kokoro.create(text, voice=self.voice, lang=self.lang)
         elapsed = time.perf_counter() - t0
-        return RawTiming(elapsed, elapsed, len(audio) / sr)
+        return _timing(elapsed, elapsed, len(audio) / sr)
 
-    def create_sentences(self, sentences: list[str] | tuple[str, ...]) -> RawTiming:
+    def create_sentences(self, sentences: list[str] | tuple[str, ...]) -> Timing:
         """The raw runtime's sentence-first: ``create()`` per sentence, first audio after the first."""
         t0 = time.perf_counter()
         first, audio_s = None, 0.0
@@ -71,9 +62,9 @@ class RawRuntime:
             audio_s += len(audio) / sr
             if first is None:
                 first = time.perf_counter() - t0
-        return RawTiming(first or 0.0, time.perf_counter() - t0, audio_s)
+        return _timing(first, time.perf_counter() - t0, audio_s)
 
-    async def create_stream(self, text: str) -> RawTiming:
+    async def create_stream(self, text: str) -> Timing:
         """``create_stream()``: first audio when its first batch arrives."""
         t0 = time.perf_counter()
         first, audio_s = None, 0.0
@@ -81,4 +72,4 @@ class RawRuntime:
             if first is None:
                 first = time.perf_counter() - t0
             audio_s += len(audio) / sr
-        return RawTiming(first or 0.0, time.perf_counter() - t0, audio_s)
+        return _timing(first, time.perf_counter() - t0, audio_s)

@@ -64,6 +64,25 @@ def rnd(x: float | None, digits: int = 1) -> float | None:
     return None if x is None else round(x, digits)
 
 
+def ms(seconds: float | None, digits: int = 1) -> float | None:
+    """Seconds as milliseconds, rounded (None stays None)."""
+    return None if seconds is None else round(seconds * 1000.0, digits)
+
+
+def medians_by(samples: list[dict[str, Any]], key: str, fields: dict[str, int] | int) -> dict[str, dict[str, Any]]:
+    """Per value of ``key`` (in the order first seen): each field's median, rounded to its digits,
+    and ``runs``. ``fields`` as one number of digits: every field of the group but ``key``,
+    ``run`` and ``load_1m``."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        groups.setdefault(s[key], []).append(s)
+    out = {}
+    for name, xs in groups.items():
+        digits = fields if isinstance(fields, dict) else {k: fields for k in xs[0] if k not in (key, "run", "load_1m")}
+        out[name] = {f: rnd(median(x.get(f) for x in xs), d) for f, d in digits.items()} | {"runs": len(xs)}
+    return out
+
+
 def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]

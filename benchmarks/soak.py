@@ -31,6 +31,7 @@ from agent.messages import AudioChunk, SynthesisFailed
 from agent.ws_client import ContractSession
 
 from . import prom
+from .clients import post
 from .live import rss_mib
 
 TEXTS = [
@@ -102,18 +103,17 @@ class Soak:
 
     async def _post(self, i: int, http: httpx.AsyncClient) -> int:
         fmt = ("wav", "pcm", "mp3")[i % 3]
-        async with http.stream("POST", "/invocations", json={**self._request(str(i)), "format": fmt}) as r:
-            size = sum([len(c) async for c in r.aiter_raw()])
-        if r.status_code != 200 or size <= 44:
-            self.failures.append(f"post {i}: {r.status_code} ({size} bytes)")
+        t = await post(http, "/invocations", {**self._request(str(i)), "format": fmt})
+        if t.error or t.audio_bytes <= 44:
+            self.failures.append(f"post {i}: {t.error or 'HTTP 200'} ({t.audio_bytes} bytes)")
         return 1
 
     async def _openai(self, i: int, http: httpx.AsyncClient) -> int:
-        r = await http.post("/v1/audio/speech", json={"model": "kokoro", "input": self.rng.choice(self.texts),
-                                                      "voice": self.rng.choice(self.voices),
-                                                      "response_format": ("mp3", "wav", "opus")[i % 3]})
-        if r.status_code != 200 or not r.content:
-            self.failures.append(f"openai {i}: {r.status_code}")
+        t = await post(http, "/v1/audio/speech", {"model": "kokoro", "input": self.rng.choice(self.texts),
+                                                  "voice": self.rng.choice(self.voices),
+                                                  "response_format": ("mp3", "wav", "opus")[i % 3]})
+        if t.error or not t.audio_bytes:
+            self.failures.append(f"openai {i}: {t.error or 'HTTP 200 with an empty body'}")
         return 1
 
     async def _bad_post(self, i: int, http: httpx.AsyncClient) -> int:

@@ -10,7 +10,8 @@ last one is done. Audio-hours per hour = audio seconds received / wall seconds. 
 text; text characters per second is reported beside it as the equal-work measure. All servers are up
 at once (idle ones cost no CPU) and the configs take turns level by level, rotating, with the raw
 runtime among them, so load drift on shared cores hits all alike; with several rounds the medians
-are reported. Peak RSS is each server process's high-water mark (``VmHWM``).
+are reported. Peak RSS is each server process's high-water mark (``VmHWM``). ``--backend fake`` runs the
+servers on the model-free runtime and leaves out the raw runtime (the harness, not the figures).
 
 Then the listeners' sweep (:mod:`benchmarks.listeners`): 1, 2, 4, 8 listeners sending the
 267-character paragraph at once, each playing it in real time and counting underruns, with playback
@@ -22,15 +23,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import listeners, prom
-from .clients import WsSession
+from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
+from .loop import Loop, closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
-from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot
+from .results import Result, command_line, load_average, markdown_table, median, ms, rnd, save_plot
 from .texts import THROUGHPUT_TEXTS
 
 TARGET_GAIN = 1.2
@@ -42,74 +43,42 @@ def _text(client: int, n: int) -> str:
 
 
 async def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
-    deadline_holder: dict[str, float] = {}
-    per_client: list[dict] = []
+    async def request(ws: WsSession, i: int, n: int) -> tuple[str, Timing]:
+        text = _text(i, n)
+        (t,) = await ws.synthesize([text], raise_on_error=False)
+        if t.error:
+            await asyncio.sleep(0.1)
+        return text, t
 
-    async def client(i: int) -> None:
-        done = {"requests": 0, "audio_s": 0.0, "chars": 0, "errors": 0, "first_audio_s": []}
-        async with WsSession(srv.ws_url, voice=VOICE) as ws:
-            n = 0
-            while time.perf_counter() < deadline_holder["t"]:
-                text = _text(i, n)
-                (t,) = await ws.synthesize([text], raise_on_error=False)
-                n += 1
-                if t.error:
-                    done["errors"] += 1
-                    await asyncio.sleep(0.1)
-                    continue
-                done["requests"] += 1
-                done["chars"] += len(text)
-                done["audio_s"] += t.audio_s
-                done["first_audio_s"].append(t.first_audio_s)
-        per_client.append(done)
-
-    t0 = time.perf_counter()
-    deadline_holder["t"] = t0 + duration_s
-    await asyncio.gather(*(client(i) for i in range(concurrency)))
-    wall = time.perf_counter() - t0
-    return _level_stats(per_client, wall)
+    loop = await closed_loop(request, concurrency, duration_s=duration_s,
+                             session=lambda _i: WsSession(srv.ws_url, voice=VOICE))
+    return _level_stats(loop)
 
 
 def _raw_level(raw: RawRuntime, concurrency: int, duration_s: float) -> dict:
-    per_client: list[dict] = []
-    lock = threading.Lock()
-    t0 = time.perf_counter()
-    deadline = t0 + duration_s
-
-    def client(i: int) -> None:
-        done = {"requests": 0, "audio_s": 0.0, "chars": 0, "errors": 0, "first_audio_s": []}
-        n = 0
-        while time.perf_counter() < deadline:
+    """One thread per client calling ``create()`` on the one shared runtime."""
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="raw-client") as pool:
+        async def request(_s: None, i: int, n: int) -> tuple[str, Timing]:
             text = _text(i, n)
-            t = raw.create(text)
-            n += 1
-            done["requests"] += 1
-            done["chars"] += len(text)
-            done["audio_s"] += t.audio_s
-            done["first_audio_s"].append(t.first_audio_s)
-        with lock:
-            per_client.append(done)
+            return text, await asyncio.get_running_loop().run_in_executor(pool, raw.create, text)
 
-    threads = [threading.Thread(target=client, args=(i,), name=f"raw-client-{i}") for i in range(concurrency)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return _level_stats(per_client, time.perf_counter() - t0)
+        return _level_stats(asyncio.run(closed_loop(request, concurrency, duration_s=duration_s)))
 
 
-def _level_stats(per_client: list[dict], wall: float) -> dict:
-    audio = sum(c["audio_s"] for c in per_client)
-    firsts = [x for c in per_client for x in c["first_audio_s"]]
+def _level_stats(loop: Loop) -> dict:
+    done = [(text, t) for text, t in loop.records if not t.error]
+    audio = sum(t.audio_s for _, t in done)
+    firsts = [t.first_audio_s for _, t in done if t.first_audio_s is not None]
+    wall = loop.wall_s
     return {
         "wall_s": rnd(wall, 3),
         "audio_s": rnd(audio, 3),
-        "requests": sum(c["requests"] for c in per_client),
-        "errors": sum(c["errors"] for c in per_client),
+        "requests": len(done),
+        "errors": len(loop.records) - len(done) + len(loop.failures),
         "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
-        "chars_per_s": rnd(sum(c["chars"] for c in per_client) / wall if wall > 0 else 0.0, 3),
-        "first_audio_ms_p50": rnd((median(firsts) or 0.0) * 1000.0, 1) if firsts else None,
-        "first_audio_ms_max": rnd(max(firsts) * 1000.0, 1) if firsts else None,
+        "chars_per_s": rnd(sum(len(text) for text, _ in done) / wall if wall > 0 else 0.0, 3),
+        "first_audio_ms_p50": ms(median(firsts)),
+        "first_audio_ms_max": ms(max(firsts, default=None)),
     }
 
 
@@ -126,13 +95,14 @@ def torch_available(model_dir=None) -> tuple[bool, str]:
     return True, ""
 
 
-def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = None) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = None, backend: str = "onnx") -> Result:
     levels = [1, 4] if quick else [1, 2, 4, 8]
     duration = 12.0 if quick else 25.0
     rounds = 1 if quick else 2
-    configs: list[tuple[str, str]] = [("onnx", "sequential"), ("onnx", "concurrent")]
+    configs: list[tuple[str, str]] = [(backend, "sequential"), (backend, "concurrent")]
     result = Result("throughput", quick, command_line("throughput", quick))
-    want_torch = (not quick) if torch is None else torch
+    raw_too = backend != "fake"  # the harness without the model: no raw runtime beside it
+    want_torch = (not quick and backend == "onnx") if torch is None else torch
     if want_torch:
         ok, why = torch_available(model_dir)
         if ok:
@@ -144,7 +114,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
         result.notes.append("torch runtime not run (quick run; the full run includes it when available)")
     result.config = {
         "concurrency_levels": levels, "duration_per_level_s": duration, "rounds": rounds, "voice": VOICE,
-        "texts": list(THROUGHPUT_TEXTS), "configs": [RAW, *(f"{b}/{m}" for b, m in configs)],
+        "texts": list(THROUGHPUT_TEXTS), "configs": [*([RAW] if raw_too else []), *(f"{b}/{m}" for b, m in configs)],
         "client": "one WebSocket session per client, one request at a time",
         "raw_client": "one thread per client calling Kokoro.create() on one shared instance",
         "order": "every server is up (idle) at once; each round runs every level through every config in "
@@ -152,9 +122,9 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
     }
     log(f"throughput: levels {levels}, {duration:.0f} s each, {rounds} round(s), configs {result.config['configs']}")
 
-    raw = RawRuntime(model_dir)
+    raw = RawRuntime(model_dir) if raw_too else None
     with contextlib.ExitStack() as stack:
-        servers: dict[str, LiveServer | None] = {RAW: None}
+        servers: dict[str, LiveServer | None] = {RAW: None} if raw_too else {}
         for backend, mode in configs:
             name = f"{backend}/{mode}"
             srv = LiveServer(backend=backend, mode=mode, model_dir=model_dir, log=log)
@@ -168,12 +138,12 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
         names = list(servers)
         for rnd_i in range(rounds):
             for c in levels:
-                shift = (rnd_i + levels.index(c)) % len(names)
-                for name in names[shift:] + names[:shift]:
+                for name in rotated(names, rnd_i + levels.index(c)):
                     srv = servers[name]
                     load = load_average()
                     sample: dict[str, Any] = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load}
                     if srv is None:
+                        assert raw is not None
                         sample.update(_raw_level(raw, c, duration))
                     else:
                         before = srv.scrape()
@@ -191,7 +161,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
     peak_rss = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
     result.summary["peak_rss_mib"] = peak_rss
     log("throughput: many listeners (deadlines on/off, sequential/concurrent)")
-    result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False)
+    result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False, backend=backend)
     summarize(result)
     return result
 

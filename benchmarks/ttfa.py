@@ -1,7 +1,8 @@
 """Time to first audio on the 267-character, 4-sentence paragraph: batch vs streaming, against
 live servers, with the raw runtime (kokoro-onnx) side by side in the same run.
 
-Modes (each run goes through every mode in turn, so load drift hits all modes alike):
+Modes (each run goes through every mode in turn, the first one rotating run by run, so load drift hits all
+modes alike; ``--backend fake`` leaves out the raw runtime):
 
 * ``batch`` — ``POST /invocations`` with ``stream: false``; first audio is when the whole audio
   has arrived (the AWS sample handler's behaviour).
@@ -37,10 +38,11 @@ from typing import Any
 import httpx
 
 from . import listeners, prom
-from .clients import WsSession, http_synthesize
+from .clients import RequestFailed, WsSession, post
 from .live import LiveServer
+from .loop import in_rounds
 from .raw import VOICE, RawRuntime
-from .results import Result, command_line, load_average, markdown_table, median, rnd, save_plot
+from .results import Result, command_line, markdown_table, median, medians_by, ms, rnd, save_plot
 from .texts import PARAGRAPH, SENTENCES, check_paragraph
 
 SERVER_MODES = ("batch", "streamed", "sentence_first", "fast_first", "clause_first")
@@ -53,7 +55,10 @@ SHORT_RATIO = 0.12  # the tighter goal for streaming first audio over batch
 async def _server_sample(mode: str, servers: dict[str, LiveServer], http: httpx.AsyncClient) -> dict:
     default = servers["default"]
     if mode == "batch":
-        t = await http_synthesize(http, default.url, PARAGRAPH, stream=False, voice=VOICE)
+        t = await post(http, f"{default.url}/invocations",
+                       {"text": PARAGRAPH, "format": "pcm", "stream": False, "voice": VOICE})
+        if t.error:
+            raise RequestFailed(t.error)
         # The whole audio is the first audio a batch client can play.
         return {"first_audio_s": t.complete_s, "complete_s": t.complete_s, "audio_s": t.audio_s, "connect_s": None}
     srv = servers["plain"] if mode == "streamed" else servers["clause"] if mode == "clause_first" else default
@@ -69,7 +74,8 @@ async def _server_sample(mode: str, servers: dict[str, LiveServer], http: httpx.
     }
 
 
-async def _raw_sample(mode: str, raw: RawRuntime) -> dict:
+async def _raw_sample(mode: str, raw: RawRuntime | None) -> dict:
+    assert raw is not None
     if mode == "raw_batch":
         t = await asyncio.to_thread(raw.create, PARAGRAPH)
     elif mode == "raw_stream":
@@ -79,61 +85,46 @@ async def _raw_sample(mode: str, raw: RawRuntime) -> dict:
     return {"first_audio_s": t.first_audio_s, "complete_s": t.complete_s, "audio_s": t.audio_s}
 
 
-async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], raw: RawRuntime, log) -> list[dict]:
-    samples = []
+async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], raw: RawRuntime | None, log) -> list[dict]:
     async with httpx.AsyncClient(timeout=600) as http:
-        for run in range(1, runs + 1):
-            for mode in modes:
-                if mode.startswith("raw_"):
-                    s = await _raw_sample(mode, raw)
-                else:
-                    s = await _server_sample(mode, servers, http)
-                sample = {
-                    "mode": mode,
-                    "run": run,
-                    "first_audio_ms": rnd(s["first_audio_s"] * 1000.0, 1),
-                    "complete_ms": rnd(s["complete_s"] * 1000.0, 1),
-                    "audio_s": rnd(s["audio_s"], 3),
-                    "connect_ms": rnd((s.get("connect_s") or 0.0) * 1000.0, 2) if s.get("connect_s") else None,
-                    "server_ttfa_ms": s.get("server_ttfa_ms"),
-                    "load_1m": (load_average() or [None])[0],
-                }
-                samples.append(sample)
-                log(
-                    f"  run {run}/{runs} {mode:<19} first audio {sample['first_audio_ms']:>8.1f} ms   "
-                    f"complete {sample['complete_ms']:>8.1f} ms   audio {sample['audio_s']:.2f} s"
-                )
-                await asyncio.sleep(0.3)
-    return samples
+        async def one(mode: str) -> dict:
+            s = await (_raw_sample(mode, raw) if mode.startswith("raw_") else _server_sample(mode, servers, http))
+            return {"first_audio_ms": ms(s["first_audio_s"]), "complete_ms": ms(s["complete_s"]),
+                    "audio_s": rnd(s["audio_s"], 3), "connect_ms": ms(s.get("connect_s") or None, 2),
+                    "server_ttfa_ms": s.get("server_ttfa_ms")}
+
+        return await in_rounds(modes, runs, one, log=log, pause_s=0.3)
 
 
-def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     check_paragraph()
     runs = 2 if quick else 5
     # quick: the modes that differ; for this paragraph `streamed` packs into one segment (= batch) and
     # create_stream() has one batch (= create()).
     modes = ["batch", "sentence_first", "fast_first", "clause_first", "raw_batch"] if quick else [*SERVER_MODES, *RAW_MODES]
+    if backend == "fake":  # the harness without the model: no raw runtime beside it
+        modes = [m for m in modes if not m.startswith("raw_")]
     result = Result(
         "ttfa", quick, command_line("ttfa", quick),
         config={
             "paragraph": PARAGRAPH, "paragraph_chars": len(PARAGRAPH), "sentences": list(SENTENCES),
             "voice": VOICE, "lang": "en-us", "runs_per_mode": runs, "modes": modes,
             "servers": {
-                "default": "kokoro-serve serve --backend onnx --mode sequential",
-                "plain": "KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend onnx --mode sequential",
-                "clause": "KOKORO_SHORT_FIRST_SEGMENT=never kokoro-serve serve --backend onnx --mode sequential",
+                "default": f"kokoro-serve serve --backend {backend} --mode sequential",
+                "plain": f"KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend {backend} --mode sequential",
+                "clause": f"KOKORO_SHORT_FIRST_SEGMENT=never kokoro-serve serve --backend {backend} --mode sequential",
             },
             "streaming_mode": STREAMING_MODE,
         },
     )
     log(f"ttfa: {runs} runs x {len(modes)} modes on a {len(PARAGRAPH)}-character paragraph")
-    raw = RawRuntime(model_dir)
-    result.config["raw_runtime"] = {"model": str(raw.model_path.name), "load_s": rnd(raw.load_s, 2)}
-    servers = {
-        "default": LiveServer(model_dir=model_dir, log=log),
-        "plain": LiveServer(model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log),
-        "clause": LiveServer(model_dir=model_dir, env={"KOKORO_SHORT_FIRST_SEGMENT": "never"}, log=log),
-    }
+    raw = None
+    if any(m.startswith("raw_") for m in modes):
+        raw = RawRuntime(model_dir)
+        result.config["raw_runtime"] = {"model": str(raw.model_path.name), "load_s": rnd(raw.load_s, 2)}
+    servers = {name: LiveServer(backend=backend, model_dir=model_dir, env=env, log=log) for name, env in (
+        ("default", {}), ("plain", {"KOKORO_FAST_FIRST_SEGMENT": "false"}),
+        ("clause", {"KOKORO_SHORT_FIRST_SEGMENT": "never"}))}
     with contextlib.ExitStack() as stack:
         for srv in servers.values():
             stack.enter_context(srv)
@@ -144,11 +135,11 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
         result.server_view = {name: prom.server_view(before[name], srv.scrape()) for name, srv in servers.items()}
         result.config["server_startup_s"] = {name: rnd(srv.startup_s, 1) for name, srv in servers.items()}
     log("ttfa: many listeners (deadlines on/off, sequential/concurrent)")
-    sweep = listeners.sweep(quick=quick, model_dir=model_dir, log=log)
+    sweep = listeners.sweep(quick=quick, model_dir=model_dir, log=log, backend=backend)
     summarize(result)
     result.summary["listeners"] = sweep
     listeners.targets(result, sweep)
-    if not quick and importlib.util.find_spec("torch") is not None:
+    if not quick and backend == "onnx" and importlib.util.find_spec("torch") is not None:
         log("ttfa: the late listener on the torch runtime (CPU), deadlines on, both modes")
         on_torch = listeners.sweep(quick=quick, model_dir=model_dir, log=log, backend="torch", levels=[1],
                                    configs=(("sequential", True), ("concurrent", True)))
@@ -161,18 +152,7 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
 
 
 def summarize(result: Result) -> None:
-    by_mode: dict[str, list[dict]] = {}
-    for s in result.samples:
-        by_mode.setdefault(s["mode"], []).append(s)
-    result.medians = {
-        mode: {
-            "first_audio_ms": rnd(median(x["first_audio_ms"] for x in xs), 1),
-            "complete_ms": rnd(median(x["complete_ms"] for x in xs), 1),
-            "audio_s": rnd(median(x["audio_s"] for x in xs), 3),
-            "runs": len(xs),
-        }
-        for mode, xs in by_mode.items()
-    }
+    result.medians = medians_by(result.samples, "mode", {"first_audio_ms": 1, "complete_ms": 1, "audio_s": 3})
     batch = (result.medians.get("batch") or {}).get("first_audio_ms")
     streaming = (result.medians.get(STREAMING_MODE) or {}).get("first_audio_ms")
     ratio = round(streaming / batch, 4) if batch and streaming else None

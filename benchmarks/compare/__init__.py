@@ -2,6 +2,10 @@
 
     python -m benchmarks compare --target NAME=URL[#voice=V&lang=L&format=wav] [--target ...] [--voice V]
                                  [--api-key K] [--quick] [--out FILE.json] [--pid NAME=PID]
+    python -m benchmarks compare --backend fake|onnx|torch [--target ...]
+
+``--backend`` starts one server of this project on that runtime and adds it as three targets, one per
+protocol (``ws``, ``invocations``, ``openai``); ``--backend fake`` checks the tool without the model.
 
 URL forms, per-target fields and clients: :mod:`benchmarks.compare.targets`; the rows measured:
 :mod:`.rows`; the figures and files: :mod:`.report`. Writes ``FILE.json`` (every sample),
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -46,11 +51,13 @@ def open_client(target: Target, *, api_key: str | None = None, timeout_s: float 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks compare", description=__doc__.split("\n")[0])
-    p.add_argument("--target", action="append", required=True, metavar="NAME=URL",
+    p.add_argument("--target", action="append", default=[], metavar="NAME=URL",
                    help="ws://host:port, http://host:port/invocations, openai+http://host:port/v1, "
                         "sagemaker://ENDPOINT?region=R, sagemaker+invocations://ENDPOINT?region=R; "
                         "append #voice=V for a voice of its own, #format=wav for a POST that refuses pcm "
                         "(also detected), and #FIELD=VALUE for any other request field (#lang=a)")
+    p.add_argument("--backend", choices=("fake", "onnx", "torch"), default=None,
+                   help="start a server of this project on this runtime and compare it over its three protocols")
     p.add_argument("--voice", default=DEFAULT_VOICE, help=f"voice for every target (default {DEFAULT_VOICE})")
     p.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer K' to HTTP and WebSocket targets")
     p.add_argument("--quick", action="store_true", help="2 rounds, sweep levels 1 and 4, 2 requests per client")
@@ -125,7 +132,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> results.Result:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    result = run(args, argv)
+    if not args.target and not args.backend:
+        raise SystemExit("python -m benchmarks compare: give --target NAME=URL (or --backend to start a server)")
+    with contextlib.ExitStack() as stack:
+        if args.backend:
+            from ..live import LiveServer
+
+            srv = stack.enter_context(LiveServer(backend=args.backend, log=_log))
+            args.target += [f"ws={srv.ws_url}", f"invocations={srv.url}/invocations", f"openai=openai+{srv.url}/v1"]
+            args.pid += [f"{name}={srv.proc.pid}" for name in ("ws", "invocations", "openai") if srv.proc]
+        result = run(args, argv)
     out: Path = args.out
     data: dict[str, Any] = results.write(result, title=TITLE, body=report.body, plot=report.plot,
                                          out_dir=out.parent, stem=out.name.removesuffix(".json"), log=_log)

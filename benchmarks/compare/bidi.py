@@ -26,7 +26,7 @@ from agent.messages import (
 from agent.ws_client import ContractSession, ws_url
 
 from ..clients import Burst, Timing
-from .http import HEALTH_TIMEOUT_S, NEXT_TIMEOUT_S, PROBE_TIMEOUT_S, HealthProbe, http_base, next_after_probe
+from .http import NEXT_TIMEOUT_S, PROBE_TIMEOUT_S, Client, next_after_probe
 from .targets import UNKNOWN_VOICE, Target, Unsupported
 
 PROBE = "probe"
@@ -46,13 +46,8 @@ class BidiSession:
         return await asyncio.wait_for(self.burst.synthesize(texts, raise_on_error=False), self.timeout_s)
 
 
-class _BidiClient:
+class _BidiClient(Client):
     pipelines = True
-
-    def __init__(self, target: Target, *, api_key: str | None = None, timeout_s: float = 120.0,
-                 health_timeout_s: float = HEALTH_TIMEOUT_S):
-        self.target, self.api_key, self.timeout_s = target, api_key, timeout_s
-        self.health_timeout_s = health_timeout_s
 
     async def _open(self) -> Any:
         raise NotImplementedError
@@ -85,8 +80,6 @@ class _BidiClient:
             nxt = await _next(s, next_text)
         return next_after_probe(answer, nxt, same_session_error=same.error or "answered without audio")
 
-    async def aclose(self) -> None:
-        return None
 
 
 async def _next(s: BidiSession, text: str) -> Timing:
@@ -135,8 +128,6 @@ async def _answer(s: BidiSession) -> str:
 class WsClient(_BidiClient):
     """``ws://``/``wss://``: the contract over WebSocket; ``health()`` is ``GET /ping``."""
 
-    _health: HealthProbe | None = None
-
     @property
     def url(self) -> str:
         return ws_url(self.target.url)
@@ -145,15 +136,6 @@ class WsClient(_BidiClient):
         return await ContractSession.connect(self.url, api_key=self.api_key, frames="binary", max_size=None,
                                              open_timeout=min(self.timeout_s, 30.0))
 
-    async def health(self) -> tuple[str, int, float]:
-        if self._health is None:
-            self._health = HealthProbe(http_base(self.url), ("/ping",), api_key=self.api_key,
-                                       timeout_s=self.health_timeout_s)
-        return await self._health()
-
-    async def aclose(self) -> None:
-        if self._health is not None:
-            await self._health.aclose()
 
 
 class SageMakerBidiClient(_BidiClient):

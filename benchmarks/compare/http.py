@@ -7,7 +7,7 @@ A plain HTTP request carries one text, so a "session" sends a list of texts one 
 (nothing is pipelined; ``pipelines`` is False) with times from the first send. Bodies are asked as
 ``pcm`` (audio only) unless the target says ``#format=wav``; a target that refuses ``pcm`` with a 400
 is asked for ``wav`` from then on (the AWS sample's POST does). A ``wav`` body's header is read past
-(:class:`WavReader`), so ``first_audio_s`` is the first byte of audio in either format and
+(:class:`benchmarks.clients.WavReader`), so ``first_audio_s`` is the first byte of audio in either format and
 ``audio_bytes`` counts audio only; ``complete_s`` is the last byte. boto3 calls block, so each runs
 in a worker thread; httpx runs on the caller's event loop.
 """
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..clients import Timing
+from ..clients import Timing, post
 from .targets import UNKNOWN_VOICE, Target, Unsupported
 
 INVALID_JSON = b'{"text": "an unterminated string'
@@ -90,43 +90,10 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-class WavReader:
-    """Splits a streamed WAV body into its header and the audio after it, chunk by chunk:
-    ``feed(chunk)`` returns the audio bytes in ``chunk`` (empty until the ``data`` chunk has begun).
-    Streamed headers carry unknown sizes, so the reader walks the chunks up to ``data`` and takes
-    everything after it as audio."""
+class Client:
+    """What every target's client shares: the target, its key and timeouts, and the health probe of
+    a target reachable over HTTP (the first of ``health_paths`` it has, on its host)."""
 
-    def __init__(self) -> None:
-        self._head = b""
-        self._in_data = False
-
-    def feed(self, chunk: bytes) -> bytes:
-        if self._in_data:
-            return chunk
-        self._head += chunk
-        pos = 12  # "RIFF" size "WAVE"
-        while len(self._head) >= pos + 8:
-            cid, size = self._head[pos:pos + 4], int.from_bytes(self._head[pos + 4:pos + 8], "little")
-            if cid == b"data":
-                self._in_data = True
-                audio, self._head = self._head[pos + 8:], b""
-                return audio
-            pos += 8 + size + (size & 1)
-        return b""
-
-
-class HttpSession:
-    """Texts one after another through ``post(text, t0, voice)``, times from the first send."""
-
-    def __init__(self, post: Any, voice: str | None):
-        self.post, self.voice = post, voice
-
-    async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
-        t0 = time.perf_counter()
-        return [await self.post(text, t0, self.voice) for text in texts]
-
-
-class _HttpClient:
     pipelines = False
     health_paths: tuple[str, ...] = ("/ping",)
 
@@ -134,8 +101,23 @@ class _HttpClient:
                  health_timeout_s: float = HEALTH_TIMEOUT_S):
         self.target, self.api_key, self.timeout_s = target, api_key, timeout_s
         self.health_timeout_s = health_timeout_s
-        self.http = self._new_http()
         self._health: HealthProbe | None = None
+
+    async def health(self) -> tuple[str, int | None, float]:
+        if self._health is None:
+            self._health = HealthProbe(http_base(self.target.url), self.health_paths, api_key=self.api_key,
+                                       timeout_s=self.health_timeout_s)
+        return await self._health()
+
+    async def aclose(self) -> None:
+        if self._health is not None:
+            await self._health.aclose()
+
+
+class _HttpClient(Client):
+    def __init__(self, target: Target, **kwargs: Any):
+        super().__init__(target, **kwargs)
+        self.http = self._new_http()
         #: the format asked for: the target's own, else pcm until the target refuses it
         self.audio_format = target.audio_format or "pcm"
 
@@ -156,8 +138,14 @@ class _HttpClient:
         raise NotImplementedError
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[HttpSession]:
-        yield HttpSession(self.post, self.target.voice)
+    async def session(self) -> AsyncIterator[_HttpClient]:
+        """No session over plain HTTP: the client itself, whose :meth:`request` sends texts one after
+        another, times from the first send."""
+        yield self
+
+    async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
+        t0 = time.perf_counter()
+        return [await self.post(text, t0, self.target.voice) for text in texts]
 
     async def post(self, text: str, t0: float, voice: str | None) -> Timing:
         timing = await self._post(text, t0, voice)
@@ -171,29 +159,7 @@ class _HttpClient:
         return timing
 
     async def _post(self, text: str, t0: float, voice: str | None) -> Timing:
-        timing = Timing("http")
-        wav = WavReader() if self.audio_format == "wav" else None
-        try:
-            async with self.http.stream("POST", self.speech_url, json=self.body(text, voice)) as r:
-                if r.status_code != 200:
-                    timing.error = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
-                    return timing
-                async for chunk in r.aiter_raw():
-                    audio = wav.feed(chunk) if wav else chunk
-                    if audio and timing.first_audio_s is None:
-                        timing.first_audio_s = time.perf_counter() - t0
-                    timing.audio_bytes += len(audio)
-        except httpx.HTTPError as exc:
-            timing.error = f"{type(exc).__name__}: {exc}"
-            return timing
-        timing.complete_s = time.perf_counter() - t0
-        return timing
-
-    async def health(self) -> tuple[str, int, float]:
-        if self._health is None:
-            self._health = HealthProbe(http_base(self.target.url), self.health_paths, api_key=self.api_key,
-                                       timeout_s=self.health_timeout_s)
-        return await self._health()
+        return await post(self.http, self.speech_url, self.body(text, voice), t0=t0, wav=self.audio_format == "wav")
 
     async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
         """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S`` for
@@ -227,8 +193,7 @@ class _HttpClient:
 
     async def aclose(self) -> None:
         await self.http.aclose()
-        if self._health is not None:
-            await self._health.aclose()
+        await super().aclose()
 
 
 class InvocationsClient(_HttpClient):
@@ -285,9 +250,7 @@ class SageMakerInvocationsClient(InvocationsClient):
                 if part is None:
                     timing.error = f"stream error: {json.dumps(event, default=str)[:200]}"
                     return timing
-                if part.get("Bytes") and timing.first_audio_s is None:
-                    timing.first_audio_s = time.perf_counter() - t0
-                timing.audio_bytes += len(part.get("Bytes", b""))
+                timing.heard(time.perf_counter() - t0, part.get("Bytes", b""))
         except Unsupported:
             raise
         except Exception as exc:  # botocore ClientError (ValidationError, ModelError), connection errors

@@ -22,14 +22,14 @@ answers neither is reported unreachable and not asked again. A request answered 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..clients import Timing
 from ..live import rss_mib
-from ..results import load_average
+from ..loop import closed_loop, rotated
+from ..results import load_average, ms
 from ..texts import PARAGRAPH, SENTENCES, THROUGHPUT_TEXTS
 from .targets import BAD_CASES, Unsupported, over_limit_text
 
@@ -48,10 +48,6 @@ class Plan:
     over_limit_chars: int = 5200
     pids: dict[str, int] = field(default_factory=dict)
     sweep_rounds: int = 2
-
-
-def _ms(x: float | None) -> float | None:
-    return None if x is None else round(x * 1000, 1)
 
 
 def load1() -> float | None:
@@ -75,10 +71,7 @@ class Runner:
         return sample
 
     def _order(self, round_no: int) -> list[tuple[str, Any]]:
-        """The targets, rotated by the round so no target always runs first (or right after another)."""
-        items = list(self.clients.items())
-        k = (round_no - 1) % len(items) if items else 0
-        return items[k:] + items[:k]
+        return rotated(list(self.clients.items()), round_no - 1)
 
     async def _guarded(self, name: str, row: str, coro_fn: Callable[[], Any], **tags: Any) -> None:
         """Run one measurement; an unsupported row, a failure or an unreachable target is a sample."""
@@ -125,9 +118,9 @@ class Runner:
         if not any(t.audio_bytes for t in timings):
             raise RuntimeError("answered without audio (an empty body)")
         return {
-            "first_audio_ms": _ms(timings[0].first_audio_s), "total_ms": _ms(timings[-1].complete_s),
+            "first_audio_ms": ms(timings[0].first_audio_s), "total_ms": ms(timings[-1].complete_s),
             "audio_s": round(sum(t.audio_s for t in timings), 3), "pipelined": client.pipelines and len(texts) > 1,
-            "per_text_first_audio_ms": [_ms(t.first_audio_s) for t in timings],
+            "per_text_first_audio_ms": [ms(t.first_audio_s) for t in timings],
             **({"request_errors": errors} if errors else {}),
         }
 
@@ -143,11 +136,6 @@ class Runner:
                     await self._guarded(name, row, lambda c=client, t=texts: self._texts(c, t), run=run)
 
     # -- rows 4 and 5 -----------------------------------------------------------------------------
-    async def _client_loop(self, client: Any, k: int, timings: list[Timing]) -> None:
-        async with client.session() as s:
-            for i in range(self.plan.per_client):
-                timings.extend(await s.request((THROUGHPUT_TEXTS[(k + i) % len(THROUGHPUT_TEXTS)],)))
-
     async def _poll_health(self, name: str, client: Any, level: int, stop: asyncio.Event) -> None:
         polls: list[dict[str, Any]] = []
         why: str | None = None
@@ -172,24 +160,25 @@ class Runner:
             self._add(name, "health", concurrency=level, polls=polls)
 
     async def _level(self, name: str, client: Any, level: int) -> dict[str, Any]:
-        timings: list[Timing] = []
+        async def request(s: Any, k: int, i: int) -> list[Timing]:
+            return await s.request((THROUGHPUT_TEXTS[(k + i) % len(THROUGHPUT_TEXTS)],))
+
         stop = asyncio.Event()
         poller = asyncio.create_task(self._poll_health(name, client, level, stop))
-        t0 = time.perf_counter()
         try:
-            results = await asyncio.gather(*(self._client_loop(client, k, timings) for k in range(level)),
-                                           return_exceptions=True)
+            loop = await closed_loop(request, level, per_client=self.plan.per_client, session=lambda _k: client.session())
         finally:
-            wall = time.perf_counter() - t0
             stop.set()
             await poller
-        failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+        timings: list[Timing] = [t for ts in loop.records for t in ts]
+        wall = loop.wall_s
+        failures = [f"{type(r).__name__}: {r}" for r in loop.failures]
         if failures and not timings:
             raise failures_error(failures)
         failed = [t.error or "answered without audio" for t in timings if t.error or not t.audio_bytes]
         pid = self.plan.pids.get(name)
         return {
-            "first_audio_ms": [_ms(t.first_audio_s) for t in timings if t.first_audio_s is not None],
+            "first_audio_ms": [ms(t.first_audio_s) for t in timings if t.first_audio_s is not None],
             "audio_s": round(sum(t.audio_s for t in timings), 3), "wall_s": round(wall, 3),
             "requests": len(timings), "errors": len(failures) + len(failed),
             "error_messages": failures[:5] + failed[:5],

@@ -23,3 +23,18 @@ def test_compare_after_other_options_is_pointed_to_its_own_help(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--quick", "compare"])
     assert done.value.code == 2 and "compare --help" in capsys.readouterr().err
+
+
+def test_a_suite_of_the_model_s_own_output_says_it_takes_no_fake_runtime(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["quality", "--backend", "fake"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "measures the model's own output" in err
+    for name in ("ttfa", "throughput", "payload", "overhead", "e2e", "agentproto", "overload", "load", "soak"):
+        assert name in err.rsplit("(", 1)[1]
+
+
+def test_the_soak_options_belong_to_soak(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["load", "--requests", "10"])
+    assert done.value.code == 2 and "--requests is an option of soak" in capsys.readouterr().err

@@ -1,0 +1,86 @@
+"""The closed loop and the rotation that every suite runs its targets through.
+
+:func:`closed_loop` runs ``clients`` clients at once, each sending its next request as soon as the
+previous one is answered (zero think time), for ``per_client`` requests or until ``duration_s`` has
+passed (a request in flight at the deadline is finished and counted; the wall time runs until the
+last one is done). A client may hold one session for all its requests (``session(c)``, an async
+context manager). A client that fails stops; its failure is kept and the others go on.
+
+:func:`rotated` is the order of the targets (servers, variants, configurations) in round ``k``: each
+round starts one further along, so no target always runs first or right after the same other one,
+and load drift on shared cores hits all alike; :func:`in_rounds` measures variants one at a time in
+that order, round after round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .results import load_average
+
+T = TypeVar("T")
+
+
+@dataclass
+class Loop:
+    """What one closed loop produced: every answered request's record (``request``'s return value,
+    in the order they finished), the failures of clients that stopped, and the wall time."""
+
+    records: list[Any] = field(default_factory=list)
+    failures: list[BaseException] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+async def closed_loop(request: Callable[[Any, int, int], Awaitable[Any]], clients: int, *,
+                      per_client: int | None = None, duration_s: float | None = None,
+                      session: Callable[[int], contextlib.AbstractAsyncContextManager[Any]] | None = None) -> Loop:
+    """``await request(s, c, r)`` is client ``c``'s ``r``-th request on its session ``s`` (``None``
+    without ``session``); at least one of ``per_client`` and ``duration_s`` bounds the loop."""
+    if per_client is None and duration_s is None:
+        raise ValueError("closed_loop needs per_client or duration_s")
+    loop = Loop()
+    deadline = None if duration_s is None else time.perf_counter() + duration_s
+
+    async def client(c: int) -> None:
+        try:
+            async with session(c) if session is not None else contextlib.nullcontext() as s:
+                r = 0
+                while (per_client is None or r < per_client) and (deadline is None or time.perf_counter() < deadline):
+                    loop.records.append(await request(s, c, r))
+                    r += 1
+        except Exception as exc:  # this client stops; the loop and the other clients go on
+            loop.failures.append(exc)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    loop.wall_s = time.perf_counter() - t0
+    return loop
+
+
+def rotated(items: Sequence[T], k: int) -> list[T]:
+    """``items`` in the order of round ``k`` (0-based): starting at ``items[k % len(items)]``."""
+    if not items:
+        return []
+    k %= len(items)
+    return [*items[k:], *items[:k]]
+
+
+async def in_rounds(variants: Sequence[str], runs: int, measure: Callable[[str], Awaitable[dict[str, Any]]], *,
+                    key: str = "mode", log: Callable[[str], None] = print, pause_s: float = 0.0) -> list[dict[str, Any]]:
+    """``runs`` rounds of ``await measure(variant)`` for each variant, one at a time, the first one
+    rotating round by round; each sample is the figures with its variant under ``key``, its round
+    (``run``) and the one-minute load average (``load_1m``)."""
+    samples = []
+    for run in range(1, runs + 1):
+        for variant in rotated(variants, run - 1):
+            sample = {key: variant, "run": run, **await measure(variant), "load_1m": (load_average() or [None])[0]}
+            samples.append(sample)
+            log(f"  run {run}/{runs} {variant:<19} " + "  ".join(
+                f"{k} {v}" for k, v in sample.items() if k not in (key, "run", "load_1m") and not isinstance(v, list | dict)))
+            await asyncio.sleep(pause_s)
+    return samples
