@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -32,10 +33,15 @@ from agent.messages import (
 from agent.ws_client import ContractSession
 
 BYTES_PER_SECOND = 24_000 * 2  # s16le mono at 24 kHz
+HEALTH_TIMEOUT_S = 5.0
 
 
 class RequestFailed(RuntimeError):
     """The server answered a request with an error (the message has its code)."""
+
+
+class Unsupported(Exception):
+    """The server's protocol cannot do what was asked (the message says why)."""
 
 
 @dataclass
@@ -141,8 +147,8 @@ class Burst:
     :class:`Timing` per text, times from the first send. One per session; not thread-safe."""
 
     def __init__(self, transport: Transport, *, voice: str | None = None, speed: float = 1.0,
-                 extra: dict[str, Any] | None = None):
-        self.transport, self.voice, self.speed = transport, voice, speed
+                 extra: dict[str, Any] | None = None, timeout_s: float | None = None):
+        self.transport, self.voice, self.speed, self.timeout_s = transport, voice, speed, timeout_s
         self.extra = dict(extra or {})  # fields added to every request (``lang``, ...)
         self.answers = Answers()
         self._n = 0
@@ -199,12 +205,17 @@ class Burst:
                     pending.discard(key)
         return [timings[rid] for rid in ids]
 
+    async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
+        """:meth:`synthesize` within ``timeout_s``, a refusal kept as its timing's ``error``."""
+        return await asyncio.wait_for(self.synthesize(texts, raise_on_error=False), self.timeout_s)
+
 
 async def post(http: httpx.AsyncClient, url: str, body: Any, *, t0: float | None = None, wav: bool = False,
-               **kwargs: Any) -> Timing:
+               on_audio: OnAudio | None = None, **kwargs: Any) -> Timing:
     """One streamed POST of ``body`` (JSON, or bytes as they are); ``wav`` reads past a WAV header
     (:class:`WavReader`), so audio counts audio only; a refusal or a broken connection is the
-    timing's ``error``. ``first_audio_s`` is the first byte of audio, ``complete_s`` the last."""
+    timing's ``error``. ``first_audio_s`` is the first byte of audio, ``complete_s`` the last;
+    ``on_audio`` hears every chunk of the body (True hangs up there)."""
     timing = Timing("http")
     t0 = time.perf_counter() if t0 is None else t0
     reader = WavReader() if wav else None
@@ -215,7 +226,10 @@ async def post(http: httpx.AsyncClient, url: str, body: Any, *, t0: float | None
                 timing.error = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
                 return timing
             async for chunk in r.aiter_raw():
-                timing.heard(time.perf_counter() - t0, reader.feed(chunk) if reader else chunk)
+                now, audio = time.perf_counter() - t0, reader.feed(chunk) if reader else chunk
+                timing.heard(now, audio)
+                if on_audio is not None and on_audio(timing, now, audio):
+                    return timing
     except httpx.HTTPError as exc:
         timing.error = f"{type(exc).__name__}: {exc}"
         return timing
@@ -254,3 +268,44 @@ async def ws_audio(url: str, text: str, *, voice: str | None) -> bytes:
     async with WsSession(url, voice=voice) as ws:
         await asyncio.wait_for(ws.synthesize([text], on_audio=lambda _t, _now, pcm: chunks.append(pcm)), timeout=300)
     return b"".join(chunks)
+
+
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The ``Authorization`` header for ``api_key`` (none without one)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def http_base(url: str) -> str:
+    """``scheme://host:port`` of ``url``, with ``ws``/``wss``/``openai+http`` turned into HTTP."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.removeprefix("openai+")
+    scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)
+    return f"{scheme}://{parts.netloc}"
+
+
+class HealthProbe:
+    """``GET`` the first of ``paths`` the server has (404 or 405 means it has not); ``await probe()``
+    returns ``(path, status, milliseconds)`` and remembers the route it found. A poll that gets no
+    answer within ``timeout_s`` counts as ``(path, None, timeout_s in ms)`` — the wait a caller of that
+    route had — so a stalled route weighs in the figures instead of dropping out of them."""
+
+    def __init__(self, base: str, paths: tuple[str, ...], *, api_key: str | None = None,
+                 timeout_s: float = HEALTH_TIMEOUT_S):
+        self.base, self.paths, self.timeout_s = base, paths, timeout_s
+        self._http = httpx.AsyncClient(timeout=timeout_s, headers=bearer(api_key))
+        self._found: str | None = None
+
+    async def __call__(self) -> tuple[str, int | None, float]:
+        for path in (self._found,) if self._found else self.paths:
+            t0 = time.perf_counter()
+            try:
+                r = await self._http.get(self.base + path)
+            except httpx.TimeoutException:
+                return path, None, self.timeout_s * 1000
+            if r.status_code not in (404, 405):
+                self._found = path
+                return path, r.status_code, (time.perf_counter() - t0) * 1000
+        raise Unsupported(f"no health route: {' and '.join(self.paths)} answer 404")
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import results
+from ..clients import HEALTH_TIMEOUT_S
 from . import report
 from .bidi import SageMakerBidiClient, WsClient
-from .http import HEALTH_TIMEOUT_S, InvocationsClient, OpenAIClient, SageMakerInvocationsClient
+from .http import InvocationsClient, OpenAIClient, SageMakerInvocationsClient
 from .rows import Plan, Runner
 from .targets import Target, parse_target
 

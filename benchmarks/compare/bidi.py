@@ -25,25 +25,11 @@ from agent.messages import (
 )
 from agent.ws_client import ContractSession, ws_url
 
-from ..clients import Burst, Timing
-from .http import NEXT_TIMEOUT_S, PROBE_TIMEOUT_S, Client, next_after_probe
-from .targets import UNKNOWN_VOICE, Target, Unsupported
+from ..clients import Burst, Timing, Unsupported
+from .http import INVALID_JSON, NEXT_TIMEOUT_S, PROBE_TIMEOUT_S, Client, next_after_probe
+from .targets import UNKNOWN_VOICE, Target
 
 PROBE = "probe"
-INVALID_JSON = b'{"text": "an unterminated string'
-
-
-class BidiSession:
-    """One open session; ``request(texts)`` pipelines them (one :class:`Timing` each)."""
-
-    def __init__(self, transport: Any, *, voice: str | None, timeout_s: float, extra: dict[str, Any] | None = None):
-        self.transport = transport
-        self.voice = voice
-        self.burst = Burst(transport, voice=voice, extra=extra)
-        self.timeout_s = timeout_s
-
-    async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
-        return await asyncio.wait_for(self.burst.synthesize(texts, raise_on_error=False), self.timeout_s)
 
 
 class _BidiClient(Client):
@@ -53,10 +39,11 @@ class _BidiClient(Client):
         raise NotImplementedError
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[BidiSession]:
+    async def session(self) -> AsyncIterator[Burst]:
+        """One open session, whose ``request(texts)`` pipelines them (one :class:`Timing` each)."""
         transport = await self._open()
         try:
-            yield BidiSession(transport, voice=self.target.voice, timeout_s=self.timeout_s, extra=self.target.extra)
+            yield Burst(transport, voice=self.target.voice, extra=self.target.extra, timeout_s=self.timeout_s)
         finally:
             with contextlib.suppress(Exception):
                 await transport.aclose()
@@ -73,24 +60,20 @@ class _BidiClient(Client):
                 answer = f"no answer within {PROBE_TIMEOUT_S:.0f} s"
             same = await _next(s, next_text)
         if same.error is None and same.audio_bytes > 0:
-            result = next_after_probe(answer, same)
-            result["next_on_new_session"] = False
-            return result
+            return {**next_after_probe(answer, same), "next_on_new_session": False}
         async with self.session() as s:
             nxt = await _next(s, next_text)
         return next_after_probe(answer, nxt, same_session_error=same.error or "answered without audio")
 
 
-
-async def _next(s: BidiSession, text: str) -> Timing:
+async def _next(s: Burst, text: str) -> Timing:
     try:
         return (await asyncio.wait_for(s.request([text]), NEXT_TIMEOUT_S))[0]
     except Exception as exc:  # an error event, a closed or broken session, a timeout: the sample says which
         return Timing("next", error=f"{type(exc).__name__}: {exc}")
 
 
-async def _probe(s: BidiSession, case: str, text: str) -> str:
-    answers = s.burst.answers
+async def _probe(s: Burst, case: str, text: str) -> str:
     if case == "invalid_json":
         send_raw = getattr(s.transport, "send_raw", None)
         if send_raw is None:
@@ -98,22 +81,22 @@ async def _probe(s: BidiSession, case: str, text: str) -> str:
         await send_raw(INVALID_JSON)
     else:
         voice = UNKNOWN_VOICE if case == "unknown_voice" else s.voice
-        answers.expect(PROBE, text)
-        await s.transport.send({**synthesis_request(text, PROBE, voice=voice), **s.burst.extra})
+        s.answers.expect(PROBE, text)
+        await s.transport.send({**synthesis_request(text, PROBE, voice=voice), **s.extra})
     try:
         return await _answer(s)
     except TTSError as exc:
         return f"session closed: {exc.code} ({exc.message[:120]})"
 
 
-async def _answer(s: BidiSession) -> str:
+async def _answer(s: Burst) -> str:
     """The first thing the server says about the probe; audio is cancelled and drained."""
     audio = 0
     while True:
         frame = await s.transport.receive()
         if frame is None:
             return "session closed by the server"
-        event = s.burst.answers.read(frame)
+        event = s.answers.read(frame)
         if isinstance(event, SynthesisFailed):
             if audio:
                 return f"accepted: audio streamed ({audio} bytes), then cancelled by the client"
@@ -137,7 +120,6 @@ class WsClient(_BidiClient):
                                              open_timeout=min(self.timeout_s, 30.0))
 
 
-
 class SageMakerBidiClient(_BidiClient):
     """``sagemaker://ENDPOINT?region=R``: one SDK client (one HTTP/2 connection pool), one stream
     per session. Without the SDK (Python < 3.12, or not installed) every row is unsupported."""
@@ -159,9 +141,6 @@ class SageMakerBidiClient(_BidiClient):
             if exc.code == "sdk_unavailable":
                 raise Unsupported(exc.message) from exc
             raise
-
-    async def health(self) -> tuple[str, int, float]:
-        raise Unsupported("SageMaker does not expose the container's /ping to clients")
 
     async def aclose(self) -> None:
         if self._connector is not None:

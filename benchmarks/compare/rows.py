@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clients import Timing
+from ..clients import Timing, Unsupported
 from ..live import rss_mib
 from ..loop import closed_loop, rotated
 from ..results import load_average, ms
 from ..texts import PARAGRAPH, SENTENCES, THROUGHPUT_TEXTS
-from .targets import BAD_CASES, Unsupported, over_limit_text
+from .targets import BAD_CASES, over_limit_text
 
 ONE_SENTENCE = SENTENCES[1]
 ROWS = ("one_sentence", "paragraph", "sentences", "sweep", "health", "bad_input")

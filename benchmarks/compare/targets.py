@@ -23,7 +23,7 @@ URL forms:
 Every client offers the same four things: ``session()`` (an async context manager whose
 ``request(texts)`` returns one :class:`benchmarks.clients.Timing` per text, times from the first
 send), ``health()``, ``bad_input(case)`` and ``aclose()``. Anything a protocol cannot do raises
-:class:`Unsupported` with the reason, which the benchmark reports for that row instead of failing.
+:class:`benchmarks.clients.Unsupported` with the reason, which the benchmark reports for that row instead of failing.
 """
 
 from __future__ import annotations
@@ -41,10 +41,6 @@ KINDS = {
 #: The kinds of malformed input row 6 sends, in order.
 BAD_CASES = ("invalid_json", "whitespace_text", "unknown_voice", "over_limit")
 UNKNOWN_VOICE = "no_such_voice_xx"
-
-
-class Unsupported(Exception):
-    """The target's protocol cannot do what a row asks (the message says why)."""
 
 
 @dataclass
