@@ -4,14 +4,10 @@
                                  [--api-key K] [--quick] [--out FILE.json] [--pid NAME=PID]
     python -m benchmarks compare --backend fake|onnx|torch [--target ...]
 
-``--backend`` starts one server of this project on that runtime and adds it as three targets, one per
-protocol (``ws``, ``invocations``, ``openai``); ``--backend fake`` checks the tool without the model.
-
-URL forms, per-target fields and clients: :mod:`benchmarks.compare.targets`; the rows measured:
-:mod:`.rows`; the figures and files: :mod:`.report`. Writes ``FILE.json`` (every sample),
-``FILE.md`` (targets side by side, each figure's ratio to the first target) and ``FILE.png``; by
-default ``compare.*`` in the current directory (a comparison of your servers is yours, not the
-repository's). Exit status 1 when a target could not be reached at all.
+``--backend`` starts one server of this project and adds it as three targets, one per protocol
+(``ws``, ``invocations``, ``openai``). The rows, the URL forms and the files written:
+docs/benchmarks.md ("Compare with your current TTS server"). Exit status 1 when a target could not
+be reached at all.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The bidirectional contract's clients for ``compare``: :class:`WsClient` (``ws://``/``wss://``,
-through the one contract client, :class:`agent.ws_client.ContractSession`, binary frames as
-SageMaker sends them) and :class:`SageMakerBidiClient` (``sagemaker://``, the endpoint's HTTP/2
-bidirectional stream through :class:`agent.sagemaker_transport.SageMakerConnector`).
-
-Both pipeline: a burst of requests goes out at once on one session and is answered in order
-(:class:`benchmarks.clients.Burst`). Everything runs on the caller's event loop; every wait is
-bounded by the client's ``timeout_s``.
+"""``compare``'s clients of the bidirectional contract: :class:`WsClient` (``ws://``/``wss://``, the
+contract client :class:`agent.ws_client.ContractSession`, binary frames as SageMaker sends them) and
+:class:`SageMakerBidiClient` (``sagemaker://``, :class:`agent.sagemaker_transport.SageMakerConnector`).
+A session is a :class:`benchmarks.clients.Burst`: requests pipelined on it, answered in order.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
-"""``compare``'s figures: per-target summaries of the samples (medians beside means — AWS reports
-means), the Markdown with the targets side by side and each figure's ratio to the first target
-(target / first: below 1 is less — for times, faster), and the PNG (first audio of rows 1-3; first
-audio by concurrency), one colour per target.
-
-A request row whose audio is far shorter than the other targets' for the same text
-(:data:`SHORT_AUDIO_RATIO`) is failed, not fast: a server that answers 200 with little or no audio
-must never look like the quickest. Sweep levels pool every round's requests; health polls that
-timed out count at their timeout, and the number of polls is shown beside the figures.
+"""``compare``'s figures: per-target summaries of the samples, the Markdown with the targets side by
+side (each figure's ratio to the first target) and the PNG, one colour per target. A request row
+whose audio is under :data:`SHORT_AUDIO_RATIO` of the other targets' median is failed, not fast.
 """
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import numpy as np
 
-from ..results import markdown_table, percentile, rnd, save_plot
+from ..results import markdown_table, mean, median, percentile, rnd, save_plot
 from .rows import ROWS
 from .targets import BAD_CASES
 
@@ -27,10 +20,7 @@ SHORT_AUDIO_RATIO = 0.5
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return {"median": None, "mean": None}
-    return {"median": rnd(statistics.median(vals)), "mean": rnd(statistics.fmean(vals))}
+    return {"median": rnd(median(values)), "mean": rnd(mean(values))}
 
 
 def _not_measured(xs: list[dict[str, Any]]) -> dict[str, str] | None:
@@ -49,23 +39,23 @@ def _request_row(xs: list[dict[str, Any]]) -> dict[str, Any]:
         return bad
     ok = [s for s in xs if "first_audio_ms" in s]
     return {"first_audio_ms": _stats([s["first_audio_ms"] for s in ok]), "total_ms": _stats([s["total_ms"] for s in ok]),
-            "audio_s": rnd(statistics.median(s["audio_s"] for s in ok), 3), "pipelined": ok[0]["pipelined"],
+            "audio_s": rnd(median(s["audio_s"] for s in ok), 3), "pipelined": ok[0]["pipelined"],
             "runs": len(ok), "failed_runs": len(xs) - len(ok)}
 
 
 def _sweep_level(xs: list[dict[str, Any]]) -> dict[str, Any]:
     """One concurrency level over every round: first audio pooled, audio-seconds per second the
     median of the rounds', errors summed, memory the largest seen."""
+    bad = _not_measured(xs)
+    if bad:
+        return bad
     ok = [s for s in xs if "unsupported" not in s and "error" not in s]
-    if not ok:
-        return {k: xs[0][k] for k in ("unsupported", "error") if k in xs[0]} if xs else {"error": "not run"}
     fa = [v for s in ok for v in s["first_audio_ms"]]
-    rates = [s["audio_s"] / s["wall_s"] for s in ok if s["wall_s"]]
     rss = [s["rss_mib"] for s in ok if s.get("rss_mib")]
     loads = [s["load1"] for s in ok if s.get("load1") is not None]
     return {"first_audio_ms_p50": rnd(percentile(fa, 50)), "first_audio_ms_p95": rnd(percentile(fa, 95)),
-            "first_audio_ms_max": rnd(max(fa)) if fa else None, "first_audio_ms_mean": rnd(statistics.fmean(fa)) if fa else None,
-            "audio_s_per_s": rnd(statistics.median(rates), 2) if rates else None,
+            "first_audio_ms_max": rnd(percentile(fa, 100)), "first_audio_ms_mean": rnd(mean(fa)),
+            "audio_s_per_s": rnd(median(s["audio_s"] / s["wall_s"] for s in ok if s["wall_s"]), 2),
             "requests": sum(s["requests"] for s in ok), "errors": sum(s["errors"] for s in ok) + len(xs) - len(ok),
             "rounds": len(ok), "rss_mib": max(rss) if rss else None,
             "load1": [min(loads), max(loads)] if loads else None}
@@ -78,8 +68,8 @@ def _health(xs: list[dict[str, Any]]) -> dict[str, Any]:
     polls = [p for s in xs for p in s.get("polls", [])]
     ms = [p["ms"] for p in polls if "ms" in p]  # a timed-out poll has its timeout here
     return {"route": next((p["route"] for p in polls if "route" in p), None), "polls": len(polls),
-            "median_ms": _stats(ms)["median"], "mean_ms": _stats(ms)["mean"], "p95_ms": rnd(percentile(ms, 95)),
-            "max_ms": rnd(max(ms)) if ms else None,
+            "median_ms": rnd(median(ms)), "mean_ms": rnd(mean(ms)), "p95_ms": rnd(percentile(ms, 95)),
+            "max_ms": rnd(percentile(ms, 100)),
             "timeouts": sum(1 for p in polls if p.get("timed_out")),
             "not_200": sum(1 for p in polls if p.get("status") != 200)}
 
@@ -89,10 +79,10 @@ def _fail_short_audio(out: dict[str, dict[str, Any]]) -> None:
     for row in REQUEST_ROWS:
         audio = {n: s[row]["audio_s"] for n, s in out.items() if "first_audio_ms" in s[row]}
         for name, secs in audio.items():
-            others = [v for n, v in audio.items() if n != name]
-            if others and secs < SHORT_AUDIO_RATIO * statistics.median(others):
+            typical = median(v for n, v in audio.items() if n != name)
+            if typical is not None and secs < SHORT_AUDIO_RATIO * typical:
                 out[name][row] = {"error": f"audio far shorter than the other targets' ({secs:.2f} s against a "
-                                           f"median of {statistics.median(others):.2f} s)", "audio_s": secs}
+                                           f"median of {typical:.2f} s)", "audio_s": secs}
 
 
 def summarize(samples: list[dict[str, Any]], names: list[str]) -> dict[str, dict[str, Any]]:

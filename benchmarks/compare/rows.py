@@ -1,27 +1,16 @@
-"""The six rows ``compare`` measures on every target, on the suite's own texts, in interleaved
-rounds (target A, B, C, then again, the first target changing each round) so drift on a shared
-machine hits all alike:
+"""The six rows ``compare`` measures on every target (docs/benchmarks.md describes each), on the
+suite's own texts, in interleaved rounds whose first target changes each round.
 
-1. one sentence — first audio and total; 2. the 267-character paragraph sent whole; 3. the same
-paragraph sentence by sentence (pipelined on one session where the protocol allows it, else one
-request after another); 4. a concurrency sweep (closed-loop clients, each on its own session),
-repeated over ``sweep_rounds`` rounds that each run every level on every target; 5. the health
-route's latency, polled while the sweep runs; 6. bad input and whether a normal request still works
-after it. Server memory after each sweep level where a ``--pid`` names the target's process: the
-peak (``VmHWM``) where /proc has it, else the resident size then.
-
-Every sample is one dict (``target``, ``row``, the figures, the one-minute load average when it was
-taken, or ``unsupported``/``error`` with the reason); a target that cannot do a row or cannot be
+Every sample is one dict (``target``, ``row``, the figures, ``load1`` — the one-minute load average
+then — or ``unsupported``/``error`` with the reason); a target that cannot do a row or cannot be
 reached never stops the run. One sentence per target goes first as a warm-up (row ``warmup``, not
-summarised): it opens the HTTP connections a client keeps. A target whose warm-up gets no audio but
-whose health route answers is still asked the rows that need no audio (health, bad input); one that
-answers neither is reported unreachable and not asked again. A request answered without audio
-(an empty 200) is a failed request, never a fast one.
+summarised), opening the connections a client keeps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,11 +39,6 @@ class Plan:
     sweep_rounds: int = 2
 
 
-def load1() -> float | None:
-    load = load_average()
-    return load[0] if load else None
-
-
 class Runner:
     """Runs the rows over ``clients`` (name -> client), appending samples and printing progress."""
 
@@ -66,7 +50,7 @@ class Runner:
         self.no_audio: dict[str, str] = {}
 
     def _add(self, name: str, row: str, **figures: Any) -> dict[str, Any]:
-        sample = {"target": name, "row": row, **figures, "load1": load1()}
+        sample = {"target": name, "row": row, **figures, "load1": (load_average() or [None])[0]}
         self.samples.append(sample)
         return sample
 
@@ -113,10 +97,8 @@ class Runner:
         async with client.session() as s:
             timings: list[Timing] = await s.request(texts)
         errors = [t.error for t in timings if t.error]
-        if errors and not any(t.audio_bytes for t in timings):
-            raise RuntimeError(errors[0])
         if not any(t.audio_bytes for t in timings):
-            raise RuntimeError("answered without audio (an empty body)")
+            raise RuntimeError(errors[0] if errors else "answered without audio (an empty body)")
         return {
             "first_audio_ms": ms(timings[0].first_audio_s), "total_ms": ms(timings[-1].complete_s),
             "audio_s": round(sum(t.audio_s for t in timings), 3), "pipelined": client.pipelines and len(texts) > 1,
@@ -151,13 +133,9 @@ class Runner:
             else:
                 if status is None:
                     polls[-1]["timed_out"] = True
-            with_timeout = asyncio.create_task(stop.wait())
-            await asyncio.wait({with_timeout}, timeout=HEALTH_INTERVAL_S)
-            with_timeout.cancel()
-        if why is not None:
-            self._add(name, "health", concurrency=level, unsupported=why)
-        else:
-            self._add(name, "health", concurrency=level, polls=polls)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), HEALTH_INTERVAL_S)
+        self._add(name, "health", concurrency=level, **({"unsupported": why} if why is not None else {"polls": polls}))
 
     async def _level(self, name: str, client: Any, level: int) -> dict[str, Any]:
         async def request(s: Any, k: int, i: int) -> list[Timing]:
@@ -171,15 +149,14 @@ class Runner:
             stop.set()
             await poller
         timings: list[Timing] = [t for ts in loop.records for t in ts]
-        wall = loop.wall_s
         failures = [f"{type(r).__name__}: {r}" for r in loop.failures]
         if failures and not timings:
-            raise failures_error(failures)
+            raise OSError(f"every client failed: {failures[0]}")
         failed = [t.error or "answered without audio" for t in timings if t.error or not t.audio_bytes]
         pid = self.plan.pids.get(name)
         return {
             "first_audio_ms": [ms(t.first_audio_s) for t in timings if t.first_audio_s is not None],
-            "audio_s": round(sum(t.audio_s for t in timings), 3), "wall_s": round(wall, 3),
+            "audio_s": round(sum(t.audio_s for t in timings), 3), "wall_s": round(loop.wall_s, 3),
             "requests": len(timings), "errors": len(failures) + len(failed),
             "error_messages": failures[:5] + failed[:5],
             **({"rss_mib": rss_mib(pid, peak=True, digits=1)} if pid else {}),
@@ -213,7 +190,3 @@ class Runner:
         await self.sweep()
         await self.bad_input()
         return self.samples
-
-
-def failures_error(failures: list[str]) -> Exception:
-    return OSError(f"every client failed: {failures[0]}")

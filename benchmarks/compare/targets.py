@@ -1,29 +1,11 @@
-"""Targets of ``python -m benchmarks compare``: ``NAME=URL[#voice=V&format=F&FIELD=VALUE...]`` parsed into
-a :class:`Target` (the clients that speak each protocol: :mod:`.bidi`, :mod:`.http`;
-:func:`benchmarks.compare.open_client`).
+"""Targets of ``python -m benchmarks compare``: ``NAME=URL[#voice=V&format=F&FIELD=VALUE...]`` parsed
+into a :class:`Target`. docs/benchmarks.md ("Compare with your current TTS server") lists the URL
+forms and what the fragment's fields do; the fragment is this tool's, never sent with the URL.
 
-The fragment is this tool's, never sent as part of the URL: ``voice`` is the target's voice,
-``format`` the audio format asked of an HTTP target (``pcm`` by default; ``wav`` for a server that
-refuses ``pcm`` — the client also falls back to ``wav`` by itself when ``pcm`` is refused), and every
-other field is added as is to each synthesis request (``#lang=a`` for Kokoro-FastAPI's English
-pipeline, ``#lang=en-us``, ``#speed=1.0``; numbers and ``true``/``false`` are sent as JSON values).
-
-URL forms:
-
-* ``ws://host:port[/path]`` / ``wss://…`` — the bidirectional contract over WebSocket (path
-  ``/invocations-bidirectional-stream`` when none is given), messages as binary frames, the way
-  SageMaker delivers them to a container;
-* ``http(s)://host:port/invocations`` — the streamed ``POST /invocations`` contract;
-* ``openai+http(s)://host:port/v1`` — the OpenAI speech API (``/audio/speech``, ``response_format=pcm``,
-  streamed), how Kokoro-FastAPI and most Kokoro servers are reached;
-* ``sagemaker://ENDPOINT?region=R`` — a SageMaker endpoint's HTTP/2 bidirectional stream (the
-  ``aws-sdk-sagemaker-runtime-http2`` SDK, Python >= 3.12);
-* ``sagemaker+invocations://ENDPOINT?region=R`` — ``InvokeEndpointWithResponseStream`` through boto3.
-
-Every client offers the same four things: ``session()`` (an async context manager whose
-``request(texts)`` returns one :class:`benchmarks.clients.Timing` per text, times from the first
-send), ``health()``, ``bad_input(case)`` and ``aclose()``. Anything a protocol cannot do raises
-:class:`benchmarks.clients.Unsupported` with the reason, which the benchmark reports for that row instead of failing.
+Every client (:mod:`.http`, :mod:`.bidi`) offers ``session()`` (whose ``request(texts)`` returns one
+:class:`benchmarks.clients.Timing` per text, times from the first send), ``health()``,
+``bad_input(case, text, next_text)`` and ``aclose()``; what a protocol cannot do raises
+:class:`benchmarks.clients.Unsupported`, which the row reports instead of failing.
 """
 
 from __future__ import annotations
