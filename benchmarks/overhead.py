@@ -1,20 +1,7 @@
-"""Serving overhead: the server against the raw runtime on identical segments, at concurrency 1.
-
-Each segment is one sentence, sent as its own request over one open WebSocket session to a server
-with ``KOKORO_FAST_FIRST_SEGMENT=false`` (so a sentence is exactly one server segment; the
-``kokoro_segment_synthesis_seconds`` count delta confirms it), and given to
-``Kokoro.create()`` in this process. Raw and server alternate segment by segment, so load drift
-hits both alike (and who goes first alternates).
-
-* first-audio overhead = server first audio (client-measured, first byte sent -> first PCM frame)
-  minus the raw ``create()`` time of the same segment; the median of the paired differences.
-* serving overhead = server first audio minus the server's own runtime time for that segment
-  (the ``kokoro_segment_synthesis_seconds_sum`` delta around the request): what the server adds
-  around the model call (G2P, planning, queueing, framing, loopback), free of the noise that two
-  different runtimes on shared cores put into the paired difference.
-* throughput ratio = raw wall time / server wall time over all segments (identical work; the
-  audio each side returns differs slightly, since kokoro-onnx trims silence); the audio-seconds
-  per second ratio is reported beside it.
+"""Serving overhead: the server against the raw runtime on identical segments, at concurrency 1 —
+first audio over one WebSocket session to a server with ``KOKORO_FAST_FIRST_SEGMENT=false`` against
+``Kokoro.create()`` in this process, the two alternating segment by segment. Run as
+``python -m benchmarks overhead``; docs/benchmarks.md defines its three figures.
 """
 
 from __future__ import annotations
@@ -23,11 +10,13 @@ import asyncio
 import time
 from typing import Any
 
+import numpy as np
+
 from . import prom
 from .clients import WsSession
 from .live import LiveServer
 from .raw import VOICE, RawRuntime
-from .results import Result, command_line, markdown_table, median, rnd, save_plot
+from .results import Result, command_line, markdown_table, median, ms, rnd, save_plot
 from .texts import SENTENCES, THROUGHPUT_TEXTS
 
 TARGET_MS, TARGET_RATIO = 10.0, 0.97
@@ -56,13 +45,10 @@ async def _measure(srv: LiveServer, raw: RawRuntime, texts: list[str], reps: int
                 if not raw_first:
                     r = await asyncio.to_thread(raw.create, text)
                 sample = {
-                    "segment": i, "rep": rep, "text": text,
-                    "raw_ms": rnd(r.complete_s * 1000.0, 2), "raw_audio_s": rnd(r.audio_s, 3),
-                    "server_first_audio_ms": rnd(t.first_audio_s * 1000.0, 2),
-                    "server_complete_ms": rnd(t.complete_s * 1000.0, 2),
-                    "server_audio_s": rnd(t.audio_s, 3),
-                    "server_reported_ttfa_ms": t.server_ttfa_ms,
-                    "server_runtime_ms": rnd(runtime_s * 1000.0, 2),
+                    "segment": i, "rep": rep, "text": text, "raw_ms": ms(r.complete_s, 2), "raw_audio_s": rnd(r.audio_s, 3),
+                    "server_first_audio_ms": ms(t.first_audio_s, 2), "server_complete_ms": ms(t.complete_s, 2),
+                    "server_audio_s": rnd(t.audio_s, 3), "server_reported_ttfa_ms": t.server_ttfa_ms,
+                    "server_runtime_ms": ms(runtime_s, 2),
                 }
                 sample["first_audio_overhead_ms"] = rnd(sample["server_first_audio_ms"] - sample["raw_ms"], 2)
                 sample["serving_overhead_ms"] = rnd(sample["server_first_audio_ms"] - sample["server_runtime_ms"], 2)
@@ -103,26 +89,20 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
 
 def summarize(result: Result) -> None:
     s = result.samples
-    overhead = median(x["first_audio_overhead_ms"] for x in s)
-    serving = median(x["serving_overhead_ms"] for x in s)
+    result.medians = {key: rnd(median(x[key] for x in s), 2) for key in (
+        "raw_ms", "server_first_audio_ms", "server_complete_ms", "first_audio_overhead_ms", "serving_overhead_ms",
+        "server_runtime_ms")}
+    overhead, serving = result.medians["first_audio_overhead_ms"], result.medians["serving_overhead_ms"]
     raw_total = sum(x["raw_ms"] for x in s)
     server_total = sum(x["server_complete_ms"] for x in s)
     ratio = round(raw_total / server_total, 4) if server_total else None
     raw_rate = sum(x["raw_audio_s"] for x in s) / (raw_total / 1000.0) if raw_total else None
     server_rate = sum(x["server_audio_s"] for x in s) / (server_total / 1000.0) if server_total else None
     view = result.server_view.get("plain", {})
-    result.medians = {
-        "raw_ms": rnd(median(x["raw_ms"] for x in s), 2),
-        "server_first_audio_ms": rnd(median(x["server_first_audio_ms"] for x in s), 2),
-        "server_complete_ms": rnd(median(x["server_complete_ms"] for x in s), 2),
-        "first_audio_overhead_ms": rnd(overhead, 2),
-        "serving_overhead_ms": rnd(serving, 2),
-        "server_runtime_ms": rnd(median(x["server_runtime_ms"] for x in s), 2),
-        "server_segment_synthesis_ms_mean": view.get("segment_synthesis_ms", {}).get("mean"),
-    }
+    result.medians["server_segment_synthesis_ms_mean"] = view.get("segment_synthesis_ms", {}).get("mean")
     result.summary = {
-        "first_audio_overhead_ms": rnd(overhead, 2),
-        "serving_overhead_ms": rnd(serving, 2),
+        "first_audio_overhead_ms": overhead,
+        "serving_overhead_ms": serving,
         "throughput_ratio": ratio,
         "audio_rate_ratio": round(server_rate / raw_rate, 4) if raw_rate and server_rate else None,
         "raw_audio_s_per_s": rnd(raw_rate, 3),
@@ -131,17 +111,12 @@ def summarize(result: Result) -> None:
         "expected_segments": len(s) + 1,  # the pairs and one session warm-up
         "server_segments": result.config.get("server_segments_synthesised"),
     }
-    result.target(
-        "first-audio overhead vs raw", f"<= {TARGET_MS:.0f} ms", rnd(overhead, 2),
-        None if overhead is None else overhead <= TARGET_MS,
-    )
-    result.target(
-        "serving overhead around the server's own model call (supplementary)", f"<= {TARGET_MS:.0f} ms",
-        rnd(serving, 2), None if serving is None else serving <= TARGET_MS,
-    )
-    result.target(
-        "throughput vs raw at concurrency 1", f">= {TARGET_RATIO}x", ratio, None if ratio is None else ratio >= TARGET_RATIO
-    )
+    result.target("first-audio overhead vs raw", f"<= {TARGET_MS:.0f} ms", overhead,
+                  None if overhead is None else overhead <= TARGET_MS)
+    result.target("serving overhead around the server's own model call (supplementary)", f"<= {TARGET_MS:.0f} ms",
+                  serving, None if serving is None else serving <= TARGET_MS)
+    result.target("throughput vs raw at concurrency 1", f">= {TARGET_RATIO}x", ratio,
+                  None if ratio is None else ratio >= TARGET_RATIO)
 
 
 def body(data: dict[str, Any]) -> str:
@@ -174,11 +149,9 @@ def body(data: dict[str, Any]) -> str:
 
 
 def _spread(values: list[float]) -> str:
-    xs = sorted(v for v in values if v is not None)
-    if not xs:
-        return "—"
-    pick = [xs[min(len(xs) - 1, round(q * (len(xs) - 1)))] for q in (0.1, 0.5, 0.9)]
-    return " / ".join(f"{v:+.1f}" for v in pick)
+    """p10 / p50 / p90 of ``values``, each the nearest sample."""
+    xs = [v for v in values if v is not None]
+    return " / ".join(f"{v:+.1f}" for v in np.percentile(xs, (10, 50, 90), method="nearest")) if xs else "—"
 
 
 def plot(data: dict[str, Any], path) -> None:
