@@ -1,10 +1,6 @@
-"""Payload sizes over 24 clips, like AWS's table: raw PCM (s16le 24 kHz mono), base64 PCM (what a
-JSON-only transport costs), MP3 at 48 kb/s (AWS's column), MP3 at 64 kb/s (this server's ``mp3``
-wire format) and Opus in Ogg at 32 kb/s (the server's ``opus``).
-
-The audio comes from a live server over the WebSocket (PCM, as on the wire); the compressed columns
-are encoded from that PCM with ``backends.audio``'s streaming encoders, fed one segment-sized chunk
-at a time as the server would. Sizes depend only on audio length and codec, not on CPU load.
+"""Payload sizes over 24 clips, like AWS's table: raw PCM from a live server's WebSocket, base64
+PCM, MP3 at 48 kb/s (AWS's column) and the server's ``mp3`` and ``opus`` formats encoded from that
+PCM (method: docs/benchmarks.md). Run as ``python -m benchmarks payload``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The raw runtime a user would otherwise call: ``kokoro_onnx.Kokoro(...).create()`` /
-``create_stream()`` on the same model file, voice pack and config as the server, in this process.
-
-Threading: ``create()`` blocks (call it from a thread when on an event loop); the ONNX Runtime
-session inside is shared and thread-safe, so N threads calling ``create()`` is how a user gets
-concurrency out of the raw runtime. ``create_stream()`` runs each of its batches on the default
-executor. Nothing here starts a server.
+``create_stream()`` on the server's model file, voice pack and config, in this process (nothing here
+starts a server). ``create()`` blocks: call it from a thread on an event loop; the ONNX Runtime
+session inside is thread-safe, so N threads calling it is the raw runtime's concurrency.
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ from pathlib import Path
 
 from .clients import BYTES_PER_SECOND, Timing
 
-SAMPLE_RATE = 24_000
 VOICE = "jm_kumo"
 LANG = "en-us"
 
@@ -48,10 +44,9 @@ class RawRuntime:
 
     def create(self, text: str) -> Timing:
         """Whole text at once: first audio is the whole audio (blocking)."""
-        t0 = time.perf_counter()
-        audio, sr = self.kokoro.create(text, voice=self.voice, lang=self.lang)
-        elapsed = time.perf_counter() - t0
-        return _timing(elapsed, elapsed, len(audio) / sr)
+        timing = self.create_sentences((text,))
+        timing.first_audio_s = timing.complete_s
+        return timing
 
     def create_sentences(self, sentences: list[str] | tuple[str, ...]) -> Timing:
         """The raw runtime's sentence-first: ``create()`` per sentence, first audio after the first."""

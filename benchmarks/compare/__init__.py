@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -32,8 +34,7 @@ TITLE = "Compare: TTS deployments side by side"
 DEFAULT_VOICE = "jm_kumo"
 
 
-def _log(msg: str) -> None:
-    print(msg, flush=True)
+_log = functools.partial(print, flush=True)
 
 
 CLIENTS = {"ws": WsClient, "sagemaker": SageMakerBidiClient, "invocations": InvocationsClient,
@@ -78,10 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def build_plan(args: argparse.Namespace) -> Plan:
     levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else ((1, 4) if args.quick else (1, 2, 4, 8))
-    pids = {}
-    for spec in args.pid:
-        name, _, pid = spec.partition("=")
-        pids[name] = int(pid)
+    pids = {name: int(pid) for name, _, pid in (spec.partition("=") for spec in args.pid)}
     return Plan(runs=args.runs or (2 if args.quick else 5), levels=levels,
                 per_client=args.requests_per_client or (2 if args.quick else 4),
                 over_limit_chars=args.over_limit_chars, pids=pids,
@@ -108,10 +106,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> results.Result:
         raise SystemExit(f"target names must differ: {names}")
     plan = build_plan(args)
     result = results.Result("compare", args.quick, results.shown_command(["python", "-m", "benchmarks", "compare", *argv]))
-    result.config.update(targets=[t.to_dict() for t in targets], runs=plan.runs, levels=list(plan.levels),
-                         per_client=plan.per_client, over_limit_chars=plan.over_limit_chars,
-                         pids=plan.pids, timeout_s=args.timeout, health_timeout_s=args.health_timeout,
-                         sweep_rounds=plan.sweep_rounds,
+    result.config.update(targets=[t.to_dict() for t in targets], **dataclasses.asdict(plan), timeout_s=args.timeout,
+                         health_timeout_s=args.health_timeout,
                          versions_of="this measuring client (not of the targets, which it cannot see)")
     t0 = time.perf_counter()
     runner = asyncio.run(measure(targets, plan, api_key=args.api_key, timeout_s=args.timeout,

@@ -173,7 +173,7 @@ def body(data: dict[str, Any]) -> str:
     unreachable = [f"{n}: {why}" for n, why in data["summary"].get("_unreachable", {}).items()]
     parts = [
         f"The same work on every target, in interleaved rounds ({data['config']['runs']} rounds of rows 1-3; "
-        f"sweep levels {data['config']['levels']}, {data['config']['per_client']} requests per client). "
+        f"sweep levels {list(data['config']['levels'])}, {data['config']['per_client']} requests per client). "
         f"Times in ms from the request leaving this client; in brackets each figure's ratio to **{names[0]}** "
         f"(this target / {names[0]}: below 1x is less — for times, faster; for audio-s per s, less throughput). "
         "A row whose audio is far shorter than the others' is failed, not fast.",
