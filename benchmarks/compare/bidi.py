@@ -6,7 +6,6 @@ A session is a :class:`benchmarks.clients.Burst`: requests pipelined on it, answ
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,8 +20,8 @@ from agent.messages import (
 )
 from agent.ws_client import ContractSession, ws_url
 
-from ..clients import Burst, Timing, Unsupported
-from .http import INVALID_JSON, NEXT_TIMEOUT_S, PROBE_TIMEOUT_S, Client, next_after_probe
+from ..clients import Burst, Unsupported
+from .http import INVALID_JSON, Client
 from .targets import UNKNOWN_VOICE, Target
 
 PROBE = "probe"
@@ -44,45 +43,20 @@ class _BidiClient(Client):
             with contextlib.suppress(Exception):
                 await transport.aclose()
 
-    async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
-        """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S``),
-        and whether a normal request then gets audio: first on the same session (the contract keeps
-        it open after an error); where that fails — the target closed or broke the session — on a
-        new one, so the sample says which failure was the target's."""
-        async with self.session() as s:
-            try:
-                answer = await asyncio.wait_for(_probe(s, case, text), PROBE_TIMEOUT_S)
-            except TimeoutError:
-                answer = f"no answer within {PROBE_TIMEOUT_S:.0f} s"
-            same = await _next(s, next_text)
-        if same.error is None and same.audio_bytes > 0:
-            return {**next_after_probe(answer, same), "next_on_new_session": False}
-        async with self.session() as s:
-            nxt = await _next(s, next_text)
-        return next_after_probe(answer, nxt, same_session_error=same.error or "answered without audio")
-
-
-async def _next(s: Burst, text: str) -> Timing:
-    try:
-        return (await asyncio.wait_for(s.request([text]), NEXT_TIMEOUT_S))[0]
-    except Exception as exc:  # an error event, a closed or broken session, a timeout: the sample says which
-        return Timing("next", error=f"{type(exc).__name__}: {exc}")
-
-
-async def _probe(s: Burst, case: str, text: str) -> str:
-    if case == "invalid_json":
-        send_raw = getattr(s.transport, "send_raw", None)
-        if send_raw is None:
-            raise Unsupported("this transport only sends JSON objects")
-        await send_raw(INVALID_JSON)
-    else:
-        voice = UNKNOWN_VOICE if case == "unknown_voice" else s.voice
-        s.answers.expect(PROBE, text)
-        await s.transport.send({**synthesis_request(text, PROBE, voice=voice), **s.extra})
-    try:
-        return await _answer(s)
-    except TTSError as exc:
-        return f"session closed: {exc.code} ({exc.message[:120]})"
+    async def probe(self, s: Any, case: str, text: str) -> str:
+        if case == "invalid_json":
+            send_raw = getattr(s.transport, "send_raw", None)
+            if send_raw is None:
+                raise Unsupported("this transport only sends JSON objects")
+            await send_raw(INVALID_JSON)
+        else:
+            voice = UNKNOWN_VOICE if case == "unknown_voice" else s.voice
+            s.answers.expect(PROBE, text)
+            await s.transport.send({**synthesis_request(text, PROBE, voice=voice), **s.extra})
+        try:
+            return await _answer(s)
+        except TTSError as exc:
+            return f"session closed: {exc.code} ({exc.message[:120]})"
 
 
 async def _answer(s: Burst) -> str:

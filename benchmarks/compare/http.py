@@ -62,9 +62,44 @@ class Client:
                                        timeout_s=self.health_timeout_s)
         return await self._health()
 
+    async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
+        """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S``, then
+        hanging up), and whether a normal request then gets audio: first on the same session where the
+        protocol has one (the contract keeps it open after an error); where that fails — the target
+        closed or broke the session — or over plain HTTP, on a new one, so the sample says which
+        failure was the target's."""
+        async with self.session() as s:
+            try:
+                answer = await asyncio.wait_for(self.probe(s, case, text), PROBE_TIMEOUT_S)
+            except TimeoutError:
+                answer = f"no answer within {PROBE_TIMEOUT_S:.0f} s"
+            same = await _next(s, next_text) if self.pipelines else None
+        if same is not None and same.error is None and same.audio_bytes > 0:
+            return {**next_after_probe(answer, same), "next_on_new_session": False}
+        await self.reconnect()
+        async with self.session() as s:
+            nxt = await _next(s, next_text)
+        return next_after_probe(answer, nxt, same_session_error=same and (same.error or "answered without audio"))
+
+    async def probe(self, s: Any, case: str, text: str) -> str:
+        """What the target says to the malformed request ``case`` sent on the session ``s``."""
+        raise NotImplementedError
+
+    async def reconnect(self) -> None:
+        """Drop any connection a peer may have closed after an error (a session is opened anew anyway)."""
+
     async def aclose(self) -> None:
         if self._health is not None:
             await self._health.aclose()
+
+
+async def _next(session: Any, text: str) -> Timing:
+    try:
+        return (await asyncio.wait_for(session.request([text]), NEXT_TIMEOUT_S))[0]
+    except TimeoutError:
+        return Timing("next", error=f"no audio within {NEXT_TIMEOUT_S:.0f} s (still busy with the probe?)")
+    except Exception as exc:  # an error event, a closed or broken session: the sample says which
+        return Timing("next", error=f"{type(exc).__name__}: {exc}")
 
 
 class _HttpClient(Client):
@@ -79,7 +114,6 @@ class _HttpClient(Client):
                                  limits=httpx.Limits(max_connections=64))
 
     async def reconnect(self) -> None:
-        """Drop every pooled connection (a peer may have closed one after an error) and open anew."""
         await self.http.aclose()
         self.http = self._new_http()
 
@@ -118,26 +152,12 @@ class _HttpClient(Client):
                               headers={"Content-Type": "application/json"})
         return await post(self.http, self.speech_url, body, t0=t0, wav=self.audio_format == "wav")
 
-    async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
-        """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S`` for
-        it, then hanging up), and whether a normal request on a new connection works after it."""
+    async def probe(self, s: Any, case: str, text: str) -> str:
         voice = UNKNOWN_VOICE if case == "unknown_voice" else self.target.voice
-        try:
-            async with asyncio.timeout(PROBE_TIMEOUT_S):
-                probe = await self.send(INVALID_JSON if case == "invalid_json" else self.body(text, voice),
-                                        time.perf_counter(), probe=True)
-            answer = probe.error or (
-                f"HTTP 200: audio streamed ({probe.audio_bytes} bytes read, then the client hung up)"
-                if probe.audio_bytes else "HTTP 200 with an empty body")
-        except TimeoutError:
-            answer = f"no answer within {PROBE_TIMEOUT_S:.0f} s (the client hung up)"
-        await self.reconnect()
-        try:
-            async with asyncio.timeout(NEXT_TIMEOUT_S):
-                nxt = await self.post(next_text, time.perf_counter(), self.target.voice)
-        except TimeoutError:
-            nxt = Timing("next", error=f"no audio within {NEXT_TIMEOUT_S:.0f} s (still busy with the probe?)")
-        return next_after_probe(answer, nxt)
+        probe = await self.send(INVALID_JSON if case == "invalid_json" else self.body(text, voice),
+                                time.perf_counter(), probe=True)
+        return probe.error or (f"HTTP 200: audio streamed ({probe.audio_bytes} bytes read, then the client hung up)"
+                               if probe.audio_bytes else "HTTP 200 with an empty body")
 
     async def aclose(self) -> None:
         await self.http.aclose()
