@@ -1,5 +1,5 @@
 """The suite's clients, one per protocol, each returning one :class:`Timing` per request (sent, first
-byte, first audio, each chunk, end, audio seconds): the WebSocket contract (docs/wire-contract.md)
+audio, each chunk, end, audio seconds): the WebSocket contract (docs/wire-contract.md)
 over any of its transports (:class:`Burst`; :class:`WsSession` opens a WebSocket session for it
 through ``agent.ws_client``), a streamed HTTP POST (:func:`post`: ``/invocations`` or the OpenAI
 speech API, ``pcm`` or ``wav``) and a health route's GET (:class:`HealthProbe`). Times are
@@ -48,7 +48,6 @@ class Timing:
 
     request_id: str = ""
     sent_s: float | None = None
-    first_byte_s: float | None = None
     first_audio_s: float | None = None
     complete_s: float | None = None
     audio_bytes: int = 0
@@ -65,8 +64,6 @@ class Timing:
 
     def heard(self, now: float, audio: bytes) -> None:
         """``audio`` arrived at ``now``."""
-        if self.first_byte_s is None:
-            self.first_byte_s = now
         if audio and self.first_audio_s is None:
             self.first_audio_s = now
         self.audio_bytes += len(audio)

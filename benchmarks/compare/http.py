@@ -30,17 +30,6 @@ PROBE_TIMEOUT_S = 15.0
 NEXT_TIMEOUT_S = 30.0
 
 
-def next_after_probe(answer: str, nxt: Timing, *, same_session_error: str | None = None) -> dict[str, Any]:
-    """One bad-input sample: the target's answer, then the normal request sent after it — always on a
-    new connection or session, so a failure of that request is the target's, not this client's.
-    ``same_session_error``: what the same session said first, where the target closed it."""
-    ok = nxt.error is None and nxt.audio_bytes > 0
-    return {"answer": answer, "next_ok": ok,
-            "next_error": None if ok else (nxt.error or "answered without audio"),
-            "next_on_new_session": True,
-            **({"same_session_error": same_session_error} if same_session_error else {})}
-
-
 class Client:
     """What every target's client shares: the target, its key and timeouts, and the health probe of
     a target reachable over HTTP (the first of ``health_paths`` it has, on its host)."""
@@ -75,11 +64,15 @@ class Client:
                 answer = f"no answer within {PROBE_TIMEOUT_S:.0f} s"
             same = await _next(s, next_text) if self.pipelines else None
         if same is not None and same.error is None and same.audio_bytes > 0:
-            return {**next_after_probe(answer, same), "next_on_new_session": False}
-        await self.reconnect()
-        async with self.session() as s:
-            nxt = await _next(s, next_text)
-        return next_after_probe(answer, nxt, same_session_error=same and (same.error or "answered without audio"))
+            nxt, broke = same, None
+        else:  # a new connection or session, so a failure of the next request is the target's
+            broke = None if same is None else (same.error or "answered without audio")
+            await self.reconnect()
+            async with self.session() as s:
+                nxt = await _next(s, next_text)
+        ok = nxt.error is None and nxt.audio_bytes > 0
+        return {"answer": answer, "next_ok": ok, "next_error": None if ok else (nxt.error or "answered without audio"),
+                "next_on_new_session": nxt is not same, **({"same_session_error": broke} if broke else {})}
 
     async def probe(self, s: Any, case: str, text: str) -> str:
         """What the target says to the malformed request ``case`` sent on the session ``s``."""

@@ -207,11 +207,9 @@ def target_colours(n: int) -> list[Any]:
     """``n`` distinct colours (tab10, then tab20, then evenly spaced hues): no two targets share one."""
     from matplotlib import colormaps
 
-    if n <= 10:
-        return [colormaps["tab10"](i) for i in range(n)]
-    if n <= 20:
-        return [colormaps["tab20"](i) for i in range(n)]
-    return [colormaps["hsv"](i / n) for i in range(n)]
+    if n > 20:
+        return [colormaps["hsv"](i / n) for i in range(n)]
+    return [colormaps["tab10" if n <= 10 else "tab20"](i) for i in range(n)]
 
 
 def plot(data: dict[str, Any], path: Any) -> None:

@@ -33,7 +33,8 @@ class Target:
     url: str
     kind: str
     voice: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
+    #: a SageMaker target's ``?region=R``
+    region: str | None = None
     #: ``pcm`` or ``wav``: the format asked of an HTTP target (``None``: ``pcm``, then ``wav`` if refused)
     audio_format: str | None = None
     #: fields added to every synthesis request (``lang``, ``speed``, ...)
@@ -43,10 +44,6 @@ class Target:
     def host(self) -> str:
         """The endpoint name of a SageMaker target, else ``host:port``."""
         return urlsplit(self.url).netloc
-
-    @property
-    def region(self) -> str | None:
-        return self.options.get("region")
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "url": self.url, "kind": self.kind, "voice": self.voice,
@@ -67,13 +64,13 @@ def parse_target(spec: str, *, default_voice: str | None = None) -> Target:
     kind = KINDS[scheme]
     if kind == "invocations" and not urlsplit(url).path.rstrip("/").endswith("/invocations"):
         url = url.rstrip("/") + "/invocations"
-    options = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+    region = parse_qs(urlsplit(url).query).get("region", [None])[-1]
     voice = frag.pop("voice", [default_voice])[-1]
     audio_format = frag.pop("format", [None])[-1]
     if audio_format not in (None, "pcm", "wav"):
         raise ValueError(f"{name}: #format= takes pcm or wav, not {audio_format!r}")
     extra = {k: _json_value(v[-1]) for k, v in frag.items()}
-    return Target(name=name, url=url, kind=kind, voice=voice, options=options, audio_format=audio_format, extra=extra)
+    return Target(name=name, url=url, kind=kind, voice=voice, region=region, audio_format=audio_format, extra=extra)
 
 
 def _json_value(text: str) -> Any:
