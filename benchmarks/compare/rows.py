@@ -59,25 +59,20 @@ class Runner:
 
     async def _guarded(self, name: str, row: str, coro_fn: Callable[[], Any], **tags: Any) -> None:
         """Run one measurement; an unsupported row, a failure or an unreachable target is a sample."""
+        figures: dict[str, Any]
         if name in self.unreachable:
-            self._add(name, row, error=f"unreachable: {self.unreachable[name]}", **tags)
-            return
-        if name in self.no_audio and row not in ("health", "bad_input"):
-            self._add(name, row, error=f"no audio at warm-up: {self.no_audio[name]}", **tags)
-            return
-        try:
-            figures = await coro_fn()
-        except Unsupported as exc:
-            self._add(name, row, unsupported=str(exc), **tags)
-            self.log(f"  {name:<12} {row:<13} unsupported: {exc}")
-            return
-        except Exception as exc:  # unreachable, refused, timed out, a protocol error: reported, never raised
-            why = f"{type(exc).__name__}: {exc}"
-            if row == "warmup":
-                await self._after_failed_warmup(name, why)
-            self._add(name, row, error=why, **tags)
-            self.log(f"  {name:<12} {row:<13} FAILED: {why}")
-            return
+            figures = {"error": f"unreachable: {self.unreachable[name]}"}
+        elif name in self.no_audio and row not in ("health", "bad_input"):
+            figures = {"error": f"no audio at warm-up: {self.no_audio[name]}"}
+        else:
+            try:
+                figures = await coro_fn()
+            except Unsupported as exc:
+                figures = {"unsupported": str(exc)}
+            except Exception as exc:  # unreachable, refused, timed out, a protocol error: reported, never raised
+                figures = {"error": f"{type(exc).__name__}: {exc}"}
+                if row == "warmup":
+                    await self._after_failed_warmup(name, figures["error"])
         sample = self._add(name, row, **tags, **figures)
         self.log(f"  {name:<12} {row:<13} " + " ".join(
             f"{k}={v}" for k, v in sample.items() if k not in ("target", "row") and not isinstance(v, list | dict)))
