@@ -63,9 +63,8 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
         before = srv.scrape()
         pcms = asyncio.run(_collect(srv, clips, log))
         result.server_view = {"default": prom.server_view(before, srv.scrape())}
-    for clip, pcm in zip(clips, pcms, strict=True):
-        sizes = _encode(pcm)
-        result.samples.append({"text": clip, "audio_s": rnd(len(pcm) / BYTES_PER_SECOND, 3), **sizes})
+    result.samples = [{"text": clip, "audio_s": rnd(len(pcm) / BYTES_PER_SECOND, 3), **_encode(pcm)}
+                      for clip, pcm in zip(clips, pcms, strict=True)]
     totals = {col: sum(s[col] for s in result.samples) for col in COLUMNS}
     audio_s = sum(len(p) for p in pcms) / BYTES_PER_SECOND
     result.medians = {"total_bytes": totals}

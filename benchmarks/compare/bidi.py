@@ -115,3 +115,4 @@ class SageMakerBidiClient(_BidiClient):
     async def aclose(self) -> None:
         if self._connector is not None:
             await self._connector.aclose()
+        await super().aclose()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -40,15 +41,12 @@ class Client:
     def __init__(self, target: Target, *, api_key: str | None = None, timeout_s: float = 120.0,
                  health_timeout_s: float = HEALTH_TIMEOUT_S):
         self.target, self.api_key, self.timeout_s = target, api_key, timeout_s
-        self.health_timeout_s = health_timeout_s
-        self._health: HealthProbe | None = None
+        self._health = HealthProbe(http_base(target.url), self.health_paths, api_key=api_key,
+                                   timeout_s=health_timeout_s)
 
     async def health(self) -> tuple[str, int | None, float]:
         if self.target.kind.startswith("sagemaker"):
             raise Unsupported("SageMaker does not expose the container's /ping to clients")
-        if self._health is None:
-            self._health = HealthProbe(http_base(self.target.url), self.health_paths, api_key=self.api_key,
-                                       timeout_s=self.health_timeout_s)
         return await self._health()
 
     async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
@@ -82,8 +80,7 @@ class Client:
         """Drop any connection a peer may have closed after an error (a session is opened anew anyway)."""
 
     async def aclose(self) -> None:
-        if self._health is not None:
-            await self._health.aclose()
+        await self._health.aclose()
 
 
 async def _next(session: Any, text: str) -> Timing:
@@ -188,24 +185,19 @@ class SageMakerInvocationsClient(InvocationsClient):
     """``sagemaker+invocations://ENDPOINT?region=R``: ``InvokeEndpointWithResponseStream`` (boto3, AWS
     credentials from its usual chain), the body of ``POST /invocations``."""
 
-    def __init__(self, target: Target, **kwargs: Any):
-        super().__init__(target, **kwargs)
-        self._runtime: Any = None
-
-    def _client(self) -> Any:
-        if self._runtime is None:
-            try:
-                import boto3
-            except ImportError as exc:
-                raise Unsupported("boto3 is not installed") from exc
-            self._runtime = boto3.client("sagemaker-runtime", region_name=self.target.region)
-        return self._runtime
+    @functools.cached_property
+    def _runtime(self) -> Any:
+        try:
+            import boto3
+        except ImportError as exc:
+            raise Unsupported("boto3 is not installed") from exc
+        return boto3.client("sagemaker-runtime", region_name=self.target.region)
 
     def _invoke(self, body: bytes, t0: float, probe: bool) -> Timing:
         timing = Timing("sagemaker")
         reader = WavReader() if self.audio_format == "wav" and not probe else None
         try:
-            resp = self._client().invoke_endpoint_with_response_stream(
+            resp = self._runtime.invoke_endpoint_with_response_stream(
                 EndpointName=self.target.host, ContentType="application/json", Body=body)
             for event in resp["Body"]:
                 part = event.get("PayloadPart")

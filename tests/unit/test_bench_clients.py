@@ -91,3 +91,20 @@ def test_a_post_counts_the_audio_after_a_wav_header_and_keeps_a_refusal_as_its_e
     wav, refused = asyncio.run(both())
     assert wav.audio_s == 1.0 and wav.error is None and wav.first_audio_s is not None and wav.complete_s is not None
     assert refused.error == "HTTP 400: pcm is not supported" and refused.audio_bytes == 0
+
+
+def test_a_post_can_hang_up_at_its_first_chunk():
+    import httpx
+
+    from benchmarks.clients import post
+
+    async def body():
+        for _ in range(3):
+            yield SECOND
+
+    async def one() -> Any:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda _r: httpx.Response(200, content=body()))) as http:
+            return await post(http, "http://peer/invocations", {"text": "x"}, on_audio=lambda *_: True)
+
+    t = asyncio.run(one())
+    assert t.audio_s == 1.0 and t.error is None and t.complete_s is None
