@@ -118,16 +118,15 @@ class Runner:
         why: str | None = None
         while not stop.is_set():
             try:
-                path, status, ms = await client.health()
-                polls.append({"route": path, "status": status, "ms": round(ms, 2)})
+                path, status, took_ms = await client.health()
             except Unsupported as exc:
                 why = str(exc)
                 break
             except Exception as exc:  # refused, reset: a failed poll, counted
                 polls.append({"error": f"{type(exc).__name__}: {exc}"})
             else:
-                if status is None:
-                    polls[-1]["timed_out"] = True
+                polls.append({"route": path, "status": status, "ms": round(took_ms, 2),
+                              **({"timed_out": True} if status is None else {})})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), HEALTH_INTERVAL_S)
         self._add(name, "health", concurrency=level, **({"unsupported": why} if why is not None else {"polls": polls}))
