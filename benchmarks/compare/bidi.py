@@ -81,12 +81,8 @@ async def _answer(s: Burst) -> str:
 class WsClient(_BidiClient):
     """``ws://``/``wss://``: the contract over WebSocket; ``health()`` is ``GET /ping``."""
 
-    @property
-    def url(self) -> str:
-        return ws_url(self.target.url)
-
     async def _open(self) -> ContractSession:
-        return await ContractSession.connect(self.url, api_key=self.api_key, frames="binary", max_size=None,
+        return await ContractSession.connect(ws_url(self.target.url), api_key=self.api_key, frames="binary", max_size=None,
                                              open_timeout=min(self.timeout_s, 30.0))
 
 
