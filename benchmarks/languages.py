@@ -28,6 +28,7 @@ import numpy as np
 
 from backends.config import BackendConfig
 
+from . import speech_measures as sm
 from .live import LiveServer
 from .results import Result, command_line, load_average, markdown_table, rnd
 
@@ -103,17 +104,6 @@ def front_end_cost(lang: str, english: str) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def wer(reference: list[str], heard: list[str]) -> tuple[int, int]:
-    """(word edits, reference words): Levenshtein distance over words."""
-    prev = list(range(len(heard) + 1))
-    for i, r in enumerate(reference, 1):
-        cur = [i]
-        for j, h in enumerate(heard, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h)))
-        prev = cur
-    return prev[-1], len(reference)
-
-
 #: Spellings the recogniser and the normaliser write differently for one spoken form.
 _SAME = ((r"\b(?:pee em|p m)\b", "pm"), (r"\b(?:ay em|a m)\b", "am"))
 
@@ -127,29 +117,11 @@ def _fold(words: str) -> list[str]:
 def spoken_words(sentence: str) -> list[str]:
     from backends.normalize import normalize_english
 
-    return _fold(" ".join(re.findall(r"[a-z']+", normalize_english(sentence).lower().replace("-", " "))))
-
-
-def _recogniser():
-    import soxr
-    from pocketsphinx import Decoder
-
-    decoder = Decoder(samprate=16000)
-
-    def transcribe(pcm: bytes) -> list[str]:
-        audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-        pcm16 = (np.clip(soxr.resample(audio, 24000, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
-        decoder.start_utt()
-        decoder.process_raw(pcm16, full_utt=True)
-        decoder.end_utt()
-        hyp = decoder.hyp()
-        return _fold(" ".join(w for w in (hyp.hypstr.lower().split() if hyp else []) if not w.startswith("<")))
-
-    return transcribe
+    return _fold(" ".join(sm.words(normalize_english(sentence).replace("-", " "))))
 
 
 def _intelligibility(english: str, sets: dict[str, tuple[str, ...]], model_dir, log) -> dict[str, Any]:
-    transcribe = _recogniser()
+    transcribe = sm.Transcriber()
     rows: list[dict[str, Any]] = []
     with LiveServer(env={"KOKORO_ENGLISH_G2P": english, "KOKORO_DEFAULT_VOICE": VOICE}, model_dir=model_dir,
                     log=log) as srv, httpx.Client(timeout=120.0) as client:
@@ -157,8 +129,9 @@ def _intelligibility(english: str, sets: dict[str, tuple[str, ...]], model_dir, 
             for sentence in sentences:
                 r = client.post(f"{srv.url}/invocations", json={"text": sentence, "format": "pcm", "voice": VOICE})
                 r.raise_for_status()
-                ref, heard = spoken_words(sentence), transcribe(r.content)
-                edits, n = wer(ref, heard)
+                ref, audio = spoken_words(sentence), np.frombuffer(r.content, "<i2").astype(np.float32) / 32768
+                heard = _fold(" ".join(transcribe(audio)))
+                edits, n = sm.word_edits(ref, heard), len(ref)
                 rows.append({"g2p": english, "set": set_name, "text": sentence, "reference": " ".join(ref),
                              "heard": " ".join(heard), "edits": edits, "words": n})
                 log(f"  {english:7} {set_name:8} WER {edits}/{n}  {sentence!r} -> {' '.join(heard)!r}")

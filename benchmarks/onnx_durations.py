@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import io
-import re
 import tempfile
 import time
 from dataclasses import replace
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from . import speech_measures as sm
 from .loop import rotated
 from .raw import LANG, VOICE, model_files
 from .results import Result, command_line, markdown_table, median, rnd
@@ -39,52 +39,14 @@ from .texts import CLIPS, SENTENCES
 TARGET_RATIO, TARGET_LSD_DB = 1.03, 0.1
 
 
-def log_spectral_distance(a: np.ndarray, b: np.ndarray, n_fft: int = 1024, hop: int = 256) -> float:
-    """Mean over frames of the RMS difference (dB) of the two power spectra; 0 for identical audio.
-    Audio of different lengths is compared over the shorter one."""
-    n = min(len(a), len(b))
-    if n < n_fft:
-        return 0.0 if np.array_equal(a[:n], b[:n]) else float("inf")
-
-    def spectrum(x: np.ndarray) -> np.ndarray:
-        frames = np.lib.stride_tricks.sliding_window_view(np.asarray(x[:n], np.float64), n_fft)[::hop]
-        return 10 * np.log10(np.abs(np.fft.rfft(frames * np.hanning(n_fft), axis=1)) ** 2 + 1e-10)
-
-    return float(np.mean(np.sqrt(np.mean((spectrum(a) - spectrum(b)) ** 2, axis=1))))
+def _lsd(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Log-spectral distance (dB) over every frame, 1024-sample frames 256 apart."""
+    return rnd(sm.log_spectral_distance(a, b, n_fft=1024, hop=256, centred=False), 4)
 
 
-def words_of(text: str) -> list[str]:
-    return re.findall(r"[a-z']+", text.lower())
-
-
-def word_error_rate(reference: str, heard: list[str]) -> float:
-    """Word error rate of ``heard`` against ``reference`` (edit operations / reference words)."""
-    ref = words_of(reference)
-    d = list(range(len(heard) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(heard, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(heard)] / max(1, len(ref))
-
-
-class Transcriber:
-    """pocketsphinx (bundled en-us model) on 24 kHz float audio; lower-case words."""
-
-    def __init__(self) -> None:
-        from pocketsphinx import Decoder
-
-        self.decoder = Decoder(samprate=16000)
-
-    def __call__(self, audio: np.ndarray, rate: int = 24_000) -> list[str]:
-        import soxr
-
-        pcm = (np.clip(soxr.resample(audio, rate, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
-        self.decoder.start_utt()
-        self.decoder.process_raw(pcm, full_utt=True)
-        self.decoder.end_utt()
-        hyp = self.decoder.hyp()
-        return hyp.hypstr.lower().split() if hyp else []
+def _wer(text: str, heard: list[str]) -> float | None:
+    reference = sm.words(text)
+    return rnd(sm.word_edits(reference, heard) / max(1, len(reference)), 3)
 
 
 def _synthesizers(files) -> tuple[dict[str, Any], list[Any]]:
@@ -144,7 +106,7 @@ def _runtime_rounds(synths: dict[str, Any], segments, rounds: int, log) -> list[
             sample.update({
                 "audio_s": rnd(len(audio["plain"]) / 24_000, 3),
                 "identical": bool(np.array_equal(audio["plain"], audio["timed"])),
-                "lsd_db": rnd(log_spectral_distance(audio["plain"], audio["timed"]), 4),
+                "lsd_db": _lsd(audio["plain"], audio["timed"]),
             })
             samples.append(sample)
             log(f"  round {rnd_i} segment {i}: plain {sample['plain_ms']:8.1f} ms  timed / plain "
@@ -177,7 +139,7 @@ def _server_clips(files, clips: list[str], log) -> list[dict]:
 
     from .live import LiveServer
 
-    transcribe = Transcriber()
+    transcribe = sm.Transcriber()
     samples = []
     with tempfile.TemporaryDirectory(prefix="kokoro-plain-") as tmp:
         plain_dir = Path(tmp)
@@ -204,10 +166,9 @@ def _server_clips(files, clips: list[str], log) -> list[dict]:
                     "clip": i, "text": text, "plain_ms": rnd((t1 - t0) * 1000, 1), "timed_ms": rnd((t2 - t1) * 1000, 1),
                     "audio_s": rnd(len(plain_audio) / rate, 3),
                     "identical": bool(np.array_equal(plain_audio, timed_audio)),
-                    "lsd_db": rnd(log_spectral_distance(plain_audio, timed_audio), 4),
+                    "lsd_db": _lsd(plain_audio, timed_audio),
                     "heard_plain": " ".join(heard_plain), "heard_timed": " ".join(heard_timed),
-                    "wer_plain": rnd(word_error_rate(text, heard_plain), 3),
-                    "wer_timed": rnd(word_error_rate(text, heard_timed), 3),
+                    "wer_plain": _wer(text, heard_plain), "wer_timed": _wer(text, heard_timed),
                     "words": len(timed_json["words"]),
                     "words_monotonic_inside": _monotonic_inside(timed_json["words"], len(timed_audio) / rate),
                 }

@@ -60,16 +60,6 @@ def _first_sentence(pipeline: Any, text: str, windowed: bool) -> list[Any]:
     return out
 
 
-def log_spectral_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """dB: RMS over bins of the log-power difference, averaged over the frames where ``b`` speaks."""
-    n = min(len(a), len(b))
-    pa, pb = sm._stft_power(a[:n]), sm._stft_power(b[:n])
-    loud = (sm.window_db(b[:n]) > sm.SILENCE_DB)[: len(pb)]
-    diff = 10 * np.log10(pa + 1e-10) - 10 * np.log10(pb + 1e-10)
-    per_frame = np.sqrt((diff[: len(loud)] ** 2).mean(axis=1))
-    return float(per_frame[loud[: len(per_frame)]].mean())
-
-
 class _Model:
     """The torch model and voice, with the calls this benchmark compares."""
 
@@ -154,8 +144,8 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
             same = sm.cut_pitch(f0, f0_ref, np.arange(len(f0)), cut // sm.WINDOW)
             dtw = measure(text, [(w, s.ends) for w, s in zip(windows, segments, strict=True)], reference, words=False)
             sample[f"window_{context}"] = {
-                "lsd_db": round(log_spectral_distance(decoded[0], reference[:cut]), 2),
-                "lsd_whole_db": round(log_spectral_distance(joined, reference), 2),
+                "lsd_db": round(sm.log_spectral_distance(decoded[0], reference[:cut], speech_only=True), 2),
+                "lsd_whole_db": round(sm.log_spectral_distance(joined, reference, speech_only=True), 2),
                 "cut_st_same_frames": round(sm.semitones(*same), 2) if same else None,
                 "cut_st": dtw["joins"][0]["cut_st"],
                 "click_db": round(sm.band_db(joined, cut), 1),
