@@ -39,13 +39,15 @@ from typing import Any
 import numpy as np
 
 from . import speech_measures as sm
+from .quality import cut_summary, measure, pitch_target
 from .raw import LANG, VOICE, model_files
 from .results import Result, command_line, load_average, markdown_table, mean, rnd
 from .texts import QUALITY_TEXTS
 
 CONTEXTS = (0, 4, 8, 16)
 QUICK_CONTEXTS = (8,)
-GOALS = {"cut_st_mean": 1.5, "cut_st_worst": 4.0, "burst_db": 3.0}
+#: The goal for the 2-8 kHz energy at a windowed join over the reading's there; the pitch goal is quality's.
+BURST_DB = 3.0
 
 
 def _first_sentence(pipeline: Any, text: str, windowed: bool) -> list[Any]:
@@ -100,14 +102,29 @@ def _tokens(synth: Any, segments: list[Any]) -> tuple[list[int], list[tuple[int,
     return synth.tokens(context.phonemes), ranges
 
 
+def summarise(samples: list[dict[str, Any]], contexts: tuple[int, ...]) -> dict[str, Any]:
+    """Per way of cutting ("alone", "window_<context>"): the means and worsts of its samples."""
+    summary: dict[str, Any] = {}
+    for name in ("alone", *(f"window_{c}" for c in contexts)):
+        x = [s[name] for s in samples]
+        summary[name] = {**cut_summary(v["cut_st"] for v in x), "click_db_worst": rnd(max(v["click_db"] for v in x))}
+        if name != "alone":
+            same = [abs(v["cut_st_same_frames"]) for v in x if v["cut_st_same_frames"] is not None]
+            summary[name].update({
+                "lsd_db": rnd(mean(v["lsd_db"] for v in x), 2), "lsd_whole_db": rnd(mean(v["lsd_whole_db"] for v in x), 2),
+                "cut_st_same_frames_mean": rnd(mean(same), 2), "cut_st_same_frames_worst": rnd(max(same, default=None), 2),
+                "burst_db_worst": rnd(max(v["burst_db"] for v in x))})
+        for key in ("first_call_s", "first_call_wall_s"):
+            summary[name][key] = rnd(mean(s[key][name] for s in samples), 3)
+    return summary
+
+
 def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> Result:
     from backends.config import BackendConfig
     from backends.factory import create_pipeline
     from backends.joins import shape_segment
     from backends.torch_runtime import TorchSynthesizer
     from backends.voices import VoiceStore
-
-    from .quality import measure
 
     result = Result("windowed_decoder", quick, command_line("windowed_decoder", quick))
     files = model_files(model_dir, torch=True)
@@ -170,37 +187,12 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
         result.samples.append(sample)
         log(f"  {segments[0].text!r}: alone {sample['alone']}, "
             + ", ".join(f"ctx {c}: {sample[f'window_{c}']}" for c in contexts) + f", time {sample['first_call_s']}")
-    summary: dict[str, Any] = {"alone": {
-        "cut_st_mean": rnd(mean(abs(s["alone"]["cut_st"]) for s in result.samples if s["alone"]["cut_st"] is not None), 2),
-        "cut_st_signed_mean": rnd(mean(s["alone"]["cut_st"] for s in result.samples), 2),
-        "cut_st_worst": rnd(max((abs(s["alone"]["cut_st"]) for s in result.samples if s["alone"]["cut_st"] is not None),
-                                default=None), 2),
-        "click_db_worst": rnd(max(s["alone"]["click_db"] for s in result.samples)),
-        "first_call_s": rnd(mean(s["first_call_s"]["alone"] for s in result.samples), 3),
-        "first_call_wall_s": rnd(mean(s["first_call_wall_s"]["alone"] for s in result.samples), 3)}}
-    for c in contexts:
-        w = [s[f"window_{c}"] for s in result.samples]
-        cuts = [abs(x["cut_st"]) for x in w if x["cut_st"] is not None]
-        same = [abs(x["cut_st_same_frames"]) for x in w if x["cut_st_same_frames"] is not None]
-        summary[f"window_{c}"] = {
-            "lsd_db": rnd(mean(x["lsd_db"] for x in w), 2), "lsd_whole_db": rnd(mean(x["lsd_whole_db"] for x in w), 2),
-            "cut_st_mean": rnd(mean(cuts), 2), "cut_st_signed_mean": rnd(mean(x["cut_st"] for x in w), 2),
-            "cut_st_worst": rnd(max(cuts, default=None), 2),
-            "cut_st_same_frames_mean": rnd(mean(same), 2), "cut_st_same_frames_worst": rnd(max(same, default=None), 2),
-            "click_db_worst": rnd(max(x["click_db"] for x in w)),
-            "burst_db_worst": rnd(max(x["burst_db"] for x in w)),
-            "first_call_s": rnd(mean(s["first_call_s"][f"window_{c}"] for s in result.samples), 3),
-            "first_call_wall_s": rnd(mean(s["first_call_wall_s"][f"window_{c}"] for s in result.samples), 3)}
-    result.summary = summary
-    result.medians = {k: {kk: vv for kk, vv in v.items()} for k, v in summary.items()}
-    best = summary[f"window_{max(contexts)}"] if not quick else summary[f"window_{contexts[0]}"]
-    met = None if best["cut_st_mean"] is None else (best["cut_st_mean"] <= GOALS["cut_st_mean"]
-                                                    and best["cut_st_worst"] <= GOALS["cut_st_worst"])
-    result.target("pitch at an early cut vs the reading, windowed (mean / worst)",
-                  f"<= {GOALS['cut_st_mean']} / {GOALS['cut_st_worst']} st",
-                  f"{best['cut_st_mean']} / {best['cut_st_worst']}", met)
-    result.target("2-8 kHz at the windowed join over the whole reading's at the same place", f"<= {GOALS['burst_db']} dB",
-                  best["burst_db_worst"], best["burst_db_worst"] <= GOALS["burst_db"])
+    result.summary = summary = summarise(result.samples, contexts)
+    result.medians = {k: dict(v) for k, v in summary.items()}
+    best = summary[f"window_{max(contexts)}"]
+    pitch_target(result, "pitch at an early cut vs the reading, windowed (mean / worst)", best)
+    result.target("2-8 kHz at the windowed join over the whole reading's at the same place", f"<= {BURST_DB} dB",
+                  best["burst_db_worst"], best["burst_db_worst"] <= BURST_DB)
     result.notes.append("The sentence's tokens are its segments' phonemes joined by spaces, and the style row is the "
                         "sentence's (the voice pack is indexed by length); the fragment alone uses its own, as today.")
     result.notes.append("Times are medians of interleaved rounds on a shared machine (see the load average): compare "
