@@ -1,18 +1,11 @@
 """Languages: what each G2P front end costs, and which English G2P the listener understands better.
 
-* **Front-end cost** — for each front end, a fresh Python process imports it, builds it and
-  phonemises one sentence; the import-and-build time and the growth of the process's peak RSS are
-  recorded (``backends.g2p.G2P``: misaki English, espeak-ng English, Japanese, Mandarin, Spanish).
-* **English intelligibility** — a live server per English G2P (``KOKORO_ENGLISH_G2P`` = ``espeak``,
-  ``misaki``; its start-up time recorded too) reads held-out sentences over ``POST /invocations``;
-  pocketsphinx's bundled en-us model transcribes each, and the word error rate is taken against the
-  spoken form of the sentence (numbers, money and dates written out by ``backends.normalize``).
-  Two sets: plain sentences, and sentences with numbers, money, dates and abbreviations. Both
-  servers normalise, so the plain set is also the figure of espeak-ng as the server read English
-  before misaki (the normaliser changes nothing in it).
-
-pocketsphinx is a weak recogniser; what counts is the difference between the two G2Ps on the same
-sentences, voice and recogniser.
+Front-end cost: a fresh Python process per front end (``backends.g2p.G2P``) imports it, builds it
+and phonemises one sentence (time, and growth of peak RSS). English intelligibility: a live server
+per ``KOKORO_ENGLISH_G2P`` reads the held-out sentences over ``POST /invocations`` and pocketsphinx
+transcribes each; the word error rate is against the sentence's spoken form (``backends.normalize``),
+for plain sentences and for numbers, money, dates and abbreviations. docs/languages.md explains
+the method and the results; what counts is the difference between the two G2Ps.
 """
 
 from __future__ import annotations

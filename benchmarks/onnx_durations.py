@@ -1,21 +1,15 @@
 """Word timings on ONNX cost nothing: the timed model (the shipped export with its predicted
 durations as a second output, ``backends/onnx_timed.py``) against today's export.
 
-* speed — per-segment synthesis time of today's export, the timed model and a control (a second
-  session of today's export), loaded side by side in this process with one intra-op thread each,
-  on the same segments (the ttfa paragraph's sentences and two clips, each one segment), the order
-  rotating segment by segment and round by round, so load drift hits all alike. The figures are
-  medians of the per-segment ratios to today's export, of wall time and of the CPU time the
-  process spent in the call (``time.process_time``: nothing else runs in this process, and CPU
-  time moves far less than wall time when other processes take the cores). The control's ratio
-  is the noise floor: two identical models differ by that much here. One thread each, because a
-  thread pool's spin-waiting under contention adds CPU time that belongs to neither model.
-* sameness — the log-spectral distance (dB) between the two models' audio of each segment, and
-  whether the samples are identical; then through two servers (one on a model directory holding
-  only today's export, one on the default, timed directory): ``/v1/audio/speech`` against
-  ``/v1/audio/speech/timed`` on the same clips, the audio compared the same way, and each side
-  transcribed with pocketsphinx's bundled en-us model (word error rate against the text). The timed
-  route's word times are checked to be monotonic and inside the audio.
+* speed — today's export, the timed model and a control (today's export again: the noise floor)
+  in this process, one intra-op thread each (a spinning thread pool under contention adds CPU
+  time that belongs to neither), on the same segments, the order rotating segment by segment and
+  round by round; medians of the per-segment ratios to today's export, of wall time and of the
+  process's CPU time in the call (far steadier when other processes take the cores).
+* sameness — log-spectral distance and sample identity of the two models' audio per segment;
+  then ``/v1/audio/speech`` on a server of today's export against ``/v1/audio/speech/timed`` on
+  the default (timed) one, on the same clips: the audio compared the same way, each transcribed
+  by pocketsphinx (word error rate), and the word times checked monotonic and inside the audio.
 """
 
 from __future__ import annotations

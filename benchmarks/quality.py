@@ -1,25 +1,13 @@
 """Speech quality of streamed audio against one reading of the whole text, per text and setting.
 
-Each text of :data:`benchmarks.texts.QUALITY_TEXTS` is synthesised once whole (one model call:
-the reference, the way the model reads the text when it sees all of it) and once through the
-engine for each setting of :data:`SETTINGS` (the sequential backend in this process, one fresh
-session per text, so the first segment is cut as a listener who hears nothing yet gets it). The
-streamed chunks are joined and measured against the reference (:mod:`benchmarks.speech_measures`):
-
-* duration excess: the speech span (first to last sound) of the streamed audio over the
-  reference's, in percent;
-* the gap at each join (the silent run there) against the reading's pause at the same place
-  (the reference's silent run at the DTW-aligned frames; none: 0), by the kind of boundary;
-* pitch at each cut (median F0 over the last voiced 200 ms before the join) against the reading
-  at the same frames, in semitones; ``phrase`` cuts (inside a clause) are the early cuts;
-* clicks: 2–8 kHz energy across each join, dB re speech;
-* intelligibility: the share of the text's words pocketsphinx hears, streamed and reference;
-  DNSMOS when ``speechmos`` and its ``librosa`` are importable (they are not installed: see notes);
-* first audio: when the first chunk left the backend, in this process (``python -m benchmarks
-  ttfa`` measures it through the server).
-
-``--quick``: two texts, the default setting and the model's own joins, no intelligibility: under a
-minute on an idle 2-core machine.
+Each text of :data:`benchmarks.texts.QUALITY_TEXTS` is synthesised once whole (one model call: the
+reference) and streamed through the sequential backend in this process for each setting of
+:data:`SETTINGS` (a fresh session per text, so the first segment is cut as for a new listener). The
+joined chunks are measured against the reference (:func:`measure`, :mod:`benchmarks.speech_measures`):
+speech span over the reference's, the gap at each join against the reading's pause there, pitch at
+each cut, 2–8 kHz energy across each join, the share of words pocketsphinx hears, and when the first
+chunk left the backend. docs/speech-quality.md explains the measures, goals and results.
+``--quick``: two texts, the default setting and the model's own joins, no intelligibility.
 """
 
 from __future__ import annotations

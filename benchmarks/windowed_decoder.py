@@ -1,33 +1,14 @@
 """An early cut that keeps the sentence's prosody: the decoder over a window of the whole sentence.
 
-Today a short first segment is its own model call, and the model reads the fragment as a finished
-utterance (its pitch falls at the cut). The windowed decode runs the text encoder and prosody
-predictor over the WHOLE first sentence (durations, F0, energy: deterministic, so every call
-agrees), and the decoder only over the fragment's frames plus ``context`` frames on each side
-(cropped after), with the sine source sliced from the whole sentence's, so the next window meets
-it in phase (:func:`backends.torch_forward.decode_window`).
-
-For each text of :data:`benchmarks.texts.QUALITY_TEXTS` whose first sentence the default planner
-cuts inside a clause (a ``phrase`` cut), on the torch runtime (deterministic source, voice jm_kumo),
-against one decode of the whole sentence (the reference):
-
-* **windowed** (per context): the fragment's window joined to the rest's window, cut where the
-  predicted energy of the space between the words is lowest (:func:`backends.torch_forward.boundary_frame`). Log-spectral
-  distance to the reference over the fragment's speech frames (the same frames: no alignment
-  needed), the pitch at the cut (median F0 over the last voiced 200 ms before it,
-  :func:`benchmarks.speech_measures.cut_pitch`) against the reference at the same frames and, as
-  the quality benchmark measures it, through the DTW path; the 2–8 kHz energy at the join, and its
-  excess over the reference's at the same place (the join sits inside speech);
-* **fragment alone** (today): the fragment and the rest each synthesised alone, joined the way the
-  engine joins them (:func:`backends.joins.shape`), measured with the quality benchmark's
-  :func:`benchmarks.quality.measure` against the same reference;
-* **CPU time**, interleaved in the same run: the fragment alone (today's first call) against the
-  predictor over the sentence plus the decode of the fragment's window (the windowed first call).
-
-The windows are joined as the engine joins them (:func:`backends.joins.shape_segment`: a 5 ms fade
-where two windows meet, the sentence's pause after the last). ``--quick``: context 8 frames (the
-runtime's :data:`~backends.torch_forward.WINDOW_CONTEXT`), two timing rounds; the full run also
-tries 0, 4 and 16 frames.
+The windowed decode (:func:`backends.torch_forward.decode_window`; docs/speech-quality.md explains
+it) against today's fragment read alone, for each text of :data:`benchmarks.texts.QUALITY_TEXTS`
+whose first sentence the default planner cuts inside a clause, on the torch runtime (deterministic
+source, voice jm_kumo), both against one decode of the whole sentence: log-spectral distance over
+its speech frames, pitch at the cut (at the same frames, and through the quality benchmark's DTW
+path, :func:`benchmarks.quality.measure`), 2–8 kHz energy at the join and its excess over the
+reference's there, and the CPU and wall time of the first call, interleaved in the same run.
+``--quick``: context 8 frames (the runtime's), two timing rounds; the full run also tries 0, 4 and
+16 frames.
 """
 
 from __future__ import annotations
