@@ -23,49 +23,10 @@ from backends.config import BackendConfig
 
 from . import speech_measures as sm
 from .live import LiveServer
+from .raw import VOICE
 from .results import Result, command_line, load_average, markdown_table, rnd
+from .texts import PLAIN_SENTENCES, WRITTEN_SENTENCES
 
-VOICE = "jm_kumo"
-PLAIN = (
-    "The garden looks lovely after the rain.",
-    "Please remember to lock the back door tonight.",
-    "She walked slowly along the quiet river bank.",
-    "We should leave early to avoid the traffic.",
-    "My brother fixed the broken window last week.",
-    "The children are playing football in the park.",
-    "Could you send me the report before lunch?",
-    "The library closes late on most weekdays.",
-    "He poured a cup of tea and sat by the fire.",
-    "The mountain road was closed because of snow.",
-    "They painted the kitchen a warm shade of yellow.",
-    "Our neighbours are moving to a smaller house.",
-    "The teacher asked everyone to read the first chapter.",
-    "A small boat drifted across the calm lake.",
-    "I lost my keys somewhere in the garden.",
-    "The doctor said the results look good.",
-    "We watched the sun go down behind the hills.",
-    "Please turn off the lights when you leave.",
-    "The market sells fresh fish every morning.",
-    "My sister plays the piano beautifully.",
-)
-WRITTEN = (
-    "The invoice lists 1,250 units at $12.50 each.",
-    "Dr. Smith will see you at 3:30 pm on March 5th.",
-    "Prices rose 7.5% in 2023, to $4.2 million.",
-    "Call 555-123-4567 before Jan. 10th, 2025.",
-    "The parcel weighs 12 kg and costs £30.",
-    "Our office is at 221 Baker St., on the 2nd floor.",
-    "The meeting moved to 2024-06-14 at 9am.",
-    "It was about 25°C, e.g. warm for May.",
-    "The flight leaves at 6:45 am from gate 12.",
-    "She paid $1,999 for a 65 inch screen.",
-    "Mr. Brown was born on 7/4/1976.",
-    "The car drove 120 km in 1.5 hours.",
-    "Only 3% of the 4,000 tickets are left.",
-    "Prof. Lee wrote 2 books, i.e. a pair.",
-    "The 3rd race starts at 10:15.",
-    "We saved €250 on the 14th of June.",
-)
 #: Front ends measured: (label, language, KOKORO_ENGLISH_G2P value).
 FRONT_ENDS = (
     ("English, misaki", "en-us", "misaki"),
@@ -132,7 +93,8 @@ def _intelligibility(english: str, sets: dict[str, tuple[str, ...]], model_dir, 
 
 
 def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
-    sets = {"plain": PLAIN[:6] if quick else PLAIN, "written": WRITTEN[:6] if quick else WRITTEN}
+    sets = {"plain": PLAIN_SENTENCES, "written": WRITTEN_SENTENCES}
+    sets = {k: v[:6] if quick else v for k, v in sets.items()}
     result = Result("languages", quick, command_line("languages", quick),
                     config={"voice": VOICE, "sets": {k: list(v) for k, v in sets.items()},
                             "load_average_at_start": load_average()})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import tempfile
 import time
 from dataclasses import replace
@@ -117,12 +118,8 @@ def _decode_wav(data: bytes) -> tuple[np.ndarray, int]:
 
 
 def _monotonic_inside(words: list[dict], duration: float) -> bool:
-    prev = 0.0
-    for w in words:
-        if not prev <= w["start"] <= w["end"] <= duration + 0.001:
-            return False
-        prev = w["end"]
-    return True
+    times = [0.0, *(t for w in words for t in (w["start"], w["end"])), duration + 0.001]
+    return all(a <= b for a, b in itertools.pairwise(times))
 
 
 def _server_clips(files, clips: list[str], log) -> list[dict]:
