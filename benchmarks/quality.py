@@ -58,7 +58,9 @@ class _Loaded:
 
 def measure(text: str, chunks: list[tuple[np.ndarray, str]], reference: np.ndarray, *, words: bool = True) -> dict[str, Any]:
     """The measures of one streamed reading (``chunks``: audio and the kind of boundary it ends at);
-    ``words``: with intelligibility (pocketsphinx: seconds per second of audio on a busy machine)."""
+    ``words``: with intelligibility (pocketsphinx: seconds per second of audio on a busy machine).
+    The gap at a join is the silent run that holds it; the reading's pause there is the reference's
+    silent run (30 ms or longer) that the gap's DTW-aligned frames overlap most (none: 0)."""
     stream = np.concatenate([a for a, _ in chunks])
     path = sm.align(stream, reference)
     runs_s, runs_r = sm.silent_runs(stream), sm.silent_runs(reference, min_s=0.03)

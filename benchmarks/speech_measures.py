@@ -1,19 +1,10 @@
-"""What the quality benchmark measures in audio, as a listener would hear it (pure numpy, plus
-``parselmouth`` for pitch and ``pocketsphinx`` for intelligibility, both imported when used).
-
-* :func:`align` — a dynamic-time-warping path between two readings of the same text (log-mel
-  frames, 10 ms): which frame of the reference each frame of the streamed audio says.
-* :func:`silent_runs` — runs of 10 ms windows below :data:`backends.joins.SILENCE_DB`; the gap at
-  a join is the run that holds the join, the reading's pause there is the reference's run that the
-  aligned frames of that gap fall in (none: no pause).
-* :func:`pitch` — F0 per 10 ms frame (Praat's autocorrelation through parselmouth; 0 unvoiced);
-  the pitch at a cut is the median over the last voiced 200 ms before the gap, against the
-  reference's median over the aligned frames, in semitones.
-* :func:`band_db` — 2–8 kHz energy in a 20 ms window across a join, in dB re the same band's mean
-  over the speech: a click shows as a burst there.
-* :func:`words_heard` — the share of the text's words pocketsphinx's bundled en-us model hears
-  (:class:`Transcriber`); :func:`word_edits` — the word edit distance, for word error rates.
-* :func:`log_spectral_distance` — dB between two renderings' power spectra, frame by frame.
+"""What the quality benchmarks measure in audio, as a listener would hear it: pure numpy, plus
+``parselmouth`` for pitch and ``pocketsphinx`` for words (both imported when used). Frames are
+10 ms windows (:data:`backends.joins.WINDOW`): a DTW path between two readings of one text
+(:func:`align`), runs of silence (:func:`silent_runs`, :func:`run_at`), F0 and the pitch before a
+cut (:func:`pitch`, :func:`cut_pitch`), 2–8 kHz energy across a join (:func:`band_db`), the
+log-spectral distance of two renderings, and what pocketsphinx hears (:class:`Transcriber`,
+:func:`words_heard`, :func:`word_edits`). docs/speech-quality.md says how they are used.
 """
 
 from __future__ import annotations
@@ -100,7 +91,8 @@ def align(streamed: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def silent_runs(audio: np.ndarray, min_s: float = 0.0) -> list[tuple[int, int]]:
-    """(first, one past the last) 10 ms window of each run of silence at least ``min_s`` long."""
+    """(first, one past the last) window of each run of windows below ``SILENCE_DB`` at least ``min_s``
+    long."""
     quiet = np.concatenate([[False], window_db(audio) <= SILENCE_DB, [False]])
     edges = np.flatnonzero(np.diff(quiet.astype(np.int8)))
     runs = list(zip(edges[::2], edges[1::2], strict=True))
