@@ -28,7 +28,7 @@ import numpy as np
 from . import speech_measures as sm
 from .loop import rotated
 from .raw import LANG, VOICE, model_files
-from .results import Result, command_line, markdown_table, median, rnd
+from .results import Result, command_line, markdown_table, mean, median, rnd
 from .texts import CLIPS, SENTENCES
 
 TARGET_RATIO, TARGET_LSD_DB = 1.03, 0.1
@@ -194,17 +194,15 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
     lsd = max(s["lsd_db"] for s in raw + served)
     result.medians = {f"runtime_{n}_{unit}": rnd(median(s[f"{n}_{unit}"] for s in raw), 1)
                       for n in ("plain", "timed", "control") for unit in ("ms", "cpu_ms")}
-    for name in ("timed", "control"):
-        for kind in ("ratio", "cpu_ratio"):
-            result.medians[f"runtime_{name}_{kind}"] = rnd(median(s[f"{name}_{kind}"] for s in raw), 4)
-    result.medians["server_plain_ms"] = rnd(median(s["plain_ms"] for s in served), 1)
-    result.medians["server_timed_ms"] = rnd(median(s["timed_ms"] for s in served), 1)
+    result.medians |= {f"runtime_{n}_{kind}": rnd(median(s[f"{n}_{kind}"] for s in raw), 4)
+                       for n in ("timed", "control") for kind in ("ratio", "cpu_ratio")}
+    result.medians |= {f"server_{n}_ms": rnd(median(s[f"{n}_ms"] for s in served), 1) for n in ("plain", "timed")}
     result.summary = {
         "runtime_identical": sum(s["identical"] for s in raw), "runtime_samples": len(raw),
         "server_identical": sum(s["identical"] for s in served), "server_clips": len(served),
         "max_lsd_db": lsd,
-        "wer_plain": rnd(float(np.mean([s["wer_plain"] for s in served])), 3),
-        "wer_timed": rnd(float(np.mean([s["wer_timed"] for s in served])), 3),
+        "wer_plain": rnd(mean(s["wer_plain"] for s in served), 3),
+        "wer_timed": rnd(mean(s["wer_timed"] for s in served), 3),
         "word_times_ok": sum(s["words_monotonic_inside"] for s in served),
     }
     m = result.medians
