@@ -1,18 +1,11 @@
 """Languages: what each G2P front end costs, and which English G2P the listener understands better.
 
-* **Front-end cost** — for each front end, a fresh Python process imports it, builds it and
-  phonemises one sentence; the import-and-build time and the growth of the process's peak RSS are
-  recorded (``backends.g2p.G2P``: misaki English, espeak-ng English, Japanese, Mandarin, Spanish).
-* **English intelligibility** — a live server per English G2P (``KOKORO_ENGLISH_G2P`` = ``espeak``,
-  ``misaki``; its start-up time recorded too) reads held-out sentences over ``POST /invocations``;
-  pocketsphinx's bundled en-us model transcribes each, and the word error rate is taken against the
-  spoken form of the sentence (numbers, money and dates written out by ``backends.normalize``).
-  Two sets: plain sentences, and sentences with numbers, money, dates and abbreviations. Both
-  servers normalise, so the plain set is also the figure of espeak-ng as the server read English
-  before misaki (the normaliser changes nothing in it).
-
-pocketsphinx is a weak recogniser; what counts is the difference between the two G2Ps on the same
-sentences, voice and recogniser.
+Front-end cost: a fresh Python process per front end (``backends.g2p.G2P``) imports it, builds it
+and phonemises one sentence (time, and growth of peak RSS). English intelligibility: a live server
+per ``KOKORO_ENGLISH_G2P`` reads the held-out sentences over ``POST /invocations`` and pocketsphinx
+transcribes each; the word error rate is against the sentence's spoken form (``backends.normalize``),
+for plain sentences and for numbers, money, dates and abbreviations. docs/languages.md explains
+the method and the results; what counts is the difference between the two G2Ps.
 """
 
 from __future__ import annotations
@@ -28,50 +21,12 @@ import numpy as np
 
 from backends.config import BackendConfig
 
+from . import speech_measures as sm
 from .live import LiveServer
+from .raw import VOICE
 from .results import Result, command_line, load_average, markdown_table, rnd
+from .texts import PLAIN_SENTENCES, WRITTEN_SENTENCES
 
-VOICE = "jm_kumo"
-PLAIN = (
-    "The garden looks lovely after the rain.",
-    "Please remember to lock the back door tonight.",
-    "She walked slowly along the quiet river bank.",
-    "We should leave early to avoid the traffic.",
-    "My brother fixed the broken window last week.",
-    "The children are playing football in the park.",
-    "Could you send me the report before lunch?",
-    "The library closes late on most weekdays.",
-    "He poured a cup of tea and sat by the fire.",
-    "The mountain road was closed because of snow.",
-    "They painted the kitchen a warm shade of yellow.",
-    "Our neighbours are moving to a smaller house.",
-    "The teacher asked everyone to read the first chapter.",
-    "A small boat drifted across the calm lake.",
-    "I lost my keys somewhere in the garden.",
-    "The doctor said the results look good.",
-    "We watched the sun go down behind the hills.",
-    "Please turn off the lights when you leave.",
-    "The market sells fresh fish every morning.",
-    "My sister plays the piano beautifully.",
-)
-WRITTEN = (
-    "The invoice lists 1,250 units at $12.50 each.",
-    "Dr. Smith will see you at 3:30 pm on March 5th.",
-    "Prices rose 7.5% in 2023, to $4.2 million.",
-    "Call 555-123-4567 before Jan. 10th, 2025.",
-    "The parcel weighs 12 kg and costs £30.",
-    "Our office is at 221 Baker St., on the 2nd floor.",
-    "The meeting moved to 2024-06-14 at 9am.",
-    "It was about 25°C, e.g. warm for May.",
-    "The flight leaves at 6:45 am from gate 12.",
-    "She paid $1,999 for a 65 inch screen.",
-    "Mr. Brown was born on 7/4/1976.",
-    "The car drove 120 km in 1.5 hours.",
-    "Only 3% of the 4,000 tickets are left.",
-    "Prof. Lee wrote 2 books, i.e. a pair.",
-    "The 3rd race starts at 10:15.",
-    "We saved €250 on the 14th of June.",
-)
 #: Front ends measured: (label, language, KOKORO_ENGLISH_G2P value).
 FRONT_ENDS = (
     ("English, misaki", "en-us", "misaki"),
@@ -103,17 +58,6 @@ def front_end_cost(lang: str, english: str) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def wer(reference: list[str], heard: list[str]) -> tuple[int, int]:
-    """(word edits, reference words): Levenshtein distance over words."""
-    prev = list(range(len(heard) + 1))
-    for i, r in enumerate(reference, 1):
-        cur = [i]
-        for j, h in enumerate(heard, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h)))
-        prev = cur
-    return prev[-1], len(reference)
-
-
 #: Spellings the recogniser and the normaliser write differently for one spoken form.
 _SAME = ((r"\b(?:pee em|p m)\b", "pm"), (r"\b(?:ay em|a m)\b", "am"))
 
@@ -127,29 +71,11 @@ def _fold(words: str) -> list[str]:
 def spoken_words(sentence: str) -> list[str]:
     from backends.normalize import normalize_english
 
-    return _fold(" ".join(re.findall(r"[a-z']+", normalize_english(sentence).lower().replace("-", " "))))
-
-
-def _recogniser():
-    import soxr
-    from pocketsphinx import Decoder
-
-    decoder = Decoder(samprate=16000)
-
-    def transcribe(pcm: bytes) -> list[str]:
-        audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-        pcm16 = (np.clip(soxr.resample(audio, 24000, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
-        decoder.start_utt()
-        decoder.process_raw(pcm16, full_utt=True)
-        decoder.end_utt()
-        hyp = decoder.hyp()
-        return _fold(" ".join(w for w in (hyp.hypstr.lower().split() if hyp else []) if not w.startswith("<")))
-
-    return transcribe
+    return _fold(" ".join(sm.words(normalize_english(sentence).replace("-", " "))))
 
 
 def _intelligibility(english: str, sets: dict[str, tuple[str, ...]], model_dir, log) -> dict[str, Any]:
-    transcribe = _recogniser()
+    transcribe = sm.Transcriber()
     rows: list[dict[str, Any]] = []
     with LiveServer(env={"KOKORO_ENGLISH_G2P": english, "KOKORO_DEFAULT_VOICE": VOICE}, model_dir=model_dir,
                     log=log) as srv, httpx.Client(timeout=120.0) as client:
@@ -157,8 +83,9 @@ def _intelligibility(english: str, sets: dict[str, tuple[str, ...]], model_dir, 
             for sentence in sentences:
                 r = client.post(f"{srv.url}/invocations", json={"text": sentence, "format": "pcm", "voice": VOICE})
                 r.raise_for_status()
-                ref, heard = spoken_words(sentence), transcribe(r.content)
-                edits, n = wer(ref, heard)
+                ref, audio = spoken_words(sentence), np.frombuffer(r.content, "<i2").astype(np.float32) / 32768
+                heard = _fold(" ".join(transcribe(audio)))
+                edits, n = sm.word_edits(ref, heard), len(ref)
                 rows.append({"g2p": english, "set": set_name, "text": sentence, "reference": " ".join(ref),
                              "heard": " ".join(heard), "edits": edits, "words": n})
                 log(f"  {english:7} {set_name:8} WER {edits}/{n}  {sentence!r} -> {' '.join(heard)!r}")
@@ -166,7 +93,8 @@ def _intelligibility(english: str, sets: dict[str, tuple[str, ...]], model_dir, 
 
 
 def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
-    sets = {"plain": PLAIN[:6] if quick else PLAIN, "written": WRITTEN[:6] if quick else WRITTEN}
+    sets = {"plain": PLAIN_SENTENCES, "written": WRITTEN_SENTENCES}
+    sets = {k: v[:6] if quick else v for k, v in sets.items()}
     result = Result("languages", quick, command_line("languages", quick),
                     config={"voice": VOICE, "sets": {k: list(v) for k, v in sets.items()},
                             "load_average_at_start": load_average()})

@@ -1,28 +1,22 @@
 """Word timings on ONNX cost nothing: the timed model (the shipped export with its predicted
 durations as a second output, ``backends/onnx_timed.py``) against today's export.
 
-* speed — per-segment synthesis time of today's export, the timed model and a control (a second
-  session of today's export), loaded side by side in this process with one intra-op thread each,
-  on the same segments (the ttfa paragraph's sentences and two clips, each one segment), the order
-  rotating segment by segment and round by round, so load drift hits all alike. The figures are
-  medians of the per-segment ratios to today's export, of wall time and of the CPU time the
-  process spent in the call (``time.process_time``: nothing else runs in this process, and CPU
-  time moves far less than wall time when other processes take the cores). The control's ratio
-  is the noise floor: two identical models differ by that much here. One thread each, because a
-  thread pool's spin-waiting under contention adds CPU time that belongs to neither model.
-* sameness — the log-spectral distance (dB) between the two models' audio of each segment, and
-  whether the samples are identical; then through two servers (one on a model directory holding
-  only today's export, one on the default, timed directory): ``/v1/audio/speech`` against
-  ``/v1/audio/speech/timed`` on the same clips, the audio compared the same way, and each side
-  transcribed with pocketsphinx's bundled en-us model (word error rate against the text). The timed
-  route's word times are checked to be monotonic and inside the audio.
+* speed — today's export, the timed model and a control (today's export again: the noise floor)
+  in this process, one intra-op thread each (a spinning thread pool under contention adds CPU
+  time that belongs to neither), on the same segments, the order rotating segment by segment and
+  round by round; medians of the per-segment ratios to today's export, of wall time and of the
+  process's CPU time in the call (far steadier when other processes take the cores).
+* sameness — log-spectral distance and sample identity of the two models' audio per segment;
+  then ``/v1/audio/speech`` on a server of today's export against ``/v1/audio/speech/timed`` on
+  the default (timed) one, on the same clips: the audio compared the same way, each transcribed
+  by pocketsphinx (word error rate), and the word times checked monotonic and inside the audio.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import re
+import itertools
 import tempfile
 import time
 from dataclasses import replace
@@ -31,60 +25,23 @@ from typing import Any
 
 import numpy as np
 
+from . import speech_measures as sm
 from .loop import rotated
 from .raw import LANG, VOICE, model_files
-from .results import Result, command_line, markdown_table, median, rnd
+from .results import Result, command_line, markdown_table, mean, median, rnd
 from .texts import CLIPS, SENTENCES
 
 TARGET_RATIO, TARGET_LSD_DB = 1.03, 0.1
 
 
-def log_spectral_distance(a: np.ndarray, b: np.ndarray, n_fft: int = 1024, hop: int = 256) -> float:
-    """Mean over frames of the RMS difference (dB) of the two power spectra; 0 for identical audio.
-    Audio of different lengths is compared over the shorter one."""
-    n = min(len(a), len(b))
-    if n < n_fft:
-        return 0.0 if np.array_equal(a[:n], b[:n]) else float("inf")
-
-    def spectrum(x: np.ndarray) -> np.ndarray:
-        frames = np.lib.stride_tricks.sliding_window_view(np.asarray(x[:n], np.float64), n_fft)[::hop]
-        return 10 * np.log10(np.abs(np.fft.rfft(frames * np.hanning(n_fft), axis=1)) ** 2 + 1e-10)
-
-    return float(np.mean(np.sqrt(np.mean((spectrum(a) - spectrum(b)) ** 2, axis=1))))
+def _lsd(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Log-spectral distance (dB) over every frame, 1024-sample frames 256 apart."""
+    return rnd(sm.log_spectral_distance(a, b, n_fft=1024, hop=256, centred=False), 4)
 
 
-def words_of(text: str) -> list[str]:
-    return re.findall(r"[a-z']+", text.lower())
-
-
-def word_error_rate(reference: str, heard: list[str]) -> float:
-    """Word error rate of ``heard`` against ``reference`` (edit operations / reference words)."""
-    ref = words_of(reference)
-    d = list(range(len(heard) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(heard, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(heard)] / max(1, len(ref))
-
-
-class Transcriber:
-    """pocketsphinx (bundled en-us model) on 24 kHz float audio; lower-case words."""
-
-    def __init__(self) -> None:
-        from pocketsphinx import Decoder
-
-        self.decoder = Decoder(samprate=16000)
-
-    def __call__(self, audio: np.ndarray, rate: int = 24_000) -> list[str]:
-        import soxr
-
-        pcm = (np.clip(soxr.resample(audio, rate, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
-        self.decoder.start_utt()
-        self.decoder.process_raw(pcm, full_utt=True)
-        self.decoder.end_utt()
-        hyp = self.decoder.hyp()
-        return hyp.hypstr.lower().split() if hyp else []
+def _wer(text: str, heard: list[str]) -> float | None:
+    reference = sm.words(text)
+    return rnd(sm.word_edits(reference, heard) / max(1, len(reference)), 3)
 
 
 def _synthesizers(files) -> tuple[dict[str, Any], list[Any]]:
@@ -144,7 +101,7 @@ def _runtime_rounds(synths: dict[str, Any], segments, rounds: int, log) -> list[
             sample.update({
                 "audio_s": rnd(len(audio["plain"]) / 24_000, 3),
                 "identical": bool(np.array_equal(audio["plain"], audio["timed"])),
-                "lsd_db": rnd(log_spectral_distance(audio["plain"], audio["timed"]), 4),
+                "lsd_db": _lsd(audio["plain"], audio["timed"]),
             })
             samples.append(sample)
             log(f"  round {rnd_i} segment {i}: plain {sample['plain_ms']:8.1f} ms  timed / plain "
@@ -161,12 +118,8 @@ def _decode_wav(data: bytes) -> tuple[np.ndarray, int]:
 
 
 def _monotonic_inside(words: list[dict], duration: float) -> bool:
-    prev = 0.0
-    for w in words:
-        if not prev <= w["start"] <= w["end"] <= duration + 0.001:
-            return False
-        prev = w["end"]
-    return True
+    times = [0.0, *(t for w in words for t in (w["start"], w["end"])), duration + 0.001]
+    return all(a <= b for a, b in itertools.pairwise(times))
 
 
 def _server_clips(files, clips: list[str], log) -> list[dict]:
@@ -177,7 +130,7 @@ def _server_clips(files, clips: list[str], log) -> list[dict]:
 
     from .live import LiveServer
 
-    transcribe = Transcriber()
+    transcribe = sm.Transcriber()
     samples = []
     with tempfile.TemporaryDirectory(prefix="kokoro-plain-") as tmp:
         plain_dir = Path(tmp)
@@ -204,10 +157,9 @@ def _server_clips(files, clips: list[str], log) -> list[dict]:
                     "clip": i, "text": text, "plain_ms": rnd((t1 - t0) * 1000, 1), "timed_ms": rnd((t2 - t1) * 1000, 1),
                     "audio_s": rnd(len(plain_audio) / rate, 3),
                     "identical": bool(np.array_equal(plain_audio, timed_audio)),
-                    "lsd_db": rnd(log_spectral_distance(plain_audio, timed_audio), 4),
+                    "lsd_db": _lsd(plain_audio, timed_audio),
                     "heard_plain": " ".join(heard_plain), "heard_timed": " ".join(heard_timed),
-                    "wer_plain": rnd(word_error_rate(text, heard_plain), 3),
-                    "wer_timed": rnd(word_error_rate(text, heard_timed), 3),
+                    "wer_plain": _wer(text, heard_plain), "wer_timed": _wer(text, heard_timed),
                     "words": len(timed_json["words"]),
                     "words_monotonic_inside": _monotonic_inside(timed_json["words"], len(timed_audio) / rate),
                 }
@@ -242,17 +194,15 @@ def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
     lsd = max(s["lsd_db"] for s in raw + served)
     result.medians = {f"runtime_{n}_{unit}": rnd(median(s[f"{n}_{unit}"] for s in raw), 1)
                       for n in ("plain", "timed", "control") for unit in ("ms", "cpu_ms")}
-    for name in ("timed", "control"):
-        for kind in ("ratio", "cpu_ratio"):
-            result.medians[f"runtime_{name}_{kind}"] = rnd(median(s[f"{name}_{kind}"] for s in raw), 4)
-    result.medians["server_plain_ms"] = rnd(median(s["plain_ms"] for s in served), 1)
-    result.medians["server_timed_ms"] = rnd(median(s["timed_ms"] for s in served), 1)
+    result.medians |= {f"runtime_{n}_{kind}": rnd(median(s[f"{n}_{kind}"] for s in raw), 4)
+                       for n in ("timed", "control") for kind in ("ratio", "cpu_ratio")}
+    result.medians |= {f"server_{n}_ms": rnd(median(s[f"{n}_ms"] for s in served), 1) for n in ("plain", "timed")}
     result.summary = {
         "runtime_identical": sum(s["identical"] for s in raw), "runtime_samples": len(raw),
         "server_identical": sum(s["identical"] for s in served), "server_clips": len(served),
         "max_lsd_db": lsd,
-        "wer_plain": rnd(float(np.mean([s["wer_plain"] for s in served])), 3),
-        "wer_timed": rnd(float(np.mean([s["wer_timed"] for s in served])), 3),
+        "wer_plain": rnd(mean(s["wer_plain"] for s in served), 3),
+        "wer_timed": rnd(mean(s["wer_timed"] for s in served), 3),
         "word_times_ok": sum(s["words_monotonic_inside"] for s in served),
     }
     m = result.medians

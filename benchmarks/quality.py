@@ -1,25 +1,13 @@
 """Speech quality of streamed audio against one reading of the whole text, per text and setting.
 
-Each text of :data:`benchmarks.texts.QUALITY_TEXTS` is synthesised once whole (one model call:
-the reference, the way the model reads the text when it sees all of it) and once through the
-engine for each setting of :data:`SETTINGS` (the sequential backend in this process, one fresh
-session per text, so the first segment is cut as a listener who hears nothing yet gets it). The
-streamed chunks are joined and measured against the reference (:mod:`benchmarks.speech_measures`):
-
-* duration excess: the speech span (first to last sound) of the streamed audio over the
-  reference's, in percent;
-* the gap at each join (the silent run there) against the reading's pause at the same place
-  (the reference's silent run at the DTW-aligned frames; none: 0), by the kind of boundary;
-* pitch at each cut (median F0 over the last voiced 200 ms before the join) against the reading
-  at the same frames, in semitones; ``phrase`` cuts (inside a clause) are the early cuts;
-* clicks: 2–8 kHz energy across each join, dB re speech;
-* intelligibility: the share of the text's words pocketsphinx hears, streamed and reference;
-  DNSMOS when ``speechmos`` and its ``librosa`` are importable (they are not installed: see notes);
-* first audio: when the first chunk left the backend, in this process (``python -m benchmarks
-  ttfa`` measures it through the server).
-
-``--quick``: two texts, the default setting and the model's own joins, no intelligibility: under a
-minute on an idle 2-core machine.
+Each text of :data:`benchmarks.texts.QUALITY_TEXTS` is synthesised once whole (one model call: the
+reference) and streamed through the sequential backend in this process for each setting of
+:data:`SETTINGS` (a fresh session per text, so the first segment is cut as for a new listener). The
+joined chunks are measured against the reference (:func:`measure`, :mod:`benchmarks.speech_measures`):
+speech span over the reference's, the gap at each join against the reading's pause there, pitch at
+each cut, 2–8 kHz energy across each join, the share of words pocketsphinx hears, and when the first
+chunk left the backend. docs/speech-quality.md explains the measures, goals and results.
+``--quick``: two texts, the default setting and the model's own joins, no intelligibility.
 """
 
 from __future__ import annotations
@@ -28,6 +16,7 @@ import asyncio
 import importlib.util
 import statistics
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +58,9 @@ class _Loaded:
 
 def measure(text: str, chunks: list[tuple[np.ndarray, str]], reference: np.ndarray, *, words: bool = True) -> dict[str, Any]:
     """The measures of one streamed reading (``chunks``: audio and the kind of boundary it ends at);
-    ``words``: with intelligibility (pocketsphinx: seconds per second of audio on a busy machine)."""
+    ``words``: with intelligibility (pocketsphinx: seconds per second of audio on a busy machine).
+    The gap at a join is the silent run that holds it; the reading's pause there is the reference's
+    silent run (30 ms or longer) that the gap's DTW-aligned frames overlap most (none: 0)."""
     stream = np.concatenate([a for a, _ in chunks])
     path = sm.align(stream, reference)
     runs_s, runs_r = sm.silent_runs(stream), sm.silent_runs(reference, min_s=0.03)
@@ -128,19 +119,32 @@ async def _stream(backend: Any, text: str, session: str) -> tuple[list[tuple[np.
     return chunks, first or 0.0
 
 
+def cut_summary(cuts: Iterable[float | None]) -> dict[str, float | None]:
+    """Pitch at the cuts against the reading, st: the mean and worst distance, and the signed mean."""
+    st = [c for c in cuts if c is not None]
+    return {"cut_st_mean": rnd(mean(abs(c) for c in st), 2), "cut_st_signed_mean": rnd(mean(st), 2),
+            "cut_st_worst": rnd(max((abs(c) for c in st), default=None), 2)}
+
+
+def pitch_target(result: Result, label: str, s: dict[str, Any]) -> None:
+    """The goal for the pitch at an early cut (``s``: a :func:`cut_summary`)."""
+    met = None if s["cut_st_mean"] is None else (s["cut_st_mean"] <= GOALS["cut_st_mean"]
+                                                 and s["cut_st_worst"] <= GOALS["cut_st_worst"])
+    result.target(label, f"<= {GOALS['cut_st_mean']} / {GOALS['cut_st_worst']} st",
+                  f"{s['cut_st_mean']} / {s['cut_st_worst']}", met)
+
+
 def summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
     joins = [j for s in samples for j in s["joins"]]
     errors = [abs(j["gap_s"] - j["reading_pause_s"]) for j in joins]
-    early = [abs(j["cut_st"]) for j in joins if j["kind"] == "phrase" and j["cut_st"] is not None]
-    signed = [j["cut_st"] for j in joins if j["kind"] == "phrase" and j["cut_st"] is not None]
+    early = [j["cut_st"] for j in joins if j["kind"] == "phrase" and j["cut_st"] is not None]
     by_kind = {k: {"joins": len(g), "gap_s": rnd(mean(j["gap_s"] for j in g), 3),
                    "reading_pause_s": rnd(statistics.median([j["reading_pause_s"] for j in g]), 3)}
                for k in ("sentence", "clause", "phrase") if (g := [j for j in joins if j["kind"] == k])}
     return {
         "texts": len(samples), "joins": len(joins), "by_kind": by_kind,
         "gap_error_mean_s": rnd(mean(errors), 3), "gap_error_worst_s": rnd(max(errors, default=None), 3),
-        "cut_st_mean": rnd(mean(early), 2), "cut_st_signed_mean": rnd(mean(signed), 2),
-        "cut_st_worst": rnd(max(early, default=None), 2), "early_cuts": len(early),
+        **cut_summary(early), "early_cuts": len(early),
         "click_db_worst": rnd(max((j["click_db"] for j in joins), default=None)),
         "excess_pct_mean": rnd(mean(s["excess_pct"] for s in samples), 2),
         "excess_pct_worst": rnd(max(s["excess_pct"] for s in samples), 2),
@@ -194,19 +198,13 @@ async def _run(quick: bool, model_dir: Path | None, log) -> Result:
     result.summary = {name: summarise([s for s in result.samples if s["setting"] == name]) for name in names}
     result.medians = {name: {k: v for k, v in s.items() if k != "by_kind"} for name, s in result.summary.items()}
     d = result.summary["default"]
-    result.target("mean join gap vs the reading's pause", f"<= {GOALS['gap_mean_s']} s", d["gap_error_mean_s"],
-                  None if d["gap_error_mean_s"] is None else d["gap_error_mean_s"] <= GOALS["gap_mean_s"])
-    result.target("worst join gap vs the reading's pause", f"<= {GOALS['gap_worst_s']} s", d["gap_error_worst_s"],
-                  None if d["gap_error_worst_s"] is None else d["gap_error_worst_s"] <= GOALS["gap_worst_s"])
+    for label, key, goal, unit in (("mean join gap vs the reading's pause", "gap_error_mean_s", "gap_mean_s", "s"),
+                                   ("worst join gap vs the reading's pause", "gap_error_worst_s", "gap_worst_s", "s"),
+                                   ("speech duration over the reading (mean)", "excess_pct_mean", "excess_pct", "%")):
+        result.target(label, f"<= {GOALS[goal]} {unit}", d[key], None if d[key] is None else abs(d[key]) <= GOALS[goal])
     result.target("2-8 kHz at a join, re speech", f"< {GOALS['click_db']} dB", d["click_db_worst"],
                   None if d["click_db_worst"] is None else d["click_db_worst"] < GOALS["click_db"])
-    result.target("speech duration over the reading (mean)", f"<= {GOALS['excess_pct']} %", d["excess_pct_mean"],
-                  abs(d["excess_pct_mean"]) <= GOALS["excess_pct"])
-    met = None if d["cut_st_mean"] is None else (d["cut_st_mean"] <= GOALS["cut_st_mean"]
-                                                 and d["cut_st_worst"] <= GOALS["cut_st_worst"])
-    result.target("pitch at an early cut vs the reading (mean / worst)",
-                  f"<= {GOALS['cut_st_mean']} / {GOALS['cut_st_worst']} st", f"{d['cut_st_mean']} / {d['cut_st_worst']}",
-                  met)
+    pitch_target(result, "pitch at an early cut vs the reading (mean / worst)", d)
     result.notes.append("DNSMOS: the speechmos wheel carries its ONNX models, but imports librosa (numba, llvmlite, "
                         "scipy) for a mel spectrogram; that stack is not installed here, so DNSMOS is left out.")
     result.notes.append("Duration excess compares speech spans (first to last sound): the trimmed lead of the first "

@@ -1,17 +1,10 @@
-"""What the quality benchmark measures in audio, as a listener would hear it (pure numpy, plus
-``parselmouth`` for pitch and ``pocketsphinx`` for intelligibility, both imported when used).
-
-* :func:`align` — a dynamic-time-warping path between two readings of the same text (log-mel
-  frames, 10 ms): which frame of the reference each frame of the streamed audio says.
-* :func:`silent_runs` — runs of 10 ms windows below :data:`backends.joins.SILENCE_DB`; the gap at
-  a join is the run that holds the join, the reading's pause there is the reference's run that the
-  aligned frames of that gap fall in (none: no pause).
-* :func:`pitch` — F0 per 10 ms frame (Praat's autocorrelation through parselmouth; 0 unvoiced);
-  the pitch at a cut is the median over the last voiced 200 ms before the gap, against the
-  reference's median over the aligned frames, in semitones.
-* :func:`band_db` — 2–8 kHz energy in a 20 ms window across a join, in dB re the same band's mean
-  over the speech: a click shows as a burst there.
-* :func:`words_heard` — the share of the text's words pocketsphinx's bundled en-us model hears.
+"""What the quality benchmarks measure in audio, as a listener would hear it: pure numpy, plus
+``parselmouth`` for pitch and ``pocketsphinx`` for words (both imported when used). Frames are
+10 ms windows (:data:`backends.joins.WINDOW`): a DTW path between two readings of one text
+(:func:`align`), runs of silence (:func:`silent_runs`, :func:`run_at`), F0 and the pitch before a
+cut (:func:`pitch`, :func:`cut_pitch`), 2–8 kHz energy across a join (:func:`band_db`), the
+log-spectral distance of two renderings, and what pocketsphinx hears (:class:`Transcriber`,
+:func:`words_heard`, :func:`word_edits`). docs/speech-quality.md says how they are used.
 """
 
 from __future__ import annotations
@@ -26,13 +19,28 @@ SR = 24_000
 HOP_S = WINDOW / SR  # 10 ms
 
 
-def _stft_power(audio: np.ndarray, n_fft: int = 512) -> np.ndarray:
-    n = max(1, -(-len(audio) // WINDOW))
-    padded = np.zeros(n * WINDOW + n_fft, dtype=np.float64)
-    padded[n_fft // 2 : n_fft // 2 + len(audio)] = audio
-    idx = np.arange(n)[:, None] * WINDOW + np.arange(n_fft)[None, :]
-    frames = padded[idx] * np.hanning(n_fft)[None, :]
-    return np.abs(np.fft.rfft(frames, axis=1)) ** 2
+def _stft_power(audio: np.ndarray, n_fft: int = 512, hop: int = WINDOW, centred: bool = True) -> np.ndarray:
+    """Power spectra of Hann-windowed frames ``hop`` apart; ``centred``: frame ``k`` centred on
+    sample ``k * hop``, one frame per hop of audio (zeros beyond it), else frames from sample 0."""
+    x = np.asarray(audio, np.float64)
+    n = max(1, -(-len(x) // hop))
+    if centred:
+        x = np.pad(x, (n_fft // 2, n * hop + n_fft // 2 - len(x)))
+    frames = np.lib.stride_tricks.sliding_window_view(x, n_fft)[::hop][: n if centred else None]
+    return np.abs(np.fft.rfft(frames * np.hanning(n_fft), axis=1)) ** 2
+
+
+def log_spectral_distance(a: np.ndarray, b: np.ndarray, *, n_fft: int = 512, hop: int = WINDOW,
+                          centred: bool = True, speech_only: bool = False) -> float:
+    """dB: the RMS over bins of the two log-power spectra's difference, averaged over the frames
+    (:func:`_stft_power`'s), or with ``speech_only`` over the 10 ms frames where ``b`` speaks; 0 for
+    identical audio. Audio of different lengths is compared over the shorter one."""
+    n = min(len(a), len(b))
+    if not centred and n < n_fft:
+        return 0.0 if np.array_equal(a[:n], b[:n]) else float("inf")
+    la, lb = (10 * np.log10(_stft_power(x[:n], n_fft, hop, centred) + 1e-10) for x in (a, b))
+    per_frame = np.sqrt(((la - lb) ** 2).mean(axis=1))
+    return float(per_frame[window_db(b[:n]) > SILENCE_DB].mean() if speech_only else per_frame.mean())
 
 
 def _mel_bank(n_mels: int = 40, n_fft: int = 512) -> np.ndarray:
@@ -83,7 +91,8 @@ def align(streamed: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def silent_runs(audio: np.ndarray, min_s: float = 0.0) -> list[tuple[int, int]]:
-    """(first, one past the last) 10 ms window of each run of silence at least ``min_s`` long."""
+    """(first, one past the last) window of each run of windows below ``SILENCE_DB`` at least ``min_s``
+    long."""
     quiet = np.concatenate([[False], window_db(audio) <= SILENCE_DB, [False]])
     edges = np.flatnonzero(np.diff(quiet.astype(np.int8)))
     runs = list(zip(edges[::2], edges[1::2], strict=True))
@@ -139,22 +148,47 @@ def band_db(audio: np.ndarray, at: int, low: float = 2000.0, high: float = 8000.
     return float(10 * np.log10(max(around, 1e-20) / max(speech, 1e-20)))
 
 
-_DECODER = None
+def words(text: str) -> list[str]:
+    """The words of ``text`` as a recogniser writes them: lower case, letters and apostrophes."""
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def word_edits(reference: list[str], heard: list[str]) -> int:
+    """Word edits (insertions, deletions, substitutions) from ``reference`` to ``heard``."""
+    d = list(range(len(heard) + 1))
+    for i, r in enumerate(reference, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(heard, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(heard)]
+
+
+class Transcriber:
+    """pocketsphinx (its bundled en-us model) on float audio: the lower-case words it hears."""
+
+    def __init__(self) -> None:
+        from pocketsphinx import Decoder
+
+        self.decoder = Decoder(samprate=16000)
+
+    def __call__(self, audio: np.ndarray, rate: int = SR) -> list[str]:
+        import soxr
+
+        pcm = (np.clip(soxr.resample(audio, rate, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
+        self.decoder.start_utt()
+        self.decoder.process_raw(pcm, full_utt=True)
+        self.decoder.end_utt()
+        hyp = self.decoder.hyp()
+        return [w for w in hyp.hypstr.lower().split() if not w.startswith("<")] if hyp else []
+
+
+_TRANSCRIBER: Transcriber | None = None
 
 
 def words_heard(audio: np.ndarray, text: str) -> float:
-    """The share of ``text``'s words (letters only) pocketsphinx hears anywhere in ``audio``."""
-    global _DECODER
-    import soxr
-    from pocketsphinx import Decoder
-
-    if _DECODER is None:
-        _DECODER = Decoder(samprate=16000)
-    pcm = (np.clip(soxr.resample(audio, SR, 16000), -1, 1) * 32767).astype(np.int16).tobytes()
-    _DECODER.start_utt()
-    _DECODER.process_raw(pcm, full_utt=True)
-    _DECODER.end_utt()
-    hyp = _DECODER.hyp()
-    heard = set(hyp.hypstr.lower().split()) if hyp else set()
-    words = [w for w in re.findall(r"[a-z']+", text.lower()) if w]
-    return sum(w in heard for w in words) / max(1, len(words))
+    """The share of ``text``'s words pocketsphinx hears anywhere in ``audio``."""
+    global _TRANSCRIBER
+    _TRANSCRIBER = _TRANSCRIBER or Transcriber()
+    heard = set(_TRANSCRIBER(audio))
+    expected = words(text)
+    return sum(w in heard for w in expected) / max(1, len(expected))

@@ -8,6 +8,8 @@
   one server segment each when the first segment is not cut early).
 * :data:`QUALITY_TEXTS` — what the speech-quality benchmark reads whole and streamed: sentences
   with and without an early clause mark, numbers, money and decimals (each within one model call).
+* :data:`PLAIN_SENTENCES`, :data:`WRITTEN_SENTENCES` — what the languages benchmark's recogniser
+  hears each English G2P read: plain sentences, and numbers, money, dates and abbreviations.
 """
 
 from __future__ import annotations
@@ -76,6 +78,48 @@ QUALITY_TEXTS = (
     "If the weather holds, we will walk to the lighthouse after lunch and come back along the beach.",
     THROUGHPUT_TEXTS[1],
     "The report shows that revenue rose by 3.5 percent in the second quarter, mostly from new customers.",
+)
+
+
+PLAIN_SENTENCES = (
+    "The garden looks lovely after the rain.",
+    "Please remember to lock the back door tonight.",
+    "She walked slowly along the quiet river bank.",
+    "We should leave early to avoid the traffic.",
+    "My brother fixed the broken window last week.",
+    "The children are playing football in the park.",
+    "Could you send me the report before lunch?",
+    "The library closes late on most weekdays.",
+    "He poured a cup of tea and sat by the fire.",
+    "The mountain road was closed because of snow.",
+    "They painted the kitchen a warm shade of yellow.",
+    "Our neighbours are moving to a smaller house.",
+    "The teacher asked everyone to read the first chapter.",
+    "A small boat drifted across the calm lake.",
+    "I lost my keys somewhere in the garden.",
+    "The doctor said the results look good.",
+    "We watched the sun go down behind the hills.",
+    "Please turn off the lights when you leave.",
+    "The market sells fresh fish every morning.",
+    "My sister plays the piano beautifully.",
+)
+WRITTEN_SENTENCES = (
+    "The invoice lists 1,250 units at $12.50 each.",
+    "Dr. Smith will see you at 3:30 pm on March 5th.",
+    "Prices rose 7.5% in 2023, to $4.2 million.",
+    "Call 555-123-4567 before Jan. 10th, 2025.",
+    "The parcel weighs 12 kg and costs £30.",
+    "Our office is at 221 Baker St., on the 2nd floor.",
+    "The meeting moved to 2024-06-14 at 9am.",
+    "It was about 25°C, e.g. warm for May.",
+    "The flight leaves at 6:45 am from gate 12.",
+    "She paid $1,999 for a 65 inch screen.",
+    "Mr. Brown was born on 7/4/1976.",
+    "The car drove 120 km in 1.5 hours.",
+    "Only 3% of the 4,000 tickets are left.",
+    "Prof. Lee wrote 2 books, i.e. a pair.",
+    "The 3rd race starts at 10:15.",
+    "We saved €250 on the 14th of June.",
 )
 
 

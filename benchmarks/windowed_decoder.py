@@ -1,33 +1,14 @@
 """An early cut that keeps the sentence's prosody: the decoder over a window of the whole sentence.
 
-Today a short first segment is its own model call, and the model reads the fragment as a finished
-utterance (its pitch falls at the cut). The windowed decode runs the text encoder and prosody
-predictor over the WHOLE first sentence (durations, F0, energy: deterministic, so every call
-agrees), and the decoder only over the fragment's frames plus ``context`` frames on each side
-(cropped after), with the sine source sliced from the whole sentence's, so the next window meets
-it in phase (:func:`backends.torch_forward.decode_window`).
-
-For each text of :data:`benchmarks.texts.QUALITY_TEXTS` whose first sentence the default planner
-cuts inside a clause (a ``phrase`` cut), on the torch runtime (deterministic source, voice jm_kumo),
-against one decode of the whole sentence (the reference):
-
-* **windowed** (per context): the fragment's window joined to the rest's window, cut where the
-  predicted energy of the space between the words is lowest (:func:`backends.torch_forward.boundary_frame`). Log-spectral
-  distance to the reference over the fragment's speech frames (the same frames: no alignment
-  needed), the pitch at the cut (median F0 over the last voiced 200 ms before it,
-  :func:`benchmarks.speech_measures.cut_pitch`) against the reference at the same frames and, as
-  the quality benchmark measures it, through the DTW path; the 2–8 kHz energy at the join, and its
-  excess over the reference's at the same place (the join sits inside speech);
-* **fragment alone** (today): the fragment and the rest each synthesised alone, joined the way the
-  engine joins them (:func:`backends.joins.shape`), measured with the quality benchmark's
-  :func:`benchmarks.quality.measure` against the same reference;
-* **CPU time**, interleaved in the same run: the fragment alone (today's first call) against the
-  predictor over the sentence plus the decode of the fragment's window (the windowed first call).
-
-The windows are joined as the engine joins them (:func:`backends.joins.shape_segment`: a 5 ms fade
-where two windows meet, the sentence's pause after the last). ``--quick``: context 8 frames (the
-runtime's :data:`~backends.torch_forward.WINDOW_CONTEXT`), two timing rounds; the full run also
-tries 0, 4 and 16 frames.
+The windowed decode (:func:`backends.torch_forward.decode_window`; docs/speech-quality.md explains
+it) against today's fragment read alone, for each text of :data:`benchmarks.texts.QUALITY_TEXTS`
+whose first sentence the default planner cuts inside a clause, on the torch runtime (deterministic
+source, voice jm_kumo), both against one decode of the whole sentence: log-spectral distance over
+its speech frames, pitch at the cut (at the same frames, and through the quality benchmark's DTW
+path, :func:`benchmarks.quality.measure`), 2–8 kHz energy at the join and its excess over the
+reference's there, and the CPU and wall time of the first call, interleaved in the same run.
+``--quick``: context 8 frames (the runtime's), two timing rounds; the full run also tries 0, 4 and
+16 frames.
 """
 
 from __future__ import annotations
@@ -39,13 +20,15 @@ from typing import Any
 import numpy as np
 
 from . import speech_measures as sm
+from .quality import cut_summary, measure, pitch_target
 from .raw import LANG, VOICE, model_files
 from .results import Result, command_line, load_average, markdown_table, mean, rnd
 from .texts import QUALITY_TEXTS
 
 CONTEXTS = (0, 4, 8, 16)
 QUICK_CONTEXTS = (8,)
-GOALS = {"cut_st_mean": 1.5, "cut_st_worst": 4.0, "burst_db": 3.0}
+#: The goal for the 2-8 kHz energy at a windowed join over the reading's there; the pitch goal is quality's.
+BURST_DB = 3.0
 
 
 def _first_sentence(pipeline: Any, text: str, windowed: bool) -> list[Any]:
@@ -58,16 +41,6 @@ def _first_sentence(pipeline: Any, text: str, windowed: bool) -> list[Any]:
         if seg.ends == "sentence":
             break
     return out
-
-
-def log_spectral_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """dB: RMS over bins of the log-power difference, averaged over the frames where ``b`` speaks."""
-    n = min(len(a), len(b))
-    pa, pb = sm._stft_power(a[:n]), sm._stft_power(b[:n])
-    loud = (sm.window_db(b[:n]) > sm.SILENCE_DB)[: len(pb)]
-    diff = 10 * np.log10(pa + 1e-10) - 10 * np.log10(pb + 1e-10)
-    per_frame = np.sqrt((diff[: len(loud)] ** 2).mean(axis=1))
-    return float(per_frame[loud[: len(per_frame)]].mean())
 
 
 class _Model:
@@ -110,14 +83,29 @@ def _tokens(synth: Any, segments: list[Any]) -> tuple[list[int], list[tuple[int,
     return synth.tokens(context.phonemes), ranges
 
 
+def summarise(samples: list[dict[str, Any]], contexts: tuple[int, ...]) -> dict[str, Any]:
+    """Per way of cutting ("alone", "window_<context>"): the means and worsts of its samples."""
+    summary: dict[str, Any] = {}
+    for name in ("alone", *(f"window_{c}" for c in contexts)):
+        x = [s[name] for s in samples]
+        summary[name] = {**cut_summary(v["cut_st"] for v in x), "click_db_worst": rnd(max(v["click_db"] for v in x))}
+        if name != "alone":
+            same = [abs(v["cut_st_same_frames"]) for v in x if v["cut_st_same_frames"] is not None]
+            summary[name].update({
+                "lsd_db": rnd(mean(v["lsd_db"] for v in x), 2), "lsd_whole_db": rnd(mean(v["lsd_whole_db"] for v in x), 2),
+                "cut_st_same_frames_mean": rnd(mean(same), 2), "cut_st_same_frames_worst": rnd(max(same, default=None), 2),
+                "burst_db_worst": rnd(max(v["burst_db"] for v in x))})
+        for key in ("first_call_s", "first_call_wall_s"):
+            summary[name][key] = rnd(mean(s[key][name] for s in samples), 3)
+    return summary
+
+
 def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> Result:
     from backends.config import BackendConfig
     from backends.factory import create_pipeline
     from backends.joins import shape_segment
     from backends.torch_runtime import TorchSynthesizer
     from backends.voices import VoiceStore
-
-    from .quality import measure
 
     result = Result("windowed_decoder", quick, command_line("windowed_decoder", quick))
     files = model_files(model_dir, torch=True)
@@ -154,8 +142,8 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
             same = sm.cut_pitch(f0, f0_ref, np.arange(len(f0)), cut // sm.WINDOW)
             dtw = measure(text, [(w, s.ends) for w, s in zip(windows, segments, strict=True)], reference, words=False)
             sample[f"window_{context}"] = {
-                "lsd_db": round(log_spectral_distance(decoded[0], reference[:cut]), 2),
-                "lsd_whole_db": round(log_spectral_distance(joined, reference), 2),
+                "lsd_db": round(sm.log_spectral_distance(decoded[0], reference[:cut], speech_only=True), 2),
+                "lsd_whole_db": round(sm.log_spectral_distance(joined, reference, speech_only=True), 2),
                 "cut_st_same_frames": round(sm.semitones(*same), 2) if same else None,
                 "cut_st": dtw["joins"][0]["cut_st"],
                 "click_db": round(sm.band_db(joined, cut), 1),
@@ -180,37 +168,12 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
         result.samples.append(sample)
         log(f"  {segments[0].text!r}: alone {sample['alone']}, "
             + ", ".join(f"ctx {c}: {sample[f'window_{c}']}" for c in contexts) + f", time {sample['first_call_s']}")
-    summary: dict[str, Any] = {"alone": {
-        "cut_st_mean": rnd(mean(abs(s["alone"]["cut_st"]) for s in result.samples if s["alone"]["cut_st"] is not None), 2),
-        "cut_st_signed_mean": rnd(mean(s["alone"]["cut_st"] for s in result.samples), 2),
-        "cut_st_worst": rnd(max((abs(s["alone"]["cut_st"]) for s in result.samples if s["alone"]["cut_st"] is not None),
-                                default=None), 2),
-        "click_db_worst": rnd(max(s["alone"]["click_db"] for s in result.samples)),
-        "first_call_s": rnd(mean(s["first_call_s"]["alone"] for s in result.samples), 3),
-        "first_call_wall_s": rnd(mean(s["first_call_wall_s"]["alone"] for s in result.samples), 3)}}
-    for c in contexts:
-        w = [s[f"window_{c}"] for s in result.samples]
-        cuts = [abs(x["cut_st"]) for x in w if x["cut_st"] is not None]
-        same = [abs(x["cut_st_same_frames"]) for x in w if x["cut_st_same_frames"] is not None]
-        summary[f"window_{c}"] = {
-            "lsd_db": rnd(mean(x["lsd_db"] for x in w), 2), "lsd_whole_db": rnd(mean(x["lsd_whole_db"] for x in w), 2),
-            "cut_st_mean": rnd(mean(cuts), 2), "cut_st_signed_mean": rnd(mean(x["cut_st"] for x in w), 2),
-            "cut_st_worst": rnd(max(cuts, default=None), 2),
-            "cut_st_same_frames_mean": rnd(mean(same), 2), "cut_st_same_frames_worst": rnd(max(same, default=None), 2),
-            "click_db_worst": rnd(max(x["click_db"] for x in w)),
-            "burst_db_worst": rnd(max(x["burst_db"] for x in w)),
-            "first_call_s": rnd(mean(s["first_call_s"][f"window_{c}"] for s in result.samples), 3),
-            "first_call_wall_s": rnd(mean(s["first_call_wall_s"][f"window_{c}"] for s in result.samples), 3)}
-    result.summary = summary
-    result.medians = {k: {kk: vv for kk, vv in v.items()} for k, v in summary.items()}
-    best = summary[f"window_{max(contexts)}"] if not quick else summary[f"window_{contexts[0]}"]
-    met = None if best["cut_st_mean"] is None else (best["cut_st_mean"] <= GOALS["cut_st_mean"]
-                                                    and best["cut_st_worst"] <= GOALS["cut_st_worst"])
-    result.target("pitch at an early cut vs the reading, windowed (mean / worst)",
-                  f"<= {GOALS['cut_st_mean']} / {GOALS['cut_st_worst']} st",
-                  f"{best['cut_st_mean']} / {best['cut_st_worst']}", met)
-    result.target("2-8 kHz at the windowed join over the whole reading's at the same place", f"<= {GOALS['burst_db']} dB",
-                  best["burst_db_worst"], best["burst_db_worst"] <= GOALS["burst_db"])
+    result.summary = summary = summarise(result.samples, contexts)
+    result.medians = {k: dict(v) for k, v in summary.items()}
+    best = summary[f"window_{max(contexts)}"]
+    pitch_target(result, "pitch at an early cut vs the reading, windowed (mean / worst)", best)
+    result.target("2-8 kHz at the windowed join over the whole reading's at the same place", f"<= {BURST_DB} dB",
+                  best["burst_db_worst"], best["burst_db_worst"] <= BURST_DB)
     result.notes.append("The sentence's tokens are its segments' phonemes joined by spaces, and the style row is the "
                         "sentence's (the voice pack is indexed by length); the fragment alone uses its own, as today.")
     result.notes.append("Times are medians of interleaved rounds on a shared machine (see the load average): compare "
