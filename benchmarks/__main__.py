@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import os
 import sys
 import time
@@ -123,17 +124,9 @@ def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, ba
 
 def render(name: str, out_dir: Path) -> None:
     """Rewrite the Markdown table and the PNG of an existing result (the JSON is left as it is)."""
-    import json
-
     module = importlib.import_module(f"benchmarks.{name}")
     data = json.loads((out_dir / f"{name}.json").read_text())
-    (out_dir / f"{name}.md").write_text(results.markdown_doc(data, TITLES[name], module.body(data)))
-    plot = getattr(module, "plot", None)
-    if plot is not None and data.get("status", "ok") == "ok":
-        import matplotlib
-
-        matplotlib.use("Agg")
-        plot(data, out_dir / f"{name}.png")
+    results.render(data, out_dir, name, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None))
     _log(f"rendered {out_dir / name}.md from {name}.json")
 
 

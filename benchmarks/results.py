@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 SCHEMA_VERSION = 1
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -49,19 +51,29 @@ def mean(values: Iterable[float | None]) -> float | None:
 
 
 def percentile(values: Iterable[float | None], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) of the values that exist, interpolated linearly between the
-    closest ranks (numpy's default); None for no values. The one percentile of every suite."""
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    pos = (len(vals) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(vals) - 1)
-    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+    """The ``q``-th percentile (0-100) of the values that exist, numpy's (linear between the closest
+    ranks); None for no values. The one percentile of every suite."""
+    vals = [v for v in values if v is not None]
+    return float(np.percentile(vals, q)) if vals else None
 
 
 def rnd(x: float | None, digits: int = 1) -> float | None:
     return None if x is None else round(x, digits)
+
+
+def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
+    """``a / b`` rounded, None unless both exist (and are not zero)."""
+    return round(a / b, digits) if a and b else None
+
+
+def at_most(value: float | None, limit: float) -> bool | None:
+    """Whether a goal of at most ``limit`` is met; None when nothing was measured."""
+    return None if value is None else value <= limit
+
+
+def at_least(value: float | None, limit: float) -> bool | None:
+    """Whether a goal of at least ``limit`` is met; None when nothing was measured."""
+    return None if value is None else value >= limit
 
 
 def ms(seconds: float | None, digits: int = 1) -> float | None:
@@ -309,8 +321,16 @@ def write(
     out_dir.mkdir(parents=True, exist_ok=True)
     name = stem or result.benchmark
     (out_dir / f"{name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    written = [f"{name}.json", *render(data, out_dir, name, title=title, body=body, plot=plot)]
+    log(f"wrote {', '.join(str(out_dir / w) for w in written)}")
+    return data
+
+
+def render(data: dict[str, Any], out_dir: Path, name: str, *, title: str, body: Callable[[dict[str, Any]], str],
+           plot: Callable[[dict[str, Any], Path], None] | None = None) -> list[str]:
+    """Write ``<name>.md`` and (with ``plot``) ``<name>.png`` from a result dict; the files written."""
     (out_dir / f"{name}.md").write_text(markdown_doc(data, title, body(data)))
-    written = [f"{name}.json", f"{name}.md"]
+    written = [f"{name}.md"]
     if plot is not None:
         import matplotlib
 
@@ -320,5 +340,4 @@ def write(
         plot(data, png)
         if png.exists():
             written.append(png.name)
-    log(f"wrote {', '.join(str(out_dir / w) for w in written)}")
-    return data
+    return written
