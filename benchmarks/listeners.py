@@ -118,7 +118,7 @@ async def late_arrival(url: str, streams: int = 3, *, behind_wait_s: float = 0.0
             "streams_underrun_until_newcomer_s": rnd(before, 3)}
 
 
-def _settle(servers) -> None:
+def settle(servers) -> None:
     """Every server idle (the previous sample's hung-up clients leave a runtime call to finish)."""
     for srv in servers:
         srv.wait_idle()
@@ -143,7 +143,7 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
         names = list(servers)
         for i, n in enumerate(levels):
             for name in rotated(names, i):
-                _settle(servers.values())
+                settle(servers.values())
                 sample = {"config": name, "kind": "level", **asyncio.run(level(servers[name].ws_url, n))}
                 samples.append(sample)
                 log(f"  {name:<32} {n} listener(s): first audio median {sample['first_audio_ms_median']} ms, worst "
@@ -151,12 +151,12 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
                     f"{sample['audio_hours_per_hour']} audio-h/h")
         if late:
             for name in names:
-                _settle(servers.values())
+                settle(servers.values())
                 before = _interrupted(servers[name])
                 late = asyncio.run(late_arrival(servers[name].ws_url))
                 sample = {"config": name, "kind": "late", "streams_underrun_s": late["streams_underrun_s"],
                           "late_first_audio_ms": ms(late["newcomer"].first_audio_s or 0.0)}
-                _settle(servers.values())
+                settle(servers.values())
                 sample["interrupted_calls"] = int(_interrupted(servers[name]) - before)
                 samples.append(sample)
                 log(f"  {name:<32} late arrival: first audio {sample['late_first_audio_ms']} ms")

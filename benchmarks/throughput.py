@@ -1,21 +1,9 @@
-"""Throughput: audio-hours synthesised per hour of wall time at concurrency 1, 2, 4, 8 — sequential
-vs concurrent mode, ONNX vs torch (when the torch runtime and its checkpoint are available), and the
-raw runtime (N threads calling ``Kokoro.create()`` on one shared session) in the same run.
-
-Each of N clients loops until the level's deadline: one WebSocket session, one request at a time
-(a text from :data:`~benchmarks.texts.THROUGHPUT_TEXTS`), waiting for its audio before sending the
-next; a request in flight at the deadline is finished and counted, and the wall time runs until the
-last one is done. Audio-hours per hour = audio seconds received / wall seconds. Because
-``Kokoro.create()`` trims leading/trailing silence, the raw runtime returns less audio for the same
-text; text characters per second is reported beside it as the equal-work measure. All servers are up
-at once (idle ones cost no CPU) and the configs take turns level by level, rotating, with the raw
-runtime among them, so load drift on shared cores hits all alike; with several rounds the medians
-are reported. Peak RSS is each server process's high-water mark (``VmHWM``). ``--backend fake`` runs the
-servers on the model-free runtime and leaves out the raw runtime (the harness, not the figures).
-
-Then the listeners' sweep (:mod:`benchmarks.listeners`): 1, 2, 4, 8 listeners sending the
-267-character paragraph at once, each playing it in real time and counting underruns, with playback
-deadlines on and off, sequential vs concurrent (``summary.listeners``).
+"""Throughput (``python -m benchmarks throughput``): audio-hours synthesised per hour of wall time at
+concurrency 1, 2, 4, 8 — sequential vs concurrent mode, ONNX vs torch (when its checkpoint is
+available), and the raw runtime (N threads calling ``Kokoro.create()`` on one shared session) — each
+level a closed loop of N clients (:func:`benchmarks.loop.closed_loop`), every server up at once and
+the configurations taking turns level by level, rotating; then the listeners' sweep
+(:mod:`benchmarks.listeners`, ``summary.listeners``). Method: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,12 +14,12 @@ import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import listeners, prom
+from . import listeners, prom, results
 from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
 from .loop import Loop, closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
-from .results import Result, command_line, load_average, markdown_table, median, ms, rnd, save_plot
+from .results import Result, at_least, command_line, markdown_table, median, medians_by, ms, ratio, rnd
 from .texts import THROUGHPUT_TEXTS
 
 TARGET_GAIN = 1.2
@@ -140,7 +128,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
             for c in levels:
                 for name in rotated(names, rnd_i + levels.index(c)):
                     srv = servers[name]
-                    load = load_average()
+                    load = results.load_average()
                     sample: dict[str, Any] = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load}
                     if srv is None:
                         assert raw is not None
@@ -151,15 +139,10 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
                         sample["server_view"] = prom.server_view(before, srv.scrape())
                         result.server_view[f"{name} c={c} round {rnd_i + 1}"] = sample["server_view"]
                     result.samples.append(sample)
-                    view = sample.get("server_view") or {}
-                    log(
-                        f"  round {rnd_i + 1} {name:<18} c={c}: {sample['audio_hours_per_hour']:.3f} audio-h/h, "
-                        f"{sample['chars_per_s']:.1f} chars/s ({sample['requests']} requests, {sample['errors']} errors"
-                        + (f", batch mean {view['batch_size']['mean']}, RTF mean {view['realtime_factor']['mean']}" if view else "")
-                        + f", load {load[0] if load else '?'})"
-                    )
-    peak_rss = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
-    result.summary["peak_rss_mib"] = peak_rss
+                    log(f"  round {rnd_i + 1} {name:<18} c={c}: {sample['audio_hours_per_hour']:.3f} audio-h/h, "
+                        f"{sample['chars_per_s']:.1f} chars/s ({sample['requests']} requests, {sample['errors']} errors, "
+                        f"load {load[0] if load else '?'})")
+    result.summary["peak_rss_mib"] = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
     log("throughput: many listeners (deadlines on/off, sequential/concurrent)")
     result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False, backend=backend)
     summarize(result)
@@ -167,23 +150,20 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
 
 
 def _gain_at_4(table: dict[str, dict[str, float]]) -> tuple[str | None, float | None, float | None, float | None]:
+    at4 = {name: row["4"] for name, row in table.items() if name != RAW and row.get("4") is not None}
+    best = max(at4, key=lambda name: at4[name], default=None)
     raw4 = table.get(RAW, {}).get("4")
-    best_name, best4 = None, None
-    for name, row in table.items():
-        if name != RAW and row.get("4") is not None and (best4 is None or row["4"] > best4):
-            best_name, best4 = name, row["4"]
-    return best_name, best4, raw4, (round(best4 / raw4, 3) if best4 and raw4 else None)
+    return best, at4.get(best or ""), raw4, ratio(at4.get(best or ""), raw4)
 
 
 def summarize(result: Result) -> None:
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for s in result.samples:
-        groups.setdefault((s["config"], str(s["concurrency"])), []).append(s)
     audio: dict[str, dict[str, float]] = {}
     chars: dict[str, dict[str, float]] = {}
-    for (config, c), xs in groups.items():
-        audio.setdefault(config, {})[c] = rnd(median(x["audio_hours_per_hour"] for x in xs), 4)
-        chars.setdefault(config, {})[c] = rnd(median(x.get("chars_per_s") for x in xs), 3)
+    for config in dict.fromkeys(s["config"] for s in result.samples):
+        by_level = medians_by([s for s in result.samples if s["config"] == config], "concurrency",
+                              {"audio_hours_per_hour": 4, "chars_per_s": 3})
+        audio[config] = {str(c): v["audio_hours_per_hour"] for c, v in by_level.items()}
+        chars[config] = {str(c): v["chars_per_s"] for c, v in by_level.items()}
     result.medians = {"audio_hours_per_hour": audio, "chars_per_s": chars}
     best_name, best4, raw4, gain = _gain_at_4(audio)
     work_name, _, _, work_gain = _gain_at_4(chars)
@@ -191,14 +171,10 @@ def summarize(result: Result) -> None:
         "best_at_4": best_name, "best_at_4_audio_hours_per_hour": best4, "raw_at_4": raw4, "gain_at_4": gain,
         "best_at_4_equal_work": work_name, "gain_at_4_equal_work": work_gain,
     })
-    result.target(
-        "best mode vs raw runtime at concurrency 4, audio-hours per hour", f">= {TARGET_GAIN}x", gain,
-        None if gain is None else gain >= TARGET_GAIN,
-    )
-    result.target(
-        "the same at equal work (text characters per second; kokoro-onnx trims silence, so it returns less audio "
-        "for the same text)", f">= {TARGET_GAIN}x", work_gain, None if work_gain is None else work_gain >= TARGET_GAIN,
-    )
+    result.target("best mode vs raw runtime at concurrency 4, audio-hours per hour", f">= {TARGET_GAIN}x", gain,
+                  at_least(gain, TARGET_GAIN))
+    result.target("the same at equal work (text characters per second; kokoro-onnx trims silence, so it returns "
+                  "less audio for the same text)", f">= {TARGET_GAIN}x", work_gain, at_least(work_gain, TARGET_GAIN))
 
 
 def body(data: dict[str, Any]) -> str:
@@ -250,4 +226,4 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_title(f"Throughput ({data['command']})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    save_plot(fig, path)
+    results.save_plot(fig, path)
