@@ -1,14 +1,8 @@
-"""``python -m benchmarks <name> [--quick] [--backend fake|onnx|torch]`` — name: ttfa, throughput, payload,
-overhead, quality, e2e, languages, agentproto, onnx_durations, overload, windowed_decoder, load, soak or all —
-and ``python -m benchmarks compare|gpu|concurrent_probe ...`` (suites with options of their own: running
-servers side by side by URL, the GPU run, the engine's configurations in process; each has its own
-``--help`` and ``--quick``); ``--help`` lists every suite.
-
-Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
-``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
-carries on past one that fails (the failure is printed and the exit status is 1 at the end).
-``--quick`` is a short run (``make bench``: the whole ``all --quick`` in about ten minutes on a
-2-core machine); the full runs are what docs/benchmarks.md quotes.
+"""``python -m benchmarks <suite> [--quick] [--backend fake|onnx|torch]``, the one entry point of the
+benchmarks (``--help`` lists every suite; compare, gpu and concurrent_probe take options of their own).
+Each writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick``: ``benchmarks/results/quick/``,
+which git ignores, so a short run never replaces the full results docs/benchmarks.md quotes); ``all``
+runs every suite in turn and carries on past one that fails (exit status 1 at the end).
 """
 
 from __future__ import annotations
@@ -144,14 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name", choices=[*NAMES, "all", *OWN_OPTIONS], help="the benchmark to run (see below)")
     parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
     parser.add_argument("--model-dir", type=Path, default=None, help="model directory (default: KOKORO_MODEL_DIR or the user cache)")
-    parser.add_argument(
-        "--out", type=Path, default=None,
-        help="where the result files go (default benchmarks/results, or benchmarks/results/quick with --quick)",
-    )
-    parser.add_argument(
-        "--render-only", action="store_true",
-        help="rewrite <name>.md and .png from the existing <name>.json without running anything",
-    )
+    parser.add_argument("--out", type=Path, default=None, help="where the result files go (default "
+                        "benchmarks/results, or benchmarks/results/quick with --quick)")
+    parser.add_argument("--render-only", action="store_true",
+                        help="rewrite <name>.md and .png from the existing <name>.json without running anything")
     parser.add_argument("--backend", choices=["fake", "onnx", "torch"], default=None,
                         help="the runtime of the servers a suite starts, where it takes one (every suite but quality, "
                         "languages, onnx_durations and windowed_decoder, which measure the model's own output); "

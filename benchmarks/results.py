@@ -203,25 +203,11 @@ class Result:
         self.targets.append({"name": name, "goal": goal, "value": value, "met": met})
 
     def to_dict(self) -> dict[str, Any]:
-        machine = dict(self.machine)
-        machine["load_average_at_end"] = load_average()
         return {
-            "benchmark": self.benchmark,
-            "schema_version": SCHEMA_VERSION,
-            "status": self.status,
-            "command": self.command,
-            "quick": self.quick,
-            "started": self.started,
-            "finished": self.finished or now_iso(),
-            "machine": machine,
-            "versions": versions(),
-            "config": self.config,
-            "samples": self.samples,
-            "medians": self.medians,
-            "summary": self.summary,
-            "server_view": self.server_view,
-            "targets": self.targets,
-            "notes": self.notes,
+            "benchmark": self.benchmark, "schema_version": SCHEMA_VERSION, "status": self.status,
+            "command": self.command, "quick": self.quick, "started": self.started, "finished": self.finished or now_iso(),
+            "machine": {**self.machine, "load_average_at_end": load_average()}, "versions": versions(),
+            **{key: getattr(self, key) for key in ("config", "samples", "medians", "summary", "server_view", "targets", "notes")},
         }
 
 

@@ -30,7 +30,8 @@ def _text(client: int, n: int) -> str:
     return THROUGHPUT_TEXTS[(client + n) % len(THROUGHPUT_TEXTS)]
 
 
-async def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
+def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
+    """N clients, one WebSocket session each; the server's own view of the level beside the figures."""
     async def request(ws: WsSession, i: int, n: int) -> tuple[str, Timing]:
         text = _text(i, n)
         (t,) = await ws.synthesize([text], raise_on_error=False)
@@ -38,13 +39,15 @@ async def _server_level(srv: LiveServer, concurrency: int, duration_s: float) ->
             await asyncio.sleep(0.1)
         return text, t
 
-    loop = await closed_loop(request, concurrency, duration_s=duration_s,
-                             session=lambda _i: WsSession(srv.ws_url, voice=VOICE))
-    return _level_stats(loop)
+    before = srv.scrape()
+    loop = asyncio.run(closed_loop(request, concurrency, duration_s=duration_s,
+                                   session=lambda _i: WsSession(srv.ws_url, voice=VOICE)))
+    return {**_level_stats(loop), "server_view": prom.server_view(before, srv.scrape())}
 
 
-def _raw_level(raw: RawRuntime, concurrency: int, duration_s: float) -> dict:
+def _raw_level(raw: RawRuntime | None, concurrency: int, duration_s: float) -> dict:
     """One thread per client calling ``create()`` on the one shared runtime."""
+    assert raw is not None
     with ThreadPoolExecutor(concurrency, thread_name_prefix="raw-client") as pool:
         async def request(_s: None, i: int, n: int) -> tuple[str, Timing]:
             text = _text(i, n)
@@ -113,30 +116,20 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
     raw = RawRuntime(model_dir) if raw_too else None
     with contextlib.ExitStack() as stack:
         servers: dict[str, LiveServer | None] = {RAW: None} if raw_too else {}
-        for backend, mode in configs:
-            name = f"{backend}/{mode}"
-            srv = LiveServer(backend=backend, mode=mode, model_dir=model_dir, log=log)
+        for runtime, mode in configs:
             try:
-                stack.enter_context(srv)
+                servers[f"{runtime}/{mode}"] = stack.enter_context(
+                    LiveServer(backend=runtime, mode=mode, model_dir=model_dir, log=log))
             except ServerFailed as e:
-                result.notes.append(f"{name} did not start: {str(e)[:300]}")
-                log(f"  {name} did not start")
-                continue
-            servers[name] = srv
-        names = list(servers)
+                result.notes.append(f"{runtime}/{mode} did not start: {str(e)[:300]}")
+                log(f"  {runtime}/{mode} did not start")
         for rnd_i in range(rounds):
             for c in levels:
-                for name in rotated(names, rnd_i + levels.index(c)):
-                    srv = servers[name]
-                    load = results.load_average()
-                    sample: dict[str, Any] = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load}
-                    if srv is None:
-                        assert raw is not None
-                        sample.update(_raw_level(raw, c, duration))
-                    else:
-                        before = srv.scrape()
-                        sample.update(asyncio.run(_server_level(srv, c, duration)))
-                        sample["server_view"] = prom.server_view(before, srv.scrape())
+                for name in rotated(list(servers), rnd_i + levels.index(c)):
+                    srv, load = servers[name], results.load_average()
+                    figures = _raw_level(raw, c, duration) if srv is None else _server_level(srv, c, duration)
+                    sample = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load, **figures}
+                    if srv is not None:
                         result.server_view[f"{name} c={c} round {rnd_i + 1}"] = sample["server_view"]
                     result.samples.append(sample)
                     log(f"  round {rnd_i + 1} {name:<18} c={c}: {sample['audio_hours_per_hour']:.3f} audio-h/h, "
@@ -180,9 +173,8 @@ def summarize(result: Result) -> None:
 def body(data: dict[str, Any]) -> str:
     levels = data["config"]["concurrency_levels"]
     rss = data["summary"].get("peak_rss_mib", {})
-    rows = []
-    for name, row in data["medians"]["audio_hours_per_hour"].items():
-        rows.append([name, *(row.get(str(c)) for c in levels), rss.get(name)])
+    rows = [[name, *(row.get(str(c)) for c in levels), rss.get(name)]
+            for name, row in data["medians"]["audio_hours_per_hour"].items()]
     table = markdown_table(["config", *(f"c={c}" for c in levels), "peak RSS MiB"], rows)
     s = data["summary"]
     head = (
