@@ -110,8 +110,7 @@ def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, ba
         result, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None), out_dir=out_dir, log=_log
     )
     for t in data["targets"]:
-        mark = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
-        _log(f"  target {t['name']}: {t['value']} (goal {t['goal']}) — {mark}")
+        _log(f"  target {t['name']}: {t['value']} (goal {t['goal']}) — {results.MET[t['met']]}")
     _log(f"== {name} done in {time.perf_counter() - t0:.0f} s ==")
     return data
 
@@ -166,14 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         # Quick runs never overwrite the full results docs/benchmarks.md quotes.
         args.out = results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR
+    names = NAMES if args.name == "all" else (args.name,)
     if args.render_only:
-        for name in NAMES if args.name == "all" else (args.name,):
+        for name in names:
             if (args.out / f"{name}.json").exists():
                 render(name, args.out)
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model_dir = args.model_dir or BackendConfig.from_env(os.environ).model_dir
-    names = NAMES if args.name == "all" else (args.name,)
     failed = []
     t0 = time.perf_counter()
     for name in names:
@@ -182,9 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                            deployed=deployed, options=suite_options, shown=tuple(shown))
             if data.get("status") != "ok":
                 failed.append(name)
-        except KeyboardInterrupt:
-            raise
-        except Exception:
+        except Exception:  # the next suite still runs; Ctrl-C (not an Exception) stops them all
             traceback.print_exc()
             _log(f"== {name} FAILED ==")
             failed.append(name)

@@ -133,19 +133,16 @@ async def clear(ws_url: str) -> dict:
             "frames_after_clear": frames_after, "audio_after_clear_s": round(bytes_after / 48_000, 3)}
 
 
-async def _measure(ws_url: str, runs: int, log) -> list[dict]:
-    variants = {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}
-    return await in_rounds(VARIANTS, runs, lambda v: variants[v](ws_url), key="variant", log=log)
-
-
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     runs = 2 if quick else 3
     result = Result("agentproto", quick, command_line("agentproto", quick), config={
         "text": PARAGRAPH, "tokens": len(tokens(PARAGRAPH)), "tokens_per_second": TOKENS_PER_SECOND, "voice": VOICE,
         "variants": list(VARIANTS), "runs_per_variant": runs, "server": f"kokoro-serve serve ({backend}, sequential)",
     })
+    variants = {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}
     with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
-        result.samples = asyncio.run(_measure(tts.url.replace("http://", "ws://"), runs, log))
+        ws_url = tts.url.replace("http://", "ws://")
+        result.samples = asyncio.run(in_rounds(VARIANTS, runs, lambda v: variants[v](ws_url), key="variant", log=log))
     summarize(result)
     return result
 

@@ -32,6 +32,8 @@ PACKAGES = (
     "kokoro-serve", "kokoro-onnx", "onnxruntime", "numpy", "torch", "starlette", "uvicorn",
     "websockets", "httpx", "prometheus-client", "lameenc", "av", "psutil", "matplotlib",
 )
+#: How a target's ``met`` reads.
+MET = {True: "met", False: "NOT met", None: "not measured"}
 REQUIRED_KEYS = {
     "benchmark": str, "schema_version": int, "command": str, "quick": bool, "started": str,
     "finished": str, "machine": dict, "versions": dict, "config": dict, "samples": list,
@@ -278,8 +280,7 @@ def markdown_doc(result: dict[str, Any], title: str, body: str) -> str:
     if result["targets"]:
         lines += ["", "Targets:", ""]
         for t in result["targets"]:
-            mark = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
-            lines.append(f"- {t['name']}: goal {t['goal']}; measured {t['value']} — **{mark}**")
+            lines.append(f"- {t['name']}: goal {t['goal']}; measured {t['value']} — **{MET[t['met']]}**")
     if result["notes"]:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
     return "\n".join(lines) + "\n"
