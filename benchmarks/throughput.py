@@ -86,15 +86,14 @@ def torch_available(model_dir=None) -> tuple[bool, str]:
     return True, ""
 
 
-def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = None, backend: str = "onnx") -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     levels = [1, 4] if quick else [1, 2, 4, 8]
     duration = 12.0 if quick else 25.0
     rounds = 1 if quick else 2
     configs: list[tuple[str, str]] = [(backend, "sequential"), (backend, "concurrent")]
     result = Result("throughput", quick, command_line("throughput", quick))
     raw_too = backend != "fake"  # the harness without the model: no raw runtime beside it
-    want_torch = (not quick and backend == "onnx") if torch is None else torch
-    if want_torch:
+    if not quick and backend == "onnx":
         ok, why = torch_available(model_dir)
         if ok:
             configs += [("torch", "sequential"), ("torch", "concurrent")]
