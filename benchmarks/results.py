@@ -8,6 +8,7 @@ unit tests hold the writer to it).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.metadata as md
 import importlib.util
@@ -105,12 +106,10 @@ def load_average() -> list[float] | None:
 
 
 def _cpu_model() -> str:
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or "?"
 
 
@@ -215,12 +214,8 @@ class Result:
 
 def validate(data: dict[str, Any]) -> list[str]:
     """Problems with a result dict (empty when it follows the schema)."""
-    problems = []
-    for key, kind in REQUIRED_KEYS.items():
-        if key not in data:
-            problems.append(f"missing {key!r}")
-        elif not isinstance(data[key], kind):
-            problems.append(f"{key!r} is {type(data[key]).__name__}, expected {kind.__name__}")
+    problems = [f"missing {key!r}" if key not in data else f"{key!r} is {type(data[key]).__name__}, expected {kind.__name__}"
+                for key, kind in REQUIRED_KEYS.items() if not isinstance(data.get(key), kind)]
     if data.get("schema_version") not in (None, SCHEMA_VERSION):
         problems.append(f"schema_version {data.get('schema_version')} != {SCHEMA_VERSION}")
     for i, t in enumerate(data.get("targets") or []):
@@ -229,10 +224,9 @@ def validate(data: dict[str, Any]) -> list[str]:
     machine = data.get("machine")
     if isinstance(machine, dict) and not {"cpu_count", "load_average_at_start"} <= set(machine):
         problems.append("machine lacks cpu_count/load_average_at_start")
-    for i, s in enumerate(data.get("samples") or []):
-        if not isinstance(s, dict):
-            problems.append(f"samples[{i}] is not an object")
-            break
+    bad = [i for i, sample in enumerate(data.get("samples") or []) if not isinstance(sample, dict)]
+    if bad:
+        problems.append(f"samples[{bad[0]}] is not an object")
     return problems
 
 
