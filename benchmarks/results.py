@@ -155,8 +155,7 @@ def versions() -> dict[str, str | None]:
 
 
 def command_line(name: str, quick: bool, extra: list[str] | None = None) -> str:
-    parts = ["python", "-m", "benchmarks", name, *(["--quick"] if quick else []), *(extra or [])]
-    return " ".join(shlex.quote(p) for p in parts)
+    return shown_command(["python", "-m", "benchmarks", name, *(["--quick"] if quick else []), *(extra or [])])
 
 
 def shown_command(argv: list[str]) -> str:
