@@ -22,7 +22,7 @@ from .clients import Timing
 from .live import LiveServer
 from .loop import in_rounds
 from .raw import VOICE
-from .results import Result, command_line, markdown_table, medians_by, rnd
+from .results import Result, command_line, markdown_table, medians_by, ms, rnd
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -70,8 +70,8 @@ async def server_buffer(ws_url: str) -> dict:
                 break
         await feeder
         end = time.perf_counter()
-    return {"first_audio_ms": rnd((timing.first_audio_s or 0.0) * 1000), "end_ms": rnd((end - t0) * 1000),
-            "audio_s": round(timing.audio_s, 3)}
+    return {"first_audio_ms": ms(timing.first_audio_s), "end_ms": rnd((end - t0) * 1000),
+            "audio_s": round(timing.audio_s, 3)}  # no audio: no first audio (None), not 0 ms
 
 
 async def client_cut(ws_url: str) -> dict:
