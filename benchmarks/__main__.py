@@ -1,14 +1,8 @@
-"""``python -m benchmarks <name> [--quick] [--backend fake|onnx|torch]`` — name: ttfa, throughput, payload,
-overhead, quality, e2e, languages, agentproto, onnx_durations, overload, windowed_decoder, load, soak or all —
-and ``python -m benchmarks compare|gpu|concurrent_probe ...`` (suites with options of their own: running
-servers side by side by URL, the GPU run, the engine's configurations in process; each has its own
-``--help`` and ``--quick``); ``--help`` lists every suite.
-
-Each benchmark writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick`` runs write to
-``benchmarks/results/quick/``, which git ignores, so they never replace the full results). ``all`` runs them in turn and
-carries on past one that fails (the failure is printed and the exit status is 1 at the end).
-``--quick`` is a short run (``make bench``: the whole ``all --quick`` in about ten minutes on a
-2-core machine); the full runs are what docs/benchmarks.md quotes.
+"""``python -m benchmarks <suite> [--quick] [--backend fake|onnx|torch]``, the one entry point of the
+benchmarks (``--help`` lists every suite; compare, gpu and concurrent_probe take options of their own).
+Each writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick``: ``benchmarks/results/quick/``,
+which git ignores, so a short run never replaces the full results docs/benchmarks.md quotes); ``all``
+runs every suite in turn and carries on past one that fails (exit status 1 at the end).
 """
 
 from __future__ import annotations
@@ -16,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import os
 import sys
 import time
@@ -115,25 +110,16 @@ def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, ba
         result, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None), out_dir=out_dir, log=_log
     )
     for t in data["targets"]:
-        mark = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
-        _log(f"  target {t['name']}: {t['value']} (goal {t['goal']}) — {mark}")
+        _log(f"  target {t['name']}: {t['value']} (goal {t['goal']}) — {results.MET[t['met']]}")
     _log(f"== {name} done in {time.perf_counter() - t0:.0f} s ==")
     return data
 
 
 def render(name: str, out_dir: Path) -> None:
     """Rewrite the Markdown table and the PNG of an existing result (the JSON is left as it is)."""
-    import json
-
     module = importlib.import_module(f"benchmarks.{name}")
     data = json.loads((out_dir / f"{name}.json").read_text())
-    (out_dir / f"{name}.md").write_text(results.markdown_doc(data, TITLES[name], module.body(data)))
-    plot = getattr(module, "plot", None)
-    if plot is not None and data.get("status", "ok") == "ok":
-        import matplotlib
-
-        matplotlib.use("Agg")
-        plot(data, out_dir / f"{name}.png")
+    results.render(data, out_dir, name, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None))
     _log(f"rendered {out_dir / name}.md from {name}.json")
 
 
@@ -151,14 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name", choices=[*NAMES, "all", *OWN_OPTIONS], help="the benchmark to run (see below)")
     parser.add_argument("--quick", action="store_true", help="a short run (fewer runs, levels and clips)")
     parser.add_argument("--model-dir", type=Path, default=None, help="model directory (default: KOKORO_MODEL_DIR or the user cache)")
-    parser.add_argument(
-        "--out", type=Path, default=None,
-        help="where the result files go (default benchmarks/results, or benchmarks/results/quick with --quick)",
-    )
-    parser.add_argument(
-        "--render-only", action="store_true",
-        help="rewrite <name>.md and .png from the existing <name>.json without running anything",
-    )
+    parser.add_argument("--out", type=Path, default=None, help="where the result files go (default "
+                        "benchmarks/results, or benchmarks/results/quick with --quick)")
+    parser.add_argument("--render-only", action="store_true",
+                        help="rewrite <name>.md and .png from the existing <name>.json without running anything")
     parser.add_argument("--backend", choices=["fake", "onnx", "torch"], default=None,
                         help="the runtime of the servers a suite starts, where it takes one (every suite but quality, "
                         "languages, onnx_durations and windowed_decoder, which measure the model's own output); "
@@ -183,14 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         # Quick runs never overwrite the full results docs/benchmarks.md quotes.
         args.out = results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR
+    names = NAMES if args.name == "all" else (args.name,)
     if args.render_only:
-        for name in NAMES if args.name == "all" else (args.name,):
+        for name in names:
             if (args.out / f"{name}.json").exists():
                 render(name, args.out)
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model_dir = args.model_dir or BackendConfig.from_env(os.environ).model_dir
-    names = NAMES if args.name == "all" else (args.name,)
     failed = []
     t0 = time.perf_counter()
     for name in names:
@@ -199,9 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                            deployed=deployed, options=suite_options, shown=tuple(shown))
             if data.get("status") != "ok":
                 failed.append(name)
-        except KeyboardInterrupt:
-            raise
-        except Exception:
+        except Exception:  # the next suite still runs; Ctrl-C (not an Exception) stops them all
             traceback.print_exc()
             _log(f"== {name} FAILED ==")
             failed.append(name)

@@ -1,28 +1,17 @@
-"""Voice-agent protocols: first audio from the first token of a token stream, the server cutting
-sentences vs the client cutting them, and the time from a barge-in (``Clear``) to the last audio.
-
-The LLM is simulated: the TTFA paragraph (``benchmarks.texts.PARAGRAPH``, 267 characters) as word
-tokens at 30 tokens/s. Variants, taking turns run by run (the first one rotating) so load drift hits them alike:
-
-* ``server_buffer`` — Deepgram's ``/v1/speak``: every token its own ``Speak`` message (as a plugin
-  in token mode sends it), ``Flush`` after the last; the server's streaming text buffer cuts the
-  sentences and starts the first clause early.
-* ``client_cut`` — the bidi route ``/invocations-bidirectional-stream``: the client runs the same
-  sentence chunker (``backends.chunker``, first clause after 6 words, as the agent does) and sends
-  each chunk as a request as soon as it is complete.
-* ``clear`` — ``/v1/speak``, the whole paragraph and ``Flush`` at once; ``Clear`` as soon as the first
-  audio frame arrives; measured: ``Clear`` to ``Cleared`` and the audio the server sent in between.
-
-First audio is when the first binary frame reaches this client, from the moment the first token
-was sent. One live server (``kokoro-serve serve``, sequential; ONNX unless ``--backend`` says), one client at
-a time.
+"""Voice-agent protocols (``python -m benchmarks agentproto``): first audio from the first token of a
+simulated token stream (the TTFA paragraph as word tokens at 30 tokens/s), the server cutting
+sentences (``server_buffer``, Deepgram's ``/v1/speak``) vs the client cutting them (``client_cut``,
+the bidi route), and a barge-in (``clear``: ``Clear`` to ``Cleared`` and the audio sent in between).
+One live server, one client at a time, the variants taking turns; docs/benchmarks.md has the method.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed
@@ -33,7 +22,7 @@ from .clients import Timing
 from .live import LiveServer
 from .loop import in_rounds
 from .raw import VOICE
-from .results import Result, command_line, markdown_table, medians_by, rnd
+from .results import Result, command_line, markdown_table, medians_by, ms, rnd
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -52,35 +41,37 @@ async def _paced(send, items: list[str]) -> None:
             await asyncio.sleep(1 / TOKENS_PER_SECOND)  # the LLM's pace
 
 
-async def server_buffer(ws_url: str) -> dict:
+@contextlib.asynccontextmanager
+async def _speak(ws_url: str, query: str = "") -> AsyncIterator[Any]:
+    """A ``/v1/speak`` session past its ``Metadata``; ``Close`` at the end."""
     from websockets.asyncio.client import connect
 
-    async with connect(f"{ws_url}/v1/speak?model={VOICE}&encoding=linear16&sample_rate=24000",
-                       compression=None, max_size=None) as ws:
-        await ws.recv()  # Metadata
-        t0 = time.perf_counter()
-        first: list[float] = []
+    async with connect(f"{ws_url}/v1/speak?model={VOICE}{query}", compression=None, max_size=None) as ws:
+        await ws.recv()
+        yield ws
+        await ws.send(json.dumps({"type": "Close"}))
 
-        async def send(token: str) -> None:
-            await ws.send(json.dumps({"type": "Speak", "text": token}))
+
+async def server_buffer(ws_url: str) -> dict:
+    """Every token its own ``Speak`` (as a plugin in token mode sends it), ``Flush`` after the last."""
+    async with _speak(ws_url, "&encoding=linear16&sample_rate=24000") as ws:
+        t0 = time.perf_counter()
 
         async def feed() -> None:
-            await _paced(send, tokens(PARAGRAPH))
+            await _paced(lambda token: ws.send(json.dumps({"type": "Speak", "text": token})), tokens(PARAGRAPH))
             await ws.send(json.dumps({"type": "Flush"}))
 
         feeder = asyncio.create_task(feed())
-        audio = 0
+        timing = Timing("server_buffer")
         async for frame in ws:
             if isinstance(frame, bytes):
-                first = first or [time.perf_counter()]
-                audio += len(frame)
+                timing.heard(time.perf_counter() - t0, frame)
             elif json.loads(frame).get("type") == "Flushed":
                 break
         await feeder
         end = time.perf_counter()
-        await ws.send(json.dumps({"type": "Close"}))
-    return {"first_audio_ms": rnd((first[0] - t0) * 1000), "end_ms": rnd((end - t0) * 1000),
-            "audio_s": round(audio / 48_000, 3)}
+    return {"first_audio_ms": ms(timing.first_audio_s), "end_ms": rnd((end - t0) * 1000),
+            "audio_s": round(timing.audio_s, 3)}  # no audio: no first audio (None), not 0 ms
 
 
 async def client_cut(ws_url: str) -> dict:
@@ -118,10 +109,8 @@ async def client_cut(ws_url: str) -> dict:
 
 
 async def clear(ws_url: str) -> dict:
-    from websockets.asyncio.client import connect
-
-    async with connect(f"{ws_url}/v1/speak?model={VOICE}", compression=None, max_size=None) as ws:
-        await ws.recv()
+    """The whole paragraph and ``Flush`` at once, ``Clear`` as soon as the first audio frame arrives."""
+    async with _speak(ws_url) as ws:
         await ws.send(json.dumps({"type": "Speak", "text": PARAGRAPH}))
         await ws.send(json.dumps({"type": "Flush"}))
         frames_after, bytes_after, cleared_at, last_audio = 0, 0, None, None
@@ -138,16 +127,10 @@ async def clear(ws_url: str) -> dict:
             elif json.loads(frame).get("type") == "Cleared":
                 cleared_at = time.perf_counter()
                 break
-        await ws.send(json.dumps({"type": "Close"}))
     assert t_clear is not None and cleared_at is not None
     return {"clear_to_cleared_ms": rnd((cleared_at - t_clear) * 1000, 2),
             "clear_to_last_audio_ms": rnd(((last_audio or t_clear) - t_clear) * 1000, 2),
             "frames_after_clear": frames_after, "audio_after_clear_s": round(bytes_after / 48_000, 3)}
-
-
-async def _measure(ws_url: str, runs: int, log) -> list[dict]:
-    variants = {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}
-    return await in_rounds(VARIANTS, runs, lambda v: variants[v](ws_url), key="variant", log=log)
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
@@ -156,8 +139,10 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
         "text": PARAGRAPH, "tokens": len(tokens(PARAGRAPH)), "tokens_per_second": TOKENS_PER_SECOND, "voice": VOICE,
         "variants": list(VARIANTS), "runs_per_variant": runs, "server": f"kokoro-serve serve ({backend}, sequential)",
     })
+    variants = {"server_buffer": server_buffer, "client_cut": client_cut, "clear": clear}
     with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
-        result.samples = asyncio.run(_measure(tts.url.replace("http://", "ws://"), runs, log))
+        ws_url = tts.url.replace("http://", "ws://")
+        result.samples = asyncio.run(in_rounds(VARIANTS, runs, lambda v: variants[v](ws_url), key="variant", log=log))
     summarize(result)
     return result
 

@@ -1,17 +1,8 @@
-"""End to end: first audio through the agent, ``bidi`` vs ``batch`` vs ``bidi_no_early_clause``, with
-the scripted model streaming a fixed reply at a fixed token rate (so runs compare), against a live
-TTS server. ``bidi_no_early_clause`` is ``bidi`` from a second agent started with
-``--first-clause-words 0``: the chunker waits for the first full sentence instead of sending the
-reply's first clause as soon as it is complete, which shows what the early clause is worth.
-
-The AgentCore app runs as a subprocess (``kokoro-agent serve`` / ``python -m agent serve`` ``--model scripted
---tokens-per-second R --tts-url URL``); each turn is a ``POST /invocations`` with ``{"prompt", "mode", "voice"}``,
-reading its SSE events; first audio is when the first ``audio_chunk`` event reaches this client.
-When the app does not start, the benchmark writes a ``not_run`` result with the reason and exits
-non-zero.
-
-Variants take turns run by run, the first one rotating (:func:`benchmarks.loop.rotated`), so load drift
-hits them alike.
+"""End to end (``python -m benchmarks e2e``): first audio through the agent app (a subprocess, ``POST
+/invocations`` with SSE) with a scripted model streaming a fixed reply at a fixed token rate, against
+a live TTS server: ``bidi`` vs ``batch`` vs ``bidi_no_early_clause`` (a second agent started with
+``--first-clause-words 0``), taking turns run by run. First audio is the first ``audio_chunk`` event
+at this client; an app that does not start gives a ``not_run`` result. Method: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -31,15 +22,7 @@ from . import prom
 from .live import LiveServer, ServerFailed
 from .loop import in_rounds
 from .raw import VOICE
-from .results import (
-    Result,
-    command_line,
-    markdown_table,
-    medians_by,
-    rnd,
-    save_plot,
-    shown_command,
-)
+from .results import Result, command_line, markdown_table, medians_by, ratio, rnd, save_plot, shown_command
 from .texts import PARAGRAPH
 
 TOKENS_PER_SECOND = 30.0
@@ -67,10 +50,7 @@ def _turn_stats(events: list[tuple[float, dict]], t0: float) -> dict:
         return next((round((t - t0) * 1000, 1) for t, e in events if e.get("type") == kind), None)
 
     texts = [t for t, e in events if e.get("type") == "text_delta"]
-    audio_bytes = 0
-    for _, e in events:
-        if e.get("type") == "audio_chunk":
-            audio_bytes += len(e.get("audio", "")) * 3 // 4
+    audio_bytes = sum(len(e.get("audio", "")) * 3 // 4 for _, e in events if e.get("type") == "audio_chunk")
     errors = [e for _, e in events if e.get("type") == "error"]
     end = next((e for _, e in events if e.get("type") == "agent_end"), {})
     return {
@@ -153,7 +133,7 @@ def summarize(result: Result) -> None:
                                                           "end_ms": 1, "audio_s": 3})
     bidi = result.medians["bidi"]["first_audio_ms"]
     batch = result.medians["batch"]["first_audio_ms"]
-    speedup = round(batch / bidi, 3) if bidi and batch else None
+    speedup = ratio(batch, bidi)
     before_last_text = all(
         s["first_audio_ms"] is not None and s["last_text_ms"] is not None and s["first_audio_ms"] < s["last_text_ms"]
         for s in result.samples if s["mode"] == "bidi"

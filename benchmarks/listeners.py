@@ -1,21 +1,9 @@
-"""Many listeners at once: first audio, playback underruns and audio-hours per hour, with playback
-deadlines on and off, sequential vs concurrent mode, in one run (the sweep ``ttfa`` and
-``throughput`` both report).
-
-* **Concurrency sweep** — N listeners (1, 2, 4, 8) each open a WebSocket session and send the
-  267-character paragraph at the same moment. Each plays the audio in real time *in its head*
-  (:class:`~benchmarks.clients.PlaybackClock`, the client's own clock, not the one the server
-  schedules by): playback starts with the first audio, each later chunk that arrives after the audio
-  before it ran out is a gap, and the gaps are summed as underrun seconds. Per level: median and worst first audio, underrun seconds,
-  audio-hours per hour (audio received / wall time of the level).
-* **Late arrival** — three listeners stream long texts; once all three hear audio, a fourth sends
-  the paragraph. Its first audio is compared with the level-1 first audio of the same server
-  (goal: within 2x), and the runtime calls the server interrupted for it are counted
-  (``kokoro_interrupted_calls_total``). All four then hang up (the server drops their remaining work).
-
-Every configuration is a live server (``onnx``, the mode, ``KOKORO_DEADLINES``); all are up at once
-(idle ones cost no CPU) and take turns level by level, so load drift hits all alike. Before each
-sample every server is idle again (a call of a client that hung up runs to its end first).
+"""Many listeners at once (the sweep ``ttfa`` and ``throughput`` both report): N listeners (1, 2, 4,
+8) send the 267-character paragraph at the same moment, each playing it in real time on its own
+:class:`~benchmarks.clients.PlaybackClock` (first audio, underrun seconds, audio-hours per hour), then
+a late arrival behind three long streams (its first audio against alone, the calls interrupted for
+it), with playback deadlines on and off, sequential vs concurrent: one live server per configuration,
+taking turns level by level, every server idle before each sample. Method: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -30,7 +18,7 @@ from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed, Timing, WsS
 from .live import LiveServer
 from .loop import closed_loop, rotated
 from .raw import VOICE
-from .results import markdown_table, median, ms, rnd
+from .results import at_least, at_most, markdown_table, median, ms, ratio, rnd
 from .texts import PARAGRAPH, THROUGHPUT_TEXTS
 
 CONFIGS = (("sequential", True), ("sequential", False), ("concurrent", True), ("concurrent", False))
@@ -130,7 +118,7 @@ async def late_arrival(url: str, streams: int = 3, *, behind_wait_s: float = 0.0
             "streams_underrun_until_newcomer_s": rnd(before, 3)}
 
 
-def _settle(servers) -> None:
+def settle(servers) -> None:
     """Every server idle (the previous sample's hung-up clients leave a runtime call to finish)."""
     for srv in servers:
         srv.wait_idle()
@@ -149,15 +137,13 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
     levels = levels or ([1, 2] if quick else [1, 2, 4, 8])
     samples: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
-        servers = {}
-        for mode, deadlines in configs:
-            env = {"KOKORO_DEADLINES": str(deadlines).lower()}
-            srv = LiveServer(backend=backend, mode=mode, env=env, model_dir=model_dir, log=log)
-            servers[config_name(mode, deadlines, backend)] = stack.enter_context(srv)
+        servers = {config_name(mode, deadlines, backend): stack.enter_context(LiveServer(
+            backend=backend, mode=mode, env={"KOKORO_DEADLINES": str(deadlines).lower()}, model_dir=model_dir, log=log))
+            for mode, deadlines in configs}
         names = list(servers)
         for i, n in enumerate(levels):
             for name in rotated(names, i):
-                _settle(servers.values())
+                settle(servers.values())
                 sample = {"config": name, "kind": "level", **asyncio.run(level(servers[name].ws_url, n))}
                 samples.append(sample)
                 log(f"  {name:<32} {n} listener(s): first audio median {sample['first_audio_ms_median']} ms, worst "
@@ -165,12 +151,12 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
                     f"{sample['audio_hours_per_hour']} audio-h/h")
         if late:
             for name in names:
-                _settle(servers.values())
+                settle(servers.values())
                 before = _interrupted(servers[name])
                 late = asyncio.run(late_arrival(servers[name].ws_url))
                 sample = {"config": name, "kind": "late", "streams_underrun_s": late["streams_underrun_s"],
                           "late_first_audio_ms": ms(late["newcomer"].first_audio_s or 0.0)}
-                _settle(servers.values())
+                settle(servers.values())
                 sample["interrupted_calls"] = int(_interrupted(servers[name]) - before)
                 samples.append(sample)
                 log(f"  {name:<32} late arrival: first audio {sample['late_first_audio_ms']} ms")
@@ -186,8 +172,8 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
             row["levels"][str(s["listeners"])] = {k: v for k, v in s.items() if k not in ("config", "kind")}
         else:
             alone = (row["levels"].get("1") or {}).get("first_audio_ms_median")
-            ratio = round(s["late_first_audio_ms"] / alone, 3) if alone else None
-            row["late"] = {**{k: v for k, v in s.items() if k not in ("config", "kind")}, "vs_alone": ratio}
+            row["late"] = {**{k: v for k, v in s.items() if k not in ("config", "kind")},
+                           "vs_alone": ratio(s["late_first_audio_ms"], alone)}
     return out
 
 
@@ -215,44 +201,32 @@ def table(sweep_data: dict[str, Any]) -> str:
     return f"{levels}\n\n{late}"
 
 
+def _at(row: dict[str, Any], level: str, figure: str) -> Any:
+    return (row.get("levels", {}).get(level) or {}).get(figure)
+
+
 def targets(result, sweep_data: dict[str, Any]) -> None:
     """The goals, each from this one run: the late listener within 2x of alone; with deadlines,
-    4 listeners' median first audio at most half of it without; underruns no worse than without."""
+    4 listeners' median first audio at most half of it without; underruns no worse than without;
+    concurrent mode never below sequential (deadlines on) in audio-hours per hour at any level (the
+    lowest ratio), nor in one listener's first audio."""
     summary = sweep_data["summary"]
     backend = next(iter(summary), "onnx/").split("/")[0]
     for mode in ("sequential", "concurrent"):
         on = summary.get(config_name(mode, True, backend), {})
         off = summary.get(config_name(mode, False, backend), {})
-        ratio = (on.get("late") or {}).get("vs_alone")
-        result.target(f"{mode}: late listener's first audio vs alone", f"<= {LATE_GOAL:g}x", ratio,
-                      None if ratio is None else ratio <= LATE_GOAL)
-        four_on = (on["levels"].get("4") or {}).get("first_audio_ms_median") if on else None
-        four_off = (off["levels"].get("4") or {}).get("first_audio_ms_median") if off else None
-        half = round(four_on / four_off, 3) if four_on and four_off else None
-        result.target(f"{mode}: 4 listeners' median first audio, deadlines on vs off", "<= 0.5x", half,
-                      None if half is None else half <= 0.5)
-        under_on = sum(v["underrun_s"] or 0 for v in on.get("levels", {}).values()) if on else None
-        under_off = sum(v["underrun_s"] or 0 for v in off.get("levels", {}).values()) if off else None
+        late = (on.get("late") or {}).get("vs_alone")
+        result.target(f"{mode}: late listener's first audio vs alone", f"<= {LATE_GOAL:g}x", late, at_most(late, LATE_GOAL))
+        half = ratio(_at(on, "4", "first_audio_ms_median"), _at(off, "4", "first_audio_ms_median"))
+        result.target(f"{mode}: 4 listeners' median first audio, deadlines on vs off", "<= 0.5x", half, at_most(half, 0.5))
+        under_on, under_off = (sum(v["underrun_s"] or 0 for v in row["levels"].values()) if row else None for row in (on, off))
         result.target(f"{mode}: underrun seconds over the sweep, deadlines on vs off", "no more than off",
                       None if under_on is None else rnd(under_on, 3),
                       None if under_on is None or under_off is None else under_on <= under_off)
-    _concurrent_vs_sequential(result, summary, backend)
-
-
-def _concurrent_vs_sequential(result, summary: dict[str, Any], backend: str) -> None:
-    """Concurrent mode never loses to sequential (deadlines on): audio-hours per hour at every
-    level (the lowest ratio), and first audio for a single listener."""
-    seq = summary.get(config_name("sequential", True, backend), {}).get("levels", {})
-    con = summary.get(config_name("concurrent", True, backend), {}).get("levels", {})
-    ratios = [
-        con[n]["audio_hours_per_hour"] / seq[n]["audio_hours_per_hour"]
-        for n in seq if n in con and seq[n].get("audio_hours_per_hour") and con[n].get("audio_hours_per_hour")
-    ]
-    worst = rnd(min(ratios), 3) if ratios else None
-    result.target("concurrent vs sequential: audio-h/h at every level (lowest ratio)", ">= 1.0x", worst,
-                  None if worst is None else worst >= 1.0)
-    alone_seq = (seq.get("1") or {}).get("first_audio_ms_median")
-    alone_con = (con.get("1") or {}).get("first_audio_ms_median")
-    alone = rnd(alone_con / alone_seq, 3) if alone_seq and alone_con else None
-    result.target("concurrent vs sequential: one listener's first audio", "<= 1.0x", alone,
-                  None if alone is None else alone <= 1.0)
+    seq, con = (summary.get(config_name(mode, True, backend), {}) for mode in ("sequential", "concurrent"))
+    ratios = [c / s for n in seq.get("levels", {})
+              if (s := _at(seq, n, "audio_hours_per_hour")) and (c := _at(con, n, "audio_hours_per_hour"))]
+    worst = rnd(min(ratios, default=None), 3)
+    result.target("concurrent vs sequential: audio-h/h at every level (lowest ratio)", ">= 1.0x", worst, at_least(worst, 1.0))
+    alone = ratio(_at(con, "1", "first_audio_ms_median"), _at(seq, "1", "first_audio_ms_median"))
+    result.target("concurrent vs sequential: one listener's first audio", "<= 1.0x", alone, at_most(alone, 1.0))

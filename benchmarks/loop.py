@@ -1,15 +1,13 @@
 """The closed loop and the rotation that every suite runs its targets through.
 
-:func:`closed_loop` runs ``clients`` clients at once, each sending its next request as soon as the
-previous one is answered (zero think time), for ``per_client`` requests or until ``duration_s`` has
-passed (a request in flight at the deadline is finished and counted; the wall time runs until the
-last one is done). A client may hold one session for all its requests (``session(c)``, an async
-context manager). A client that fails stops; its failure is kept and the others go on.
-
-:func:`rotated` is the order of the targets (servers, variants, configurations) in round ``k``: each
-round starts one further along, so no target always runs first or right after the same other one,
-and load drift on shared cores hits all alike; :func:`in_rounds` measures variants one at a time in
-that order, round after round.
+:func:`closed_loop`: ``clients`` clients at once, each sending its next request as soon as the
+previous one is answered (zero think time), for ``per_client`` requests or until ``duration_s`` (a
+request in flight at the deadline is finished and counted; the wall time runs until the last one is
+done), each on one session of its own where ``session`` is given; a client that fails stops, its
+failure kept, and the others go on. :func:`rotated`: the order of the targets in round ``k``, one
+further along each round, so no target always runs first or right after the same other one and load
+drift on shared cores hits all alike; :func:`in_rounds` measures variants one at a time in that
+order, round after round.
 """
 
 from __future__ import annotations

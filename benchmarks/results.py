@@ -8,6 +8,7 @@ unit tests hold the writer to it).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.metadata as md
 import importlib.util
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 SCHEMA_VERSION = 1
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +33,8 @@ PACKAGES = (
     "kokoro-serve", "kokoro-onnx", "onnxruntime", "numpy", "torch", "starlette", "uvicorn",
     "websockets", "httpx", "prometheus-client", "lameenc", "av", "psutil", "matplotlib",
 )
+#: How a target's ``met`` reads.
+MET = {True: "met", False: "NOT met", None: "not measured"}
 REQUIRED_KEYS = {
     "benchmark": str, "schema_version": int, "command": str, "quick": bool, "started": str,
     "finished": str, "machine": dict, "versions": dict, "config": dict, "samples": list,
@@ -49,19 +54,29 @@ def mean(values: Iterable[float | None]) -> float | None:
 
 
 def percentile(values: Iterable[float | None], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) of the values that exist, interpolated linearly between the
-    closest ranks (numpy's default); None for no values. The one percentile of every suite."""
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    pos = (len(vals) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(vals) - 1)
-    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+    """The ``q``-th percentile (0-100) of the values that exist, numpy's (linear between the closest
+    ranks); None for no values. The one percentile of every suite."""
+    vals = [v for v in values if v is not None]
+    return float(np.percentile(vals, q)) if vals else None
 
 
 def rnd(x: float | None, digits: int = 1) -> float | None:
     return None if x is None else round(x, digits)
+
+
+def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
+    """``a / b`` rounded, None unless both exist (and are not zero)."""
+    return round(a / b, digits) if a and b else None
+
+
+def at_most(value: float | None, limit: float) -> bool | None:
+    """Whether a goal of at most ``limit`` is met; None when nothing was measured."""
+    return None if value is None else value <= limit
+
+
+def at_least(value: float | None, limit: float) -> bool | None:
+    """Whether a goal of at least ``limit`` is met; None when nothing was measured."""
+    return None if value is None else value >= limit
 
 
 def ms(seconds: float | None, digits: int = 1) -> float | None:
@@ -91,12 +106,10 @@ def load_average() -> list[float] | None:
 
 
 def _cpu_model() -> str:
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or "?"
 
 
@@ -142,8 +155,7 @@ def versions() -> dict[str, str | None]:
 
 
 def command_line(name: str, quick: bool, extra: list[str] | None = None) -> str:
-    parts = ["python", "-m", "benchmarks", name, *(["--quick"] if quick else []), *(extra or [])]
-    return " ".join(shlex.quote(p) for p in parts)
+    return shown_command(["python", "-m", "benchmarks", name, *(["--quick"] if quick else []), *(extra or [])])
 
 
 def shown_command(argv: list[str]) -> str:
@@ -191,36 +203,18 @@ class Result:
         self.targets.append({"name": name, "goal": goal, "value": value, "met": met})
 
     def to_dict(self) -> dict[str, Any]:
-        machine = dict(self.machine)
-        machine["load_average_at_end"] = load_average()
         return {
-            "benchmark": self.benchmark,
-            "schema_version": SCHEMA_VERSION,
-            "status": self.status,
-            "command": self.command,
-            "quick": self.quick,
-            "started": self.started,
-            "finished": self.finished or now_iso(),
-            "machine": machine,
-            "versions": versions(),
-            "config": self.config,
-            "samples": self.samples,
-            "medians": self.medians,
-            "summary": self.summary,
-            "server_view": self.server_view,
-            "targets": self.targets,
-            "notes": self.notes,
+            "benchmark": self.benchmark, "schema_version": SCHEMA_VERSION, "status": self.status,
+            "command": self.command, "quick": self.quick, "started": self.started, "finished": self.finished or now_iso(),
+            "machine": {**self.machine, "load_average_at_end": load_average()}, "versions": versions(),
+            **{key: getattr(self, key) for key in ("config", "samples", "medians", "summary", "server_view", "targets", "notes")},
         }
 
 
 def validate(data: dict[str, Any]) -> list[str]:
     """Problems with a result dict (empty when it follows the schema)."""
-    problems = []
-    for key, kind in REQUIRED_KEYS.items():
-        if key not in data:
-            problems.append(f"missing {key!r}")
-        elif not isinstance(data[key], kind):
-            problems.append(f"{key!r} is {type(data[key]).__name__}, expected {kind.__name__}")
+    problems = [f"missing {key!r}" if key not in data else f"{key!r} is {type(data[key]).__name__}, expected {kind.__name__}"
+                for key, kind in REQUIRED_KEYS.items() if not isinstance(data.get(key), kind)]
     if data.get("schema_version") not in (None, SCHEMA_VERSION):
         problems.append(f"schema_version {data.get('schema_version')} != {SCHEMA_VERSION}")
     for i, t in enumerate(data.get("targets") or []):
@@ -229,10 +223,9 @@ def validate(data: dict[str, Any]) -> list[str]:
     machine = data.get("machine")
     if isinstance(machine, dict) and not {"cpu_count", "load_average_at_start"} <= set(machine):
         problems.append("machine lacks cpu_count/load_average_at_start")
-    for i, s in enumerate(data.get("samples") or []):
-        if not isinstance(s, dict):
-            problems.append(f"samples[{i}] is not an object")
-            break
+    bad = [i for i, sample in enumerate(data.get("samples") or []) if not isinstance(sample, dict)]
+    if bad:
+        problems.append(f"samples[{bad[0]}] is not an object")
     return problems
 
 
@@ -280,8 +273,7 @@ def markdown_doc(result: dict[str, Any], title: str, body: str) -> str:
     if result["targets"]:
         lines += ["", "Targets:", ""]
         for t in result["targets"]:
-            mark = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
-            lines.append(f"- {t['name']}: goal {t['goal']}; measured {t['value']} — **{mark}**")
+            lines.append(f"- {t['name']}: goal {t['goal']}; measured {t['value']} — **{MET[t['met']]}**")
     if result["notes"]:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
     return "\n".join(lines) + "\n"
@@ -309,8 +301,16 @@ def write(
     out_dir.mkdir(parents=True, exist_ok=True)
     name = stem or result.benchmark
     (out_dir / f"{name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    written = [f"{name}.json", *render(data, out_dir, name, title=title, body=body, plot=plot)]
+    log(f"wrote {', '.join(str(out_dir / w) for w in written)}")
+    return data
+
+
+def render(data: dict[str, Any], out_dir: Path, name: str, *, title: str, body: Callable[[dict[str, Any]], str],
+           plot: Callable[[dict[str, Any], Path], None] | None = None) -> list[str]:
+    """Write ``<name>.md`` and (with ``plot``) ``<name>.png`` from a result dict; the files written."""
     (out_dir / f"{name}.md").write_text(markdown_doc(data, title, body(data)))
-    written = [f"{name}.json", f"{name}.md"]
+    written = [f"{name}.md"]
     if plot is not None:
         import matplotlib
 
@@ -320,5 +320,4 @@ def write(
         plot(data, png)
         if png.exists():
             written.append(png.name)
-    log(f"wrote {', '.join(str(out_dir / w) for w in written)}")
-    return data
+    return written

@@ -1,21 +1,9 @@
-"""Throughput: audio-hours synthesised per hour of wall time at concurrency 1, 2, 4, 8 — sequential
-vs concurrent mode, ONNX vs torch (when the torch runtime and its checkpoint are available), and the
-raw runtime (N threads calling ``Kokoro.create()`` on one shared session) in the same run.
-
-Each of N clients loops until the level's deadline: one WebSocket session, one request at a time
-(a text from :data:`~benchmarks.texts.THROUGHPUT_TEXTS`), waiting for its audio before sending the
-next; a request in flight at the deadline is finished and counted, and the wall time runs until the
-last one is done. Audio-hours per hour = audio seconds received / wall seconds. Because
-``Kokoro.create()`` trims leading/trailing silence, the raw runtime returns less audio for the same
-text; text characters per second is reported beside it as the equal-work measure. All servers are up
-at once (idle ones cost no CPU) and the configs take turns level by level, rotating, with the raw
-runtime among them, so load drift on shared cores hits all alike; with several rounds the medians
-are reported. Peak RSS is each server process's high-water mark (``VmHWM``). ``--backend fake`` runs the
-servers on the model-free runtime and leaves out the raw runtime (the harness, not the figures).
-
-Then the listeners' sweep (:mod:`benchmarks.listeners`): 1, 2, 4, 8 listeners sending the
-267-character paragraph at once, each playing it in real time and counting underruns, with playback
-deadlines on and off, sequential vs concurrent (``summary.listeners``).
+"""Throughput (``python -m benchmarks throughput``): audio-hours synthesised per hour of wall time at
+concurrency 1, 2, 4, 8 — sequential vs concurrent mode, ONNX vs torch (when its checkpoint is
+available), and the raw runtime (N threads calling ``Kokoro.create()`` on one shared session) — each
+level a closed loop of N clients (:func:`benchmarks.loop.closed_loop`), every server up at once and
+the configurations taking turns level by level, rotating; then the listeners' sweep
+(:mod:`benchmarks.listeners`, ``summary.listeners``). Method: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,12 +14,12 @@ import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import listeners, prom
+from . import listeners, prom, results
 from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
 from .loop import Loop, closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
-from .results import Result, command_line, load_average, markdown_table, median, ms, rnd, save_plot
+from .results import Result, at_least, command_line, markdown_table, median, medians_by, ms, ratio, rnd
 from .texts import THROUGHPUT_TEXTS
 
 TARGET_GAIN = 1.2
@@ -42,7 +30,8 @@ def _text(client: int, n: int) -> str:
     return THROUGHPUT_TEXTS[(client + n) % len(THROUGHPUT_TEXTS)]
 
 
-async def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
+def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
+    """N clients, one WebSocket session each; the server's own view of the level beside the figures."""
     async def request(ws: WsSession, i: int, n: int) -> tuple[str, Timing]:
         text = _text(i, n)
         (t,) = await ws.synthesize([text], raise_on_error=False)
@@ -50,13 +39,15 @@ async def _server_level(srv: LiveServer, concurrency: int, duration_s: float) ->
             await asyncio.sleep(0.1)
         return text, t
 
-    loop = await closed_loop(request, concurrency, duration_s=duration_s,
-                             session=lambda _i: WsSession(srv.ws_url, voice=VOICE))
-    return _level_stats(loop)
+    before = srv.scrape()
+    loop = asyncio.run(closed_loop(request, concurrency, duration_s=duration_s,
+                                   session=lambda _i: WsSession(srv.ws_url, voice=VOICE)))
+    return {**_level_stats(loop), "server_view": prom.server_view(before, srv.scrape())}
 
 
-def _raw_level(raw: RawRuntime, concurrency: int, duration_s: float) -> dict:
+def _raw_level(raw: RawRuntime | None, concurrency: int, duration_s: float) -> dict:
     """One thread per client calling ``create()`` on the one shared runtime."""
+    assert raw is not None
     with ThreadPoolExecutor(concurrency, thread_name_prefix="raw-client") as pool:
         async def request(_s: None, i: int, n: int) -> tuple[str, Timing]:
             text = _text(i, n)
@@ -95,15 +86,14 @@ def torch_available(model_dir=None) -> tuple[bool, str]:
     return True, ""
 
 
-def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = None, backend: str = "onnx") -> Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     levels = [1, 4] if quick else [1, 2, 4, 8]
     duration = 12.0 if quick else 25.0
     rounds = 1 if quick else 2
     configs: list[tuple[str, str]] = [(backend, "sequential"), (backend, "concurrent")]
     result = Result("throughput", quick, command_line("throughput", quick))
     raw_too = backend != "fake"  # the harness without the model: no raw runtime beside it
-    want_torch = (not quick and backend == "onnx") if torch is None else torch
-    if want_torch:
+    if not quick and backend == "onnx":
         ok, why = torch_available(model_dir)
         if ok:
             configs += [("torch", "sequential"), ("torch", "concurrent")]
@@ -125,41 +115,26 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
     raw = RawRuntime(model_dir) if raw_too else None
     with contextlib.ExitStack() as stack:
         servers: dict[str, LiveServer | None] = {RAW: None} if raw_too else {}
-        for backend, mode in configs:
-            name = f"{backend}/{mode}"
-            srv = LiveServer(backend=backend, mode=mode, model_dir=model_dir, log=log)
+        for runtime, mode in configs:
             try:
-                stack.enter_context(srv)
+                servers[f"{runtime}/{mode}"] = stack.enter_context(
+                    LiveServer(backend=runtime, mode=mode, model_dir=model_dir, log=log))
             except ServerFailed as e:
-                result.notes.append(f"{name} did not start: {str(e)[:300]}")
-                log(f"  {name} did not start")
-                continue
-            servers[name] = srv
-        names = list(servers)
+                result.notes.append(f"{runtime}/{mode} did not start: {str(e)[:300]}")
+                log(f"  {runtime}/{mode} did not start")
         for rnd_i in range(rounds):
             for c in levels:
-                for name in rotated(names, rnd_i + levels.index(c)):
-                    srv = servers[name]
-                    load = load_average()
-                    sample: dict[str, Any] = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load}
-                    if srv is None:
-                        assert raw is not None
-                        sample.update(_raw_level(raw, c, duration))
-                    else:
-                        before = srv.scrape()
-                        sample.update(asyncio.run(_server_level(srv, c, duration)))
-                        sample["server_view"] = prom.server_view(before, srv.scrape())
+                for name in rotated(list(servers), rnd_i + levels.index(c)):
+                    srv, load = servers[name], results.load_average()
+                    figures = _raw_level(raw, c, duration) if srv is None else _server_level(srv, c, duration)
+                    sample = {"config": name, "concurrency": c, "round": rnd_i + 1, "load_before": load, **figures}
+                    if srv is not None:
                         result.server_view[f"{name} c={c} round {rnd_i + 1}"] = sample["server_view"]
                     result.samples.append(sample)
-                    view = sample.get("server_view") or {}
-                    log(
-                        f"  round {rnd_i + 1} {name:<18} c={c}: {sample['audio_hours_per_hour']:.3f} audio-h/h, "
-                        f"{sample['chars_per_s']:.1f} chars/s ({sample['requests']} requests, {sample['errors']} errors"
-                        + (f", batch mean {view['batch_size']['mean']}, RTF mean {view['realtime_factor']['mean']}" if view else "")
-                        + f", load {load[0] if load else '?'})"
-                    )
-    peak_rss = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
-    result.summary["peak_rss_mib"] = peak_rss
+                    log(f"  round {rnd_i + 1} {name:<18} c={c}: {sample['audio_hours_per_hour']:.3f} audio-h/h, "
+                        f"{sample['chars_per_s']:.1f} chars/s ({sample['requests']} requests, {sample['errors']} errors, "
+                        f"load {load[0] if load else '?'})")
+    result.summary["peak_rss_mib"] = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
     log("throughput: many listeners (deadlines on/off, sequential/concurrent)")
     result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False, backend=backend)
     summarize(result)
@@ -167,23 +142,20 @@ def run(*, quick: bool = False, model_dir=None, log=print, torch: bool | None = 
 
 
 def _gain_at_4(table: dict[str, dict[str, float]]) -> tuple[str | None, float | None, float | None, float | None]:
+    at4 = {name: row["4"] for name, row in table.items() if name != RAW and row.get("4") is not None}
+    best = max(at4, key=lambda name: at4[name], default=None)
     raw4 = table.get(RAW, {}).get("4")
-    best_name, best4 = None, None
-    for name, row in table.items():
-        if name != RAW and row.get("4") is not None and (best4 is None or row["4"] > best4):
-            best_name, best4 = name, row["4"]
-    return best_name, best4, raw4, (round(best4 / raw4, 3) if best4 and raw4 else None)
+    return best, at4.get(best or ""), raw4, ratio(at4.get(best or ""), raw4)
 
 
 def summarize(result: Result) -> None:
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for s in result.samples:
-        groups.setdefault((s["config"], str(s["concurrency"])), []).append(s)
     audio: dict[str, dict[str, float]] = {}
     chars: dict[str, dict[str, float]] = {}
-    for (config, c), xs in groups.items():
-        audio.setdefault(config, {})[c] = rnd(median(x["audio_hours_per_hour"] for x in xs), 4)
-        chars.setdefault(config, {})[c] = rnd(median(x.get("chars_per_s") for x in xs), 3)
+    for config in dict.fromkeys(s["config"] for s in result.samples):
+        by_level = medians_by([s for s in result.samples if s["config"] == config], "concurrency",
+                              {"audio_hours_per_hour": 4, "chars_per_s": 3})
+        audio[config] = {str(c): v["audio_hours_per_hour"] for c, v in by_level.items()}
+        chars[config] = {str(c): v["chars_per_s"] for c, v in by_level.items()}
     result.medians = {"audio_hours_per_hour": audio, "chars_per_s": chars}
     best_name, best4, raw4, gain = _gain_at_4(audio)
     work_name, _, _, work_gain = _gain_at_4(chars)
@@ -191,22 +163,17 @@ def summarize(result: Result) -> None:
         "best_at_4": best_name, "best_at_4_audio_hours_per_hour": best4, "raw_at_4": raw4, "gain_at_4": gain,
         "best_at_4_equal_work": work_name, "gain_at_4_equal_work": work_gain,
     })
-    result.target(
-        "best mode vs raw runtime at concurrency 4, audio-hours per hour", f">= {TARGET_GAIN}x", gain,
-        None if gain is None else gain >= TARGET_GAIN,
-    )
-    result.target(
-        "the same at equal work (text characters per second; kokoro-onnx trims silence, so it returns less audio "
-        "for the same text)", f">= {TARGET_GAIN}x", work_gain, None if work_gain is None else work_gain >= TARGET_GAIN,
-    )
+    result.target("best mode vs raw runtime at concurrency 4, audio-hours per hour", f">= {TARGET_GAIN}x", gain,
+                  at_least(gain, TARGET_GAIN))
+    result.target("the same at equal work (text characters per second; kokoro-onnx trims silence, so it returns "
+                  "less audio for the same text)", f">= {TARGET_GAIN}x", work_gain, at_least(work_gain, TARGET_GAIN))
 
 
 def body(data: dict[str, Any]) -> str:
     levels = data["config"]["concurrency_levels"]
     rss = data["summary"].get("peak_rss_mib", {})
-    rows = []
-    for name, row in data["medians"]["audio_hours_per_hour"].items():
-        rows.append([name, *(row.get(str(c)) for c in levels), rss.get(name)])
+    rows = [[name, *(row.get(str(c)) for c in levels), rss.get(name)]
+            for name, row in data["medians"]["audio_hours_per_hour"].items()]
     table = markdown_table(["config", *(f"c={c}" for c in levels), "peak RSS MiB"], rows)
     s = data["summary"]
     head = (
@@ -250,4 +217,4 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_title(f"Throughput ({data['command']})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    save_plot(fig, path)
+    results.save_plot(fig, path)

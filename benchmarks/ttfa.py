@@ -1,30 +1,8 @@
-"""Time to first audio on the 267-character, 4-sentence paragraph: batch vs streaming, against
-live servers, with the raw runtime (kokoro-onnx) side by side in the same run.
-
-Modes (each run goes through every mode in turn, the first one rotating run by run, so load drift hits all
-modes alike; ``--backend fake`` leaves out the raw runtime):
-
-* ``batch`` — ``POST /invocations`` with ``stream: false``; first audio is when the whole audio
-  has arrived (the AWS sample handler's behaviour).
-* ``streamed`` — the whole text over the WebSocket to a server with
-  ``KOKORO_FAST_FIRST_SEGMENT=false``: server-side sentence segments, first audio after the first
-  whole sentence.
-* ``sentence_first`` — the four sentences sent at once over the WebSocket, pipelined, as a
-  sentence chunker hands them over (default server).
-* ``fast_first`` — the whole text over the WebSocket to the default server, whose first segment
-  is cut short, after a few words (``KOKORO_SHORT_FIRST_SEGMENT=always``). This is the default
-  client path: ``streaming_ttfa_ms``.
-* ``clause_first`` — the same to a server with ``KOKORO_SHORT_FIRST_SEGMENT=never``: the first
-  segment ends at the first clause mark or phrase boundary (3–12 words).
-* ``raw_batch`` / ``raw_stream`` / ``raw_sentence_first`` — ``Kokoro.create()``,
-  ``Kokoro.create_stream()`` (first batch) and ``create()`` per sentence, in this process.
-
-Server-side first audio is measured from the first byte sent (the WebSocket session is opened
-before the clock starts; its connect time is recorded apart).
-
-Then many listeners (:mod:`benchmarks.listeners`): 1, 2, 4, 8 sending the paragraph at once, and a
-late arrival behind three streaming listeners, with playback deadlines on and off, sequential vs
-concurrent (``summary.listeners``).
+"""Time to first audio on the 267-character, 4-sentence paragraph (``python -m benchmarks ttfa``):
+batch vs the streaming modes against live servers, the raw runtime (kokoro-onnx) beside them in the
+same run (``--backend fake`` leaves it out), the modes taking turns run by run; then the many
+listeners' sweep (:mod:`benchmarks.listeners`, ``summary.listeners``). The modes and the method are
+described in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -37,12 +15,12 @@ from typing import Any
 
 import httpx
 
-from . import listeners, prom
+from . import listeners, prom, results
 from .clients import RequestFailed, WsSession, post
 from .live import LiveServer
 from .loop import in_rounds
 from .raw import VOICE, RawRuntime
-from .results import Result, command_line, markdown_table, median, medians_by, ms, rnd, save_plot
+from .results import Result, at_most, command_line, markdown_table, median, medians_by, ms, ratio, rnd
 from .texts import PARAGRAPH, SENTENCES, check_paragraph
 
 SERVER_MODES = ("batch", "streamed", "sentence_first", "fast_first", "clause_first")
@@ -50,50 +28,42 @@ RAW_MODES = ("raw_batch", "raw_stream", "raw_sentence_first")
 STREAMING_MODE = "fast_first"
 TARGET_RATIO, TARGET_MS = 0.15, 1000.0
 SHORT_RATIO = 0.12  # the tighter goal for streaming first audio over batch
+#: The servers (each sequential) and their settings; ``streamed`` and ``clause_first`` run on their own.
+SERVERS = {"default": {}, "plain": {"KOKORO_FAST_FIRST_SEGMENT": "false"}, "clause": {"KOKORO_SHORT_FIRST_SEGMENT": "never"}}
 
 
-async def _server_sample(mode: str, servers: dict[str, LiveServer], http: httpx.AsyncClient) -> dict:
-    default = servers["default"]
+def _figures(first_s: float | None, complete_s: float | None, audio_s: float, connect_s: float | None = None,
+             server_ttfa_ms: float | None = None) -> dict:
+    return {"first_audio_ms": ms(first_s), "complete_ms": ms(complete_s), "audio_s": rnd(audio_s, 3),
+            "connect_ms": ms(connect_s or None, 2), "server_ttfa_ms": server_ttfa_ms}
+
+
+async def _sample(mode: str, servers: dict[str, LiveServer], raw: RawRuntime | None, http: httpx.AsyncClient) -> dict:
     if mode == "batch":
-        t = await post(http, f"{default.url}/invocations",
+        t = await post(http, f"{servers['default'].url}/invocations",
                        {"text": PARAGRAPH, "format": "pcm", "stream": False, "voice": VOICE})
         if t.error:
             raise RequestFailed(t.error)
-        # The whole audio is the first audio a batch client can play.
-        return {"first_audio_s": t.complete_s, "complete_s": t.complete_s, "audio_s": t.audio_s, "connect_s": None}
-    srv = servers["plain"] if mode == "streamed" else servers["clause"] if mode == "clause_first" else default
-    texts = list(SENTENCES) if mode == "sentence_first" else [PARAGRAPH]
+        return _figures(t.complete_s, t.complete_s, t.audio_s)  # the whole audio is a batch client's first
+    if mode in RAW_MODES:
+        assert raw is not None
+        if mode == "raw_stream":
+            t = await raw.create_stream(PARAGRAPH)
+        elif mode == "raw_batch":
+            t = await asyncio.to_thread(raw.create, PARAGRAPH)
+        else:
+            t = await asyncio.to_thread(raw.create_sentences, SENTENCES)
+        return _figures(t.first_audio_s, t.complete_s, t.audio_s)
+    srv = servers[{"streamed": "plain", "clause_first": "clause"}.get(mode, "default")]
     async with WsSession(srv.ws_url, voice=VOICE) as ws:
-        timings = await ws.synthesize(texts)
-    return {
-        "first_audio_s": timings[0].first_audio_s,
-        "complete_s": timings[-1].complete_s,
-        "audio_s": sum(t.audio_s for t in timings),
-        "connect_s": ws.connect_s,
-        "server_ttfa_ms": timings[0].server_ttfa_ms,
-    }
-
-
-async def _raw_sample(mode: str, raw: RawRuntime | None) -> dict:
-    assert raw is not None
-    if mode == "raw_batch":
-        t = await asyncio.to_thread(raw.create, PARAGRAPH)
-    elif mode == "raw_stream":
-        t = await raw.create_stream(PARAGRAPH)
-    else:
-        t = await asyncio.to_thread(raw.create_sentences, SENTENCES)
-    return {"first_audio_s": t.first_audio_s, "complete_s": t.complete_s, "audio_s": t.audio_s}
+        timings = await ws.synthesize(list(SENTENCES) if mode == "sentence_first" else [PARAGRAPH])
+    return _figures(timings[0].first_audio_s, timings[-1].complete_s, sum(t.audio_s for t in timings),
+                    ws.connect_s, timings[0].server_ttfa_ms)
 
 
 async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], raw: RawRuntime | None, log) -> list[dict]:
     async with httpx.AsyncClient(timeout=600) as http:
-        async def one(mode: str) -> dict:
-            s = await (_raw_sample(mode, raw) if mode.startswith("raw_") else _server_sample(mode, servers, http))
-            return {"first_audio_ms": ms(s["first_audio_s"]), "complete_ms": ms(s["complete_s"]),
-                    "audio_s": rnd(s["audio_s"], 3), "connect_ms": ms(s.get("connect_s") or None, 2),
-                    "server_ttfa_ms": s.get("server_ttfa_ms")}
-
-        return await in_rounds(modes, runs, one, log=log, pause_s=0.3)
+        return await in_rounds(modes, runs, lambda mode: _sample(mode, servers, raw, http), log=log, pause_s=0.3)
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
@@ -109,11 +79,9 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
         config={
             "paragraph": PARAGRAPH, "paragraph_chars": len(PARAGRAPH), "sentences": list(SENTENCES),
             "voice": VOICE, "lang": "en-us", "runs_per_mode": runs, "modes": modes,
-            "servers": {
-                "default": f"kokoro-serve serve --backend {backend} --mode sequential",
-                "plain": f"KOKORO_FAST_FIRST_SEGMENT=false kokoro-serve serve --backend {backend} --mode sequential",
-                "clause": f"KOKORO_SHORT_FIRST_SEGMENT=never kokoro-serve serve --backend {backend} --mode sequential",
-            },
+            "servers": {name: " ".join([*(f"{k}={v}" for k, v in env.items()),
+                                        f"kokoro-serve serve --backend {backend} --mode sequential"])
+                        for name, env in SERVERS.items()},
             "streaming_mode": STREAMING_MODE,
         },
     )
@@ -122,12 +90,9 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
     if any(m.startswith("raw_") for m in modes):
         raw = RawRuntime(model_dir)
         result.config["raw_runtime"] = {"model": str(raw.model_path.name), "load_s": rnd(raw.load_s, 2)}
-    servers = {name: LiveServer(backend=backend, model_dir=model_dir, env=env, log=log) for name, env in (
-        ("default", {}), ("plain", {"KOKORO_FAST_FIRST_SEGMENT": "false"}),
-        ("clause", {"KOKORO_SHORT_FIRST_SEGMENT": "never"}))}
     with contextlib.ExitStack() as stack:
-        for srv in servers.values():
-            stack.enter_context(srv)
+        servers = {name: stack.enter_context(LiveServer(backend=backend, model_dir=model_dir, env=env, log=log))
+                   for name, env in SERVERS.items()}
         before = {name: srv.scrape() for name, srv in servers.items()}
         t0 = time.perf_counter()
         result.samples = asyncio.run(_measure(modes, runs, servers, raw, log))
@@ -145,36 +110,28 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
                                    configs=(("sequential", True), ("concurrent", True)))
         result.summary["torch_late_listener"] = on_torch
         for mode in ("sequential", "concurrent"):
-            ratio = (on_torch["summary"].get(listeners.config_name(mode, True, "torch"), {}).get("late") or {}).get("vs_alone")
+            late = (on_torch["summary"].get(listeners.config_name(mode, True, "torch"), {}).get("late") or {})
             result.target(f"torch, {mode}: late listener's first audio vs alone", f"<= {listeners.LATE_GOAL:g}x",
-                          ratio, None if ratio is None else ratio <= listeners.LATE_GOAL)
+                          late.get("vs_alone"), at_most(late.get("vs_alone"), listeners.LATE_GOAL))
     return result
 
 
 def summarize(result: Result) -> None:
     result.medians = medians_by(result.samples, "mode", {"first_audio_ms": 1, "complete_ms": 1, "audio_s": 3})
-    batch = (result.medians.get("batch") or {}).get("first_audio_ms")
-    streaming = (result.medians.get(STREAMING_MODE) or {}).get("first_audio_ms")
-    ratio = round(streaming / batch, 4) if batch and streaming else None
-    raw_stream = (result.medians.get("raw_stream") or {}).get("first_audio_ms")
-    clause = (result.medians.get("clause_first") or {}).get("first_audio_ms")
+    first = {mode: v["first_audio_ms"] for mode, v in result.medians.items()}
+    batch, streaming = first.get("batch"), first.get(STREAMING_MODE)
+    vs_batch = ratio(streaming, batch, 4)
     result.summary = {
-        "batch_ttfa_ms": batch,
-        "streaming_ttfa_ms": streaming,
-        "ratio": ratio,
-        "streaming_vs_raw_stream": round(streaming / raw_stream, 4) if streaming and raw_stream else None,
-        "clause_first_ttfa_ms": clause,
-        "median_first_audio_ms": {m: v["first_audio_ms"] for m, v in result.medians.items()},
-        "median_complete_ms": {m: v["complete_ms"] for m, v in result.medians.items()},
+        "batch_ttfa_ms": batch, "streaming_ttfa_ms": streaming, "ratio": vs_batch,
+        "streaming_vs_raw_stream": ratio(streaming, first.get("raw_stream"), 4),
+        "clause_first_ttfa_ms": first.get("clause_first"),
+        "median_first_audio_ms": first,
+        "median_complete_ms": {mode: v["complete_ms"] for mode, v in result.medians.items()},
     }
-    result.target("streaming first audio / batch", f"<= {TARGET_RATIO}x", ratio, None if ratio is None else ratio <= TARGET_RATIO)
-    result.target(
-        "streaming first audio", f"<= {TARGET_MS:.0f} ms on this machine", streaming,
-        None if streaming is None else streaming <= TARGET_MS,
-    )
-    result.target(
-        "streaming first audio / batch", f"<= {SHORT_RATIO}x", ratio, None if ratio is None else ratio <= SHORT_RATIO
-    )
+    result.target("streaming first audio / batch", f"<= {TARGET_RATIO}x", vs_batch, at_most(vs_batch, TARGET_RATIO))
+    result.target("streaming first audio", f"<= {TARGET_MS:.0f} ms on this machine", streaming,
+                  at_most(streaming, TARGET_MS))
+    result.target("streaming first audio / batch", f"<= {SHORT_RATIO}x", vs_batch, at_most(vs_batch, SHORT_RATIO))
     result.notes.append(
         "streaming_ttfa_ms is the fast_first mode: the whole text over the WebSocket to a server with "
         "default settings (first segment cut short, after a few words); clause_first_ttfa_ms the same with "
@@ -184,10 +141,8 @@ def summarize(result: Result) -> None:
 
 def body(data: dict[str, Any]) -> str:
     s, m = data["summary"], data["medians"]
-    rows = []
-    for mode, v in m.items():
-        reported = median(x.get("server_ttfa_ms") for x in data["samples"] if x["mode"] == mode)
-        rows.append([mode, v["first_audio_ms"], rnd(reported, 1), v["complete_ms"], v["audio_s"], v["runs"]])
+    rows = [[mode, v["first_audio_ms"], rnd(median(x.get("server_ttfa_ms") for x in data["samples"] if x["mode"] == mode), 1),
+             v["complete_ms"], v["audio_s"], v["runs"]] for mode, v in m.items()]
     head = (
         f"Streaming first audio **{s['streaming_ttfa_ms']} ms** vs batch **{s['batch_ttfa_ms']} ms** "
         f"(ratio {s['ratio']}) on the {data['config']['paragraph_chars']}-character paragraph, "
@@ -195,9 +150,7 @@ def body(data: dict[str, Any]) -> str:
         "First audio is client-measured; the server's own figure for the first request (`ttfa_ms` of "
         "`synthesis_complete`, WebSocket modes) is beside it."
     )
-    table = markdown_table(
-        ["mode", "first audio ms", "server-reported ms", "complete ms", "audio s", "runs"], rows
-    )
+    table = markdown_table(["mode", "first audio ms", "server-reported ms", "complete ms", "audio s", "runs"], rows)
     view = data["server_view"].get("default", {}).get("time_to_first_audio_ms", {})
     server = (
         "Server's own view (default server, `kokoro_time_to_first_audio_seconds` delta over the run, per request — "
@@ -236,4 +189,4 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_xlabel("milliseconds")
     ax.set_title(f"Time to first audio, {data['config']['paragraph_chars']}-char paragraph ({data['command']})", fontsize=9)
     ax.legend(loc="best", fontsize=8)
-    save_plot(fig, path)
+    results.save_plot(fig, path)
