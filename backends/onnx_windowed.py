@@ -90,7 +90,8 @@ def find_decoder_inputs(graph: Any) -> dict[str, str]:
     stfts = [node for node in graph.node if node.op_type == "STFT"]
     tanhs = [node for node in graph.node if node.op_type == "Tanh"]
     if len(stfts) != 1 or len(tanhs) != 1:
-        raise GraphSurgeryError(f"expected one STFT and one Tanh (the harmonic source); found {len(stfts)}, {len(tanhs)}")
+        raise GraphSurgeryError(
+            f"expected one STFT and one Tanh (the harmonic source); found {len(stfts)}, {len(tanhs)}")
     source = tanhs[0].output[0]
     if stfts[0].input[0] not in _descendants(source, consumers, limit=8):
         raise GraphSurgeryError("the STFT does not read the harmonic source")
