@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from backends.assets import ModelFiles
-from backends.base import Segment, SentenceContext, SynthesisRequest
+from backends.base import Interrupt, Interrupted, Segment, SentenceContext, SynthesisRequest
 from backends.config import BackendConfig
 from backends.joins import FRAME, sound_extent
 from backends.onnx_runtime import OnnxSynthesizer
@@ -55,6 +55,18 @@ def test_a_window_of_the_whole_sentence_is_the_models_reading(windowed_synth, on
     reading, reading_durations = onnx_synth.synthesize_timed(plain)
     assert np.array_equal(audio, reading)
     assert np.array_equal(durations, reading_durations)
+
+
+def test_an_interrupt_stops_a_windowed_call_and_the_next_one_speaks_as_before(windowed_synth, pipeline):
+    phonemes = pipeline.plan(TEXT, voice="jm_kumo")[0].phonemes
+    cut = phonemes.index(" ") + 1
+    first = Segment(TEXT, phonemes[: cut - 1], "jm_kumo", sentence=SentenceContext(phonemes, 0, cut))
+    before = windowed_synth.synthesize(first)
+    stop = Interrupt()
+    stop.set()
+    with pytest.raises(Interrupted):
+        windowed_synth.synthesize(first, interrupt=stop)
+    assert np.array_equal(windowed_synth.synthesize(first), before)
 
 
 async def test_an_early_cut_keeps_the_sentences_pitch_and_joins_without_a_click(windowed_synth, pipeline, voices):
