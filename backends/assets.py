@@ -27,7 +27,7 @@ word timings; it is remade when its source changes, and skipped (with a message)
 ONNX model's predict and decode graphs (``<name>.predict.onnx``, ``<name>.decode.onnx``,
 :mod:`backends.onnx_windowed`), recorded in the manifest the same way. With them the ONNX runtime
 decodes a first sentence cut early as windows of one reading; without them it reads each segment
-alone. Not written by default.
+alone. Not written by default; once written, a later ``build_assets`` keeps them up to date.
 """
 
 from __future__ import annotations
@@ -153,15 +153,16 @@ class ModelFiles:
 
 def _write_window_onnx(
     model_dir: Path, manifest: dict[str, Any], files: dict[str, str], derived: dict[str, str], *, force: bool,
-    progress: Progress,
+    progress: Progress, asked: bool,
 ) -> None:
     """Beside each ONNX model in ``model_dir``, its predict and decode graphs
     (:mod:`backends.onnx_windowed`), made again when either is missing, fails its checksum or was
-    made from another version of its source; recorded as the timed twin is."""
+    made from another version of its source; recorded as the timed twin is. Not ``asked``: only
+    where a model has them already (kept up to date), none made anew."""
     for name in ONNX_SOURCES:
         src = model_dir / name
         pair = (predict_name(name), decode_name(name))
-        if not src.is_file():
+        if not src.is_file() or not (asked or any(p in files or (model_dir / p).exists() for p in pair)):
             continue
         src_sha = OFFLINE_ONNX_SHA256 if name == OFFLINE_ONNX else sha256_file(src)
         if not force and all(derived.get(p) == src_sha and _verified(model_dir, p, manifest) for p in pair):
@@ -310,8 +311,7 @@ def build_assets(
     derived = dict(manifest.get("derived", {}))
     if timed:
         _write_timed_onnx(model_dir, manifest, files, derived, force=force, progress=progress)
-    if windowed:
-        _write_window_onnx(model_dir, manifest, files, derived, force=force, progress=progress)
+    _write_window_onnx(model_dir, manifest, files, derived, force=force, progress=progress, asked=windowed)
     new_manifest = {"files": files, "source": origin, "voices_from": voices_from}
     if derived:
         new_manifest["derived"] = derived

@@ -15,6 +15,7 @@ from backends import assets
 from backends.assets import ModelFiles, build_assets, sha256_file
 from backends.onnx_timed import GraphSurgeryError
 from backends.onnx_windowed import decode_name, find_decoder_inputs, predict_name, split_model
+from server.cli import main
 
 PREDICT, DECODE = predict_name(assets.OFFLINE_ONNX), decode_name(assets.OFFLINE_ONNX)
 
@@ -64,17 +65,16 @@ def test_a_graph_without_that_decoder_is_refused(tmp_path):
 def test_the_pair_is_written_only_when_asked_checksummed_and_deterministic(tmp_path):
     files = build_assets(tmp_path, torch=False)
     assert files.onnx_windowed is None and not (tmp_path / PREDICT).exists()
-    messages: list[str] = []
-    files = build_assets(tmp_path, torch=False, windowed=True, progress=messages.append)
-    assert files.onnx_windowed == (tmp_path / PREDICT, tmp_path / DECODE)
+    assert main(["assets", "--windowed", "--model-dir", str(tmp_path)]) == 0
+    assert ModelFiles.discover(tmp_path).onnx_windowed == (tmp_path / PREDICT, tmp_path / DECODE)
     manifest = json.loads((tmp_path / assets.MANIFEST).read_text())
     for name in (PREDICT, DECODE):
         assert manifest["files"][name] == sha256_file(tmp_path / name)
         assert manifest["derived"][name] == assets.OFFLINE_ONNX_SHA256
     good = (tmp_path / DECODE).read_bytes()
     (tmp_path / DECODE).write_bytes(good[:1000])  # damaged: both are made again, the same bytes
-    messages.clear()
-    build_assets(tmp_path, torch=False, windowed=True, progress=messages.append)
+    messages: list[str] = []
+    build_assets(tmp_path, torch=False, progress=messages.append)  # kept up to date once written
     assert any(DECODE in m for m in messages) and (tmp_path / DECODE).read_bytes() == good
     assert ModelFiles.discover(tmp_path).onnx_windowed is not None
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
