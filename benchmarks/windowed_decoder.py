@@ -190,11 +190,10 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, runtime: str |
     onnx = runtime == "onnx"
     files = model_files(model_dir, torch=not onnx)
     voices = VoiceStore.from_path(files.voices, VOICE)
-    scratch = tempfile.TemporaryDirectory(prefix="windowed-onnx-")
     m: Any
     if onnx:
-        synth: Any = _onnx_synth(files, voices, Path(scratch.name))
-        scratch.cleanup()  # the sessions hold the graphs
+        with tempfile.TemporaryDirectory(prefix="windowed-onnx-") as scratch:  # the sessions hold the graphs
+            synth: Any = _onnx_synth(files, voices, Path(scratch))
         m = _OnnxModel(synth)
     else:
         synth = TorchSynthesizer(files.root, voices, device="cpu", dtype="float32", deterministic=True)
