@@ -22,6 +22,12 @@ with the predicted durations as a second output (:mod:`backends.onnx_timed`), it
 source's recorded in the manifest. A twin is preferred over its source, so the ONNX runtime reports
 word timings; it is remade when its source changes, and skipped (with a message) where the
 ``onnx`` package is missing or a graph offers no duration tensor.
+
+``build_assets(model_dir, windowed=True)`` (``kokoro-serve assets --windowed``) also writes each
+ONNX model's predict and decode graphs (``<name>.predict.onnx``, ``<name>.decode.onnx``,
+:mod:`backends.onnx_windowed`), recorded in the manifest the same way. With them the ONNX runtime
+decodes a first sentence cut early as windows of one reading; without them it reads each segment
+alone. Not written by default; once written, a later ``build_assets`` keeps them up to date.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import numpy as np
 
 from .official import AssetError, NotFound, download, fetch_official
 from .onnx_timed import TIMED_SUFFIX, GraphSurgeryError, add_duration_output, source_name, timed_name
+from .onnx_windowed import decode_name, predict_name, split_model
 
 OFFLINE_ONNX = "kokoro-v1.0.int8.onnx"
 OFFLINE_ONNX_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
@@ -115,6 +122,16 @@ class ModelFiles:
         """Whether the ONNX model is a timed twin (a ``durations`` output beside the audio)."""
         return self.onnx is not None and self.onnx.name.endswith(TIMED_SUFFIX)
 
+    @property
+    def onnx_windowed(self) -> tuple[Path, Path] | None:
+        """The predict and decode graphs of the ONNX model (:mod:`backends.onnx_windowed`), when
+        both lie beside it: the runtime can then decode a window of a sentence."""
+        if self.onnx is None:
+            return None
+        name = source_name(self.onnx.name)
+        pair = (self.root / predict_name(name), self.root / decode_name(name))
+        return pair if all(p.is_file() for p in pair) else None
+
     @classmethod
     def discover(cls, root: Path) -> ModelFiles:
         root = Path(root)
@@ -132,6 +149,39 @@ class ModelFiles:
                 f"model directory {root} lacks {', '.join(missing)}; run `kokoro-serve assets` to build it"
             )
         return cls(root, onnx, voices, config, pth)  # type: ignore[arg-type]
+
+
+def _write_window_onnx(
+    model_dir: Path, manifest: dict[str, Any], files: dict[str, str], derived: dict[str, str], *, force: bool,
+    progress: Progress, asked: bool,
+) -> None:
+    """Beside each ONNX model in ``model_dir``, its predict and decode graphs
+    (:mod:`backends.onnx_windowed`), made again when either is missing, fails its checksum or was
+    made from another version of its source; recorded as the timed twin is. Not ``asked``: only
+    where a model has them already (kept up to date), none made anew."""
+    for name in ONNX_SOURCES:
+        src = model_dir / name
+        pair = (predict_name(name), decode_name(name))
+        if not src.is_file() or not (asked or any(p in files or (model_dir / p).exists() for p in pair)):
+            continue
+        src_sha = OFFLINE_ONNX_SHA256 if name == OFFLINE_ONNX else sha256_file(src)
+        if not force and all(derived.get(p) == src_sha and _verified(model_dir, p, manifest) for p in pair):
+            continue
+        progress(f"writing {pair[0]} and {pair[1]} ({name} in two: the prosody, and the decoder over a window)")
+        try:
+            with atomic_write(model_dir / pair[0]) as predict, atomic_write(model_dir / pair[1]) as decode:
+                split_model(src, predict, decode)
+        except (ImportError, GraphSurgeryError) as e:
+            for p in pair:
+                (model_dir / p).unlink(missing_ok=True)
+                files.pop(p, None)
+                derived.pop(p, None)
+            why = "the onnx package is not installed" if isinstance(e, ImportError) else str(e)
+            progress(f"skipping {pair[0]} and {pair[1]}: {why} (no windowed decode from {name})")
+            continue
+        for p in pair:
+            files[p] = sha256_file(model_dir / p)
+            derived[p] = src_sha
 
 
 def _package_file(package: str, *parts: str) -> Traversable:
@@ -203,6 +253,7 @@ def build_assets(
     force: bool = False,
     torch: bool = False,
     timed: bool = True,
+    windowed: bool = False,
     progress: Progress = lambda _msg: None,
 ) -> ModelFiles:
     """Build (or verify) the model directory. Idempotent; every file is written atomically.
@@ -212,7 +263,8 @@ def build_assets(
     directory, URL or S3 prefix holds. ``torch``: also rebuild the PyTorch checkpoint from the int8 ONNX
     when no official one is present (about a minute; otherwise the torch runtime does it at its first load).
     ``timed``: write each ONNX model's timed twin (the same graph with its predicted durations as a
-    second output, :mod:`backends.onnx_timed`).
+    second output, :mod:`backends.onnx_timed`). ``windowed``: write each ONNX model's predict and
+    decode graphs (:mod:`backends.onnx_windowed`), so the runtime can decode windows of a sentence.
     """
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -259,6 +311,7 @@ def build_assets(
     derived = dict(manifest.get("derived", {}))
     if timed:
         _write_timed_onnx(model_dir, manifest, files, derived, force=force, progress=progress)
+    _write_window_onnx(model_dir, manifest, files, derived, force=force, progress=progress, asked=windowed)
     new_manifest = {"files": files, "source": origin, "voices_from": voices_from}
     if derived:
         new_manifest["derived"] = derived

@@ -26,6 +26,16 @@ durations the graph predicted (``<bos>``, each phoneme, ``<eos>``; 600 samples a
 same single run that makes the audio — the audio is the plain model's, bit for bit.
 ``reports_durations`` (``capabilities.timed``) says whether the model has them; without, the
 engine calls ``synthesize``.
+
+Windows of a sentence (``capabilities.windowed``): with the model's predict and decode graphs
+beside it (``<name>.predict.onnx``, ``<name>.decode.onnx``; :mod:`backends.onnx_windowed`), a
+segment that carries its sentence (:attr:`~backends.base.Segment.sentence`) runs the predict graph
+over the whole sentence (durations, aligned features, F0, energy, harmonic source) and the decode
+graph over the segment's frames and :data:`~backends.windows.WINDOW_CONTEXT` more on each side,
+cropped after; its durations are the window's frames per token of the segment
+(:mod:`backends.windows`, as on torch). Without both graphs nothing changes: ``windowed`` is
+False and the planner gives no segment its sentence. The two graphs hold the model's weights
+again: their sessions cost about as much memory as the model's.
 """
 
 from __future__ import annotations
@@ -51,7 +61,9 @@ from .base import (
     clip_audio,
 )
 from .onnx_timed import DURATIONS_OUTPUT
+from .onnx_windowed import DURATIONS, FRAME_SAMPLES, WINDOW_TENSORS
 from .voices import VoiceStore
+from .windows import boundary_frame, decode_range, fold_durations, token_range
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +103,26 @@ class OnnxSynthesizer(Synthesizer):
         self._session: Any = None  # onnxruntime.InferenceSession, once loaded
         self._solo_session: Any = None
         self._onnx: Path = files.onnx
+        #: The predict and decode graphs (windows of a sentence), when the model has them.
+        self.window_graphs = files.onnx_windowed
+        self._windows: dict[bool, tuple[Any, Any]] = {}  # solo? -> (predict, decode) sessions
 
     def load(self) -> None:
-        self._session = self._open(self.threads or (os.cpu_count() or 1))
-        if self.solo_threads and self.solo_threads != self.threads:
-            self._solo_session = self._open(self.solo_threads)
+        threads = self.threads or (os.cpu_count() or 1)
+        self._session = self._open(threads)
+        solo = bool(self.solo_threads and self.solo_threads != self.threads)
+        if solo:
+            self._solo_session = self._open(self.solo_threads or threads)
+        if self.window_graphs is not None:
+            predict, decode = self.window_graphs
+            self._windows[False] = (self._open(threads, predict), self._open(threads, decode))
+            if solo:
+                self._windows[True] = (self._open(self.solo_threads or threads, predict),
+                                       self._open(self.solo_threads or threads, decode))
+            names = {o.name for o in self._windows[False][0].get_outputs()}
+            if names != {DURATIONS, *WINDOW_TENSORS}:
+                raise BackendFault(f"{predict.name} has outputs {sorted(names)}; "
+                                   "rerun `kokoro-serve assets --windowed`")
         inputs = {i.name: i for i in self._session.get_inputs()}
         self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
         self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
@@ -107,7 +134,7 @@ class OnnxSynthesizer(Synthesizer):
             log.warning("%s has no timed twin in %s: no word timings on onnx; `kokoro-serve assets` writes it",
                         self._onnx.name, self.files.root)
 
-    def _open(self, threads: int) -> Any:
+    def _open(self, threads: int, path: Path | None = None) -> Any:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -118,7 +145,7 @@ class OnnxSynthesizer(Synthesizer):
         # them on, RSS climbed ~50 MB over the first hundred texts; off, it stays flat, at no cost
         # in speed (measured; see benchmarks/results/soak.md).
         opts.enable_mem_pattern = False
-        return ort.InferenceSession(str(self._onnx), sess_options=opts, providers=self.providers)
+        return ort.InferenceSession(str(path or self._onnx), sess_options=opts, providers=self.providers)
 
     @property
     def device(self) -> str:
@@ -127,7 +154,7 @@ class OnnxSynthesizer(Synthesizer):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(timed=self.reports_durations, interruptible=True, solo_calls=True, thread_safe=True,
-                            threads_settable=True, device=self.device)
+                            threads_settable=True, windowed=self.window_graphs is not None, device=self.device)
 
     @property
     def loaded(self) -> bool:
@@ -161,21 +188,52 @@ class OnnxSynthesizer(Synthesizer):
         tokens = self.tokens(segment.phonemes)[:MAX_PHONEMES]
         if not tokens:
             return np.zeros(0, dtype=np.float32), (np.zeros(0, dtype=np.int64) if timed else None)
+        if segment.sentence is not None and self.window_graphs is not None:
+            return self._window(segment, solo, interrupt)
         style = self.voices.style(segment.voice, len(tokens)).reshape(1, -1).astype(np.float32)
         speed = np.array([segment.speed], dtype=self._speed_dtype)
         inputs = {self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64), "style": style, "speed": speed}
+        names = [self._audio_output, DURATIONS_OUTPUT] if timed else [self._audio_output]
+        out = self._call(session, names, inputs, interrupt)
+        durations = np.asarray(out[1], dtype=np.int64).reshape(-1) if timed else None
+        return clip_audio(out[0]), durations
+
+    def _window(self, segment: Segment, solo: bool, interrupt: Interrupt | None) -> tuple[np.ndarray, np.ndarray]:
+        """A segment that is a window of its sentence: the predict graph over the whole sentence,
+        the decode graph over the segment's frames (and context, cropped after); durations per
+        token of the segment (bos and eos take the window's frames of the sentence's tokens on
+        either side of it)."""
+        predict, decode = self._windows.get(solo) or self._windows[False]
+        span = token_range(segment, lambda p: self.tokens(p)[:MAX_PHONEMES])
+        n_tokens = len(span.tokens)
+        style = self.voices.style(segment.voice, n_tokens).reshape(1, -1).astype(np.float32)
+        inputs = {self._tokens_input: np.array([[0, *span.tokens, 0]], dtype=np.int64), "style": style,
+                  "speed": np.array([segment.speed], dtype=self._speed_dtype)}
+        names = [DURATIONS, *WINDOW_TENSORS]
+        p = dict(zip(names, self._call(predict, names, inputs, interrupt), strict=True))
+        per_token = np.asarray(p[DURATIONS], dtype=np.int64).reshape(-1)
+        energy = np.asarray(p["n"]).reshape(-1)
+        start = boundary_frame(per_token, energy, span.first, n_tokens)
+        stop = boundary_frame(per_token, energy, span.end, n_tokens)
+        lo, hi = decode_range(start, stop, int(p["asr"].shape[-1]))
+        window = {"asr": p["asr"][:, :, lo:hi], "f0": p["f0"][:, 2 * lo : 2 * hi], "n": p["n"][:, 2 * lo : 2 * hi],
+                  "source": p["source"][:, lo * FRAME_SAMPLES : hi * FRAME_SAMPLES], "style": style}
+        audio = np.asarray(self._call(decode, ["audio"], window, interrupt)[0]).reshape(-1)
+        audio = audio[(start - lo) * FRAME_SAMPLES : (stop - lo) * FRAME_SAMPLES]
+        return clip_audio(audio), fold_durations(per_token, start, stop, span.first, span.own)
+
+    @staticmethod
+    def _call(session: Any, names: list[str], inputs: dict[str, Any], interrupt: Interrupt | None) -> Any:
+        """``session.run``, stopped at its next node once ``interrupt`` is set."""
         options = None
         if interrupt is not None:
             import onnxruntime as ort
 
             options = ort.RunOptions()
             interrupt.on_set(lambda: setattr(options, "terminate", True))
-        names = [self._audio_output, DURATIONS_OUTPUT] if timed else [self._audio_output]
         try:
-            out = session.run(names, inputs, options)
+            return session.run(names, inputs, options)
         except Exception as e:
             if interrupt is not None and interrupt.is_set:
                 raise Interrupted("the call was interrupted") from e
             raise
-        durations = np.asarray(out[1], dtype=np.int64).reshape(-1) if timed else None
-        return clip_audio(out[0]), durations

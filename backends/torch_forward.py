@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .windows import WINDOW_CONTEXT as WINDOW_CONTEXT  # frames decoded each side of a window (decode_window)
+
 
 @dataclass
 class BatchResult:
@@ -38,8 +40,6 @@ class BatchResult:
     token_lengths: torch.Tensor  # (B,) input tokens per item, including bos/eos, on the CPU
 
 
-#: Frames decoded on each side of a window and cropped after (``decode_window``): 0.2 s.
-WINDOW_CONTEXT = 8
 
 Mask = torch.Tensor | None  # (B, 1, T) float, 1 inside an item; None when no item is padded
 
@@ -331,20 +331,10 @@ def forward_batch(
 
 def boundary_frame(p: Prosody, token: int, n_tokens: int) -> int:
     """The frame where a window of one sentence (``p``: batch of one) ends before the sentence's
-    token ``token`` (an index into the ``n_tokens`` tokens without bos/eos; 0: the start, bos
-    included; ``n_tokens``: the end, eos included). Inside, the cut falls at the frame boundary
-    of the token before it (a window's range ends with the space between words) where the predicted
-    energy is lowest, so two windows meet where the reading is quietest; a pure function of ``p``,
-    so the windows on either side agree."""
-    ends = torch.cumsum(p.durations[0], dim=0).cpu()
-    if token <= 0:
-        return 0
-    if token >= n_tokens:
-        return int(ends[-1])
-    lo, hi = int(ends[token - 1]), int(ends[token])  # the frames of the token before the cut
-    energy = p.n_curve[0].float().cpu()
-    around = [float(energy[max(0, 2 * k - 2) : 2 * k + 2].mean()) for k in range(lo, hi + 1)]
-    return lo + int(min(range(len(around)), key=around.__getitem__))
+    token ``token``: :func:`backends.windows.boundary_frame` of its durations and energy."""
+    from .windows import boundary_frame as frame
+
+    return frame(p.durations[0].cpu().numpy(), p.n_curve[0].float().cpu().numpy(), token, n_tokens)
 
 
 def decode_window(

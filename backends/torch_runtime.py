@@ -295,33 +295,25 @@ class TorchSynthesizer(Synthesizer):
     def _window(self, segment: Segment, interrupt: Interrupt | None) -> tuple[np.ndarray, np.ndarray]:
         """A segment that is a window of its sentence: the prosody of the whole sentence, the decoder
         over the segment's frames (``torch_forward.decode_window``); durations per token of the
-        segment (bos and eos take the frames of the sentence's tokens on either side of it)."""
+        segment (bos and eos take the frames of the sentence's tokens on either side of it;
+        :mod:`backends.windows`)."""
         import torch
 
         from .torch_forward import WINDOW_CONTEXT, boundary_frame, decode_window, predict
+        from .windows import fold_durations, token_range
 
-        context = segment.sentence
-        assert context is not None
-        tokens = self.tokens(context.phonemes)
-        first, end = len(self.tokens(context.phonemes[: context.start])), len(self.tokens(context.phonemes[: context.end]))
-        own = len(self.tokens(segment.phonemes))
+        span = token_range(segment, self.tokens)
+        tokens = span.tokens
         style = torch.from_numpy(self._style(segment.voice, len(tokens))[None].copy()).to(self.device)
         try:
             with self._lock, self._interrupted_by(interrupt), torch.inference_mode(), self._autocast():
                 p = predict(self._model, [tokens], style, torch.tensor([float(segment.speed)], device=self.device))
-                lo, hi = boundary_frame(p, first, len(tokens)), boundary_frame(p, end, len(tokens))
+                lo, hi = boundary_frame(p, span.first, len(tokens)), boundary_frame(p, span.end, len(tokens))
                 audio = decode_window(self._model, p, style, lo, hi, WINDOW_CONTEXT).float().cpu().numpy()
                 per_token = p.durations[0].cpu().numpy().astype(np.int64)
         except torch.cuda.OutOfMemoryError as e:
             raise BackendFault(f"out of GPU memory for a window of a sentence: {e}") from e
-        # frames of the window per sentence token (bos, phonemes, eos), then folded onto the segment's
-        owner = np.repeat(np.arange(len(per_token)), per_token)[lo:hi]
-        counts = np.bincount(owner, minlength=len(per_token))
-        durations = np.zeros(own + 2, np.int64)
-        durations[0] = counts[: first + 1].sum()
-        durations[1 : own + 1] = counts[first + 1 : first + 1 + own]
-        durations[-1] = counts[first + 1 + own :].sum()
-        return clip_audio(audio), durations
+        return clip_audio(audio), fold_durations(per_token, lo, hi, span.first, span.own)
 
     @contextlib.contextmanager
     def _interrupted_by(self, interrupt: Interrupt | None) -> Any:

@@ -74,6 +74,8 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
     "--allocator": ("soak", "allocators", {"action": "append", "choices": ["default", "arena2"],
                                            "help": "soak: glibc's default allocator or MALLOC_ARENA_MAX=2 (default both; "
                                                    "repeat for both)"}),
+    "--runtime": ("windowed_decoder", "runtime", {"choices": ["torch", "onnx"],
+                                                  "help": "windowed_decoder: the runtime measured (default torch)"}),
     "--mode": ("soak", "mode", {"choices": ["sequential", "concurrent"], "help": "soak: the server's mode "
                                                                                   "(default sequential)"}),
 }

@@ -3,7 +3,8 @@
 The windowed decode (:func:`backends.torch_forward.decode_window`; docs/speech-quality.md explains
 it) against today's fragment read alone, for each text of :data:`benchmarks.texts.QUALITY_TEXTS`
 whose first sentence the default planner cuts inside a clause, on the torch runtime (deterministic
-source, voice jm_kumo), both against one decode of the whole sentence: log-spectral distance over
+source, voice jm_kumo) or, with ``--runtime onnx``, the ONNX runtime's predict and decode graphs
+(:mod:`backends.onnx_windowed`), both against one decode of the whole sentence: log-spectral distance over
 its speech frames, pitch at the cut (at the same frames, and through the quality benchmark's DTW
 path, :func:`benchmarks.quality.measure`), 2–8 kHz energy at the join and its excess over the
 reference's there, and the CPU and wall time of the first call, interleaved in the same run.
@@ -75,6 +76,67 @@ class _Model:
             return [decode_window(self.model, p, style, a, b, context).numpy() for a, b in picked], frames
 
 
+class _OnnxModel:
+    """The ONNX runtime's graphs (the whole model, and its predict and decode graphs), with the
+    calls this benchmark compares."""
+
+    def __init__(self, synth: Any):
+        self.synth = synth
+        self.predict, self.decode = synth._windows[False]
+
+    def _style(self, n_tokens: int) -> np.ndarray:
+        style: np.ndarray = self.synth.voices.style(VOICE, n_tokens).reshape(1, -1).astype(np.float32)
+        return style
+
+    def _inputs(self, tokens: list[int]) -> dict[str, np.ndarray]:
+        return {self.synth._tokens_input: np.array([[0, *tokens, 0]], np.int64), "style": self._style(len(tokens)),
+                "speed": np.ones(1, self.synth._speed_dtype)}
+
+    def alone(self, tokens: list[int]) -> np.ndarray:
+        audio: np.ndarray = self.synth._session.run([self.synth._audio_output], self._inputs(tokens))[0]
+        return audio.reshape(-1)
+
+    def windows(self, tokens: list[int], ranges: list[tuple[int, int]], context: int,
+                only_first: bool = False) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+        """As :meth:`_Model.windows`, on the predict and decode graphs."""
+        from backends.onnx_windowed import DURATIONS, FRAME_SAMPLES, WINDOW_TENSORS
+        from backends.windows import boundary_frame, decode_range
+
+        names = [DURATIONS, *WINDOW_TENSORS]
+        p = dict(zip(names, self.predict.run(names, self._inputs(tokens)), strict=True))
+        per_token, energy = p[DURATIONS].reshape(-1), p["n"].reshape(-1)
+        frames = [(boundary_frame(per_token, energy, a, len(tokens)), boundary_frame(per_token, energy, b, len(tokens)))
+                  for a, b in ranges]
+        out = []
+        for start, stop in frames[:1] if only_first else frames:
+            lo, hi = decode_range(start, stop, int(p["asr"].shape[-1]), context)
+            feed = {"asr": p["asr"][:, :, lo:hi], "f0": p["f0"][:, 2 * lo : 2 * hi], "n": p["n"][:, 2 * lo : 2 * hi],
+                    "source": p["source"][:, lo * FRAME_SAMPLES : hi * FRAME_SAMPLES], "style": self._style(len(tokens))}
+            audio = self.decode.run(["audio"], feed)[0].reshape(-1)
+            out.append(audio[(start - lo) * FRAME_SAMPLES : (stop - lo) * FRAME_SAMPLES])
+        return out, frames
+
+
+def _onnx_synth(files: Any, voices: Any, scratch: Path) -> Any:
+    """The ONNX runtime (one thread) with the predict and decode graphs, made in ``scratch`` beside
+    links to the model directory's files when it lacks them."""
+    from backends.assets import ModelFiles
+    from backends.onnx_runtime import OnnxSynthesizer
+    from backends.onnx_timed import source_name
+    from backends.onnx_windowed import decode_name, predict_name, split_model
+
+    if files.onnx_windowed is None:
+        src = files.root / source_name(files.onnx.name)
+        for path in {files.onnx, src, files.voices, files.config}:
+            (scratch / path.name).symlink_to(path.resolve())
+        with open(scratch / predict_name(src.name), "wb") as pred, open(scratch / decode_name(src.name), "wb") as dec:
+            split_model(src, pred, dec)
+        files = ModelFiles.discover(scratch)
+    synth = OnnxSynthesizer(files, voices, threads=1)
+    synth.load()
+    return synth
+
+
 def _tokens(synth: Any, segments: list[Any]) -> tuple[list[int], list[tuple[int, int]]]:
     """The sentence's tokens and each segment's range of them (its share of the sentence)."""
     context = segments[0].sentence
@@ -100,7 +162,9 @@ def summarise(samples: list[dict[str, Any]], contexts: tuple[int, ...]) -> dict[
     return summary
 
 
-def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> Result:
+def run(*, quick: bool, model_dir: Path | None = None, log=print, runtime: str | None = None, **_: Any) -> Result:
+    import tempfile
+
     from backends.config import BackendConfig
     from backends.factory import create_pipeline
     from backends.joins import shape_segment
@@ -108,17 +172,25 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, **_: Any) -> R
     from backends.voices import VoiceStore
 
     result = Result("windowed_decoder", quick, command_line("windowed_decoder", quick))
-    files = model_files(model_dir, torch=True)
+    onnx = runtime == "onnx"
+    files = model_files(model_dir, torch=not onnx)
     voices = VoiceStore.from_path(files.voices, VOICE)
-    synth = TorchSynthesizer(files.root, voices, device="cpu", dtype="float32", deterministic=True)
-    synth.load()
-    m = _Model(synth)
+    m: Any
+    if onnx:
+        with tempfile.TemporaryDirectory(prefix="windowed-onnx-") as scratch:  # the sessions hold the graphs
+            synth: Any = _onnx_synth(files, voices, Path(scratch))
+        m = _OnnxModel(synth)
+    else:
+        synth = TorchSynthesizer(files.root, voices, device="cpu", dtype="float32", deterministic=True)
+        synth.load()
+        m = _Model(synth)
     pipeline = create_pipeline(BackendConfig.defaults(), files)
     contexts = QUICK_CONTEXTS if quick else CONTEXTS
     rounds = 2 if quick else 5
     cases = [(t, segs) for t in QUALITY_TEXTS if (segs := _first_sentence(pipeline, t, True))[0].ends == "phrase"
              and segs[0].sentence is not None]
-    result.config.update({"runtime": "torch (CPU, float32, deterministic source)", "voice": VOICE,
+    result.config.update({"runtime": "onnx (CPU, int8 export, one thread)" if onnx
+                          else "torch (CPU, float32, deterministic source)", "voice": VOICE,
                           "contexts_frames": list(contexts), "timing_rounds": rounds, "texts": [t for t, _ in cases],
                           "load_average_at_start": load_average()})
     for text, segments in cases:

@@ -178,7 +178,8 @@ def assets(settings: Settings, args: argparse.Namespace) -> int:
 
     target = settings.model_dir or default_model_dir()
     files = build_assets(Path(target), source=args.source, official=settings.official_url if args.official else None,
-                         force=args.force, torch=args.torch, progress=lambda m: print(m, file=sys.stderr, flush=True))
+                         force=args.force, torch=args.torch, windowed=args.windowed,
+                         progress=lambda m: print(m, file=sys.stderr, flush=True))
     store = VoiceStore.from_path(files.voices, settings.default_voice)
     print(f"model directory {files.root}: model {files.model_name}, {len(store.names())} voices "
           f"(default {store.default})")
@@ -283,6 +284,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="official assets from a directory, https:// URL or s3:// prefix")
     p.add_argument("--torch", action="store_true",
                    help="also rebuild the PyTorch checkpoint (else the torch runtime builds it at its first load)")
+    p.add_argument("--windowed", action="store_true",
+                   help="also write the ONNX model's predict and decode graphs, so the ONNX runtime decodes a first "
+                        "sentence cut early as windows of one reading (seconds; not by default yet)")
     p.add_argument("--force", action="store_true", help="rebuild even when the files verify")
 
     p = sub.add_parser("voices", help="list the voices")
