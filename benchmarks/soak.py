@@ -1,20 +1,10 @@
-"""Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows
-by less than 5% after warm-up).
+"""Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows by less
+than 5% after warm-up; every good request succeeds, every bad one gets its typed error, the counters
+read zero at the end).
 
-``python -m benchmarks soak [--quick] [--backend fake|onnx]`` writes
-``benchmarks/results/soak.{json,md}``. By default it
-runs the fake runtime for 1,000 requests (the server's own machinery at speed: sessions, encoders,
-metrics, error paths), then the real ONNX runtime for 1,000 requests of short texts (a quarter of an
-hour on two cores), each with glibc's default allocator and with ``MALLOC_ARENA_MAX=2``
-(``--quick``: 300 fake and 40 ONNX requests).
-
-The mix, repeated in a fixed shuffled order: WebSocket sessions pipelining 1-3 requests (some
-with blends of varying weights, some resampled), streamed POST /invocations in wav, pcm and mp3,
-OpenAI /v1/audio/speech, bad requests of every kind on both routes, and clients that vanish after
-the first audio. RSS (``VmRSS`` of the server process) is sampled every 25 requests; growth is
-measured from the end of warm-up (the first 20%: allocator arenas, thread pools, encoder tables
-fill once) to the end, and the slope over the rest is reported too. Every good request must
-succeed and every bad one must get its typed error; the counters must read zero at the end.
+``python -m benchmarks soak [--quick] [--backend fake|onnx] [--requests N] [--allocator default|arena2]
+[--mode sequential|concurrent]`` writes ``benchmarks/results/soak.{json,md}``; the mix and the method
+are in docs/benchmarks.md ("Load and soak").
 """
 
 from __future__ import annotations
@@ -33,6 +23,7 @@ from agent.ws_client import ContractSession
 from . import prom
 from .clients import post
 from .live import rss_mib
+from .loop import closed_loop
 
 TEXTS = [
     "Short one.",
@@ -141,45 +132,44 @@ class Soak:
         return 2
 
 
-def _rss(pid: int) -> float:
-    mib = rss_mib(pid, children=False)
-    if mib is None:
-        raise RuntimeError(f"no resident memory readable for process {pid}")
-    return mib
-
-
 async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: int, log) -> dict[str, Any]:
+    """``concurrency`` clients through the shuffled plan (client ``c`` takes units ``c``,
+    ``c + concurrency``, ...) until ``requests`` requests are made, RSS sampled every ``every``."""
     pid = srv.proc.pid
     plan = [KINDS[i % len(KINDS)] for i in range(requests)]
     random.Random(7).shuffle(plan)
-    samples: list[dict[str, Any]] = [{"requests": 0, "rss_mib": _rss(pid), "t_s": 0.0}]
+    samples: list[dict[str, Any]] = []
     done = 0
-    next_sample = every
-    queue: asyncio.Queue = asyncio.Queue()
-    for i, kind in enumerate(plan):
-        queue.put_nowait((i, kind))
     t0 = time.perf_counter()
 
-    async def worker(http: httpx.AsyncClient) -> None:
-        nonlocal done, next_sample
-        while done < requests and not queue.empty():
-            i, kind = queue.get_nowait()
-            made = await soak.one(kind, i, http)  # not `done += await ...`: that reads `done` before awaiting
+    def sample() -> None:
+        mib = rss_mib(pid, children=False)
+        if mib is None:
+            raise RuntimeError(f"no resident memory readable for process {pid}")
+        samples.append({"requests": done, "rss_mib": mib, "t_s": round(time.perf_counter() - t0, 1)})
+
+    sample()
+    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
+
+        async def unit(_s: None, c: int, r: int) -> None:
+            nonlocal done
+            i = r * concurrency + c
+            if i >= len(plan) or done >= requests:  # the plan's requests are made: the rest pass
+                return
+            made = await soak.one(plan[i], i, http)  # not `done += await ...`: that reads `done` before awaiting
             done += made
-            if done >= next_sample:
-                next_sample += every
-                samples.append({"requests": done, "rss_mib": _rss(pid),
-                                "t_s": round(time.perf_counter() - t0, 1)})
+            if done // every > (done - made) // every:
+                sample()
                 if len(samples) % 8 == 0:
                     log(f"    {done} requests, RSS {samples[-1]['rss_mib']} MiB")
 
-    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
-        await asyncio.gather(*(worker(http) for _ in range(concurrency)))
+        loop = await closed_loop(unit, concurrency, per_client=-(-len(plan) // concurrency))
+        if loop.failures:
+            raise loop.failures[0]
         await asyncio.sleep(0.5)  # let vanished sessions unwind
         metrics = (await http.get("/metrics")).text
         ping = (await http.get("/ping")).status_code
-    samples.append({"requests": done, "rss_mib": _rss(pid),
-                    "t_s": round(time.perf_counter() - t0, 1)})
+    sample()
     return {"samples": samples, "counts": soak.counts, "failures": soak.failures, "metrics": metrics,
             "ping": ping, "wall_s": round(time.perf_counter() - t0, 1)}
 
