@@ -1,15 +1,10 @@
-"""The GPU benchmark's second half: the torch runtime inside the server, as clients meet it.
-
-Two local servers on the same device and precision — ``--backend torch --mode sequential`` and
-``--mode concurrent`` (micro-batching) — measured side by side by ``compare`` (its six rows, the
-sweep at ``levels``), each server's RSS by pid, the batch sizes the concurrent server formed (its
-``kokoro_batch_size`` histogram), and the GPU memory each server process holds (``nvidia-smi``, where
-there is one). Blocking; the servers are subprocesses (:class:`benchmarks.live.LiveServer`).
+"""The GPU benchmark's second half: ``compare`` against a sequential and a concurrent local torch
+server on the same device and precision (:class:`benchmarks.live.LiveServer`; blocking), with the
+batches the concurrent one formed and the GPU memory each holds (docs/benchmarks.md, "GPU").
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,20 +21,13 @@ QUICK_SERVER_LEVELS = (1, 2)
 
 def gpu_memory_mib(pids: list[int]) -> dict[str, float] | None:
     """Memory each of ``pids`` holds on the GPU (``nvidia-smi``), None where that cannot be read."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
     try:
-        out = subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError):  # no nvidia-smi here
         return None
-    used = {}
-    for line in out.splitlines():
-        pid, _, mib = line.partition(",")
-        if pid.strip().isdigit() and int(pid) in pids:
-            used[pid.strip()] = float(mib.strip() or 0)
-    return used
+    rows = [line.split(",", 1) for line in out.splitlines() if "," in line]
+    return {pid.strip(): float(mib.strip() or 0) for pid, mib in rows if pid.strip().isdigit() and int(pid) in pids}
 
 
 def _levels_view(summary: dict[str, Any]) -> dict[str, Any]:

@@ -131,16 +131,12 @@ def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: f
     return {**tally(outcomes), "wall_s": round(time.perf_counter() - t0, 2), "ping": ping}
 
 
-# ---------------------------------------------------------------------------------------------
-# The benchmark
-# ---------------------------------------------------------------------------------------------
-def run(*, quick: bool = False, model_dir=None, log=print, command: str | None = None,
-        backend: str | None = None) -> Any:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str | None = None) -> Any:
     from . import prom
     from .live import LiveServer
     from .results import Result, command_line
 
-    result = Result(benchmark="load", quick=quick, command=command or command_line("load", quick))
+    result = Result(benchmark="load", quick=quick, command=command_line("load", quick))
     # runtime -> (sessions, sentences per session, server environment), each in both modes
     sizes = {"fake": (50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}), "onnx": (4 if quick else 8, 2, {})}
     plans = [(runtime, mode, *sizes[runtime]) for runtime in sizes for mode in ("sequential", "concurrent")

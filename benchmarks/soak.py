@@ -41,14 +41,13 @@ KINDS = ["ws"] * 8 + ["post"] * 6 + ["openai"] * 2 + ["bad_post"] * 2 + ["bad_ws
 
 
 class Soak:
-    def __init__(self, url: str, ws_url: str, voices: list[str], speed: float, texts: list[str], seed: int = 1):
-        self.url, self.ws_url, self.voices, self.speed, self.texts = url, ws_url, voices, speed, texts
+    """The mix's units against one server (``one(kind, i, http)``), the counts made and the failures seen."""
+
+    def __init__(self, ws_url: str, voices: list[str], speed: float, texts: list[str], seed: int = 1):
+        self.ws_url, self.voices, self.speed, self.texts = ws_url, voices, speed, texts
         self.rng = random.Random(seed)
         self.counts: dict[str, int] = {}
         self.failures: list[str] = []
-
-    def _count(self, key: str, n: int = 1) -> None:
-        self.counts[key] = self.counts.get(key, 0) + n
 
     def _voice(self) -> str:
         if len(self.voices) > 1 and self.rng.random() < 0.3:  # a blend with fresh weights
@@ -71,7 +70,7 @@ class Soak:
             if kind != "vanish":
                 self.failures.append(f"{kind} {i}: {type(e).__name__}: {e}")
             n = 1
-        self._count(kind, n)
+        self.counts[kind] = self.counts.get(kind, 0) + n
         return n
 
     async def _session(self) -> ContractSession:
@@ -204,7 +203,7 @@ def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | No
     every = 25 if fake else 10
     with LiveServer(backend=runtime, mode=mode, env=env, model_dir=model_dir, log=log) as srv:
         names = httpx.get(f"{srv.url}/v1/audio/voices", timeout=10).json()["voices"][:3]
-        soak = Soak(srv.url, srv.ws_url, names, 1.0 if fake else 2.0, TEXTS if fake else SHORT_TEXTS)
+        soak = Soak(srv.ws_url, names, 1.0 if fake else 2.0, TEXTS if fake else SHORT_TEXTS)
         out = asyncio.run(_soak(srv, requests, 4 if fake else 2, soak, every, log))
     metrics = prom.parse(out.pop("metrics"))
     leftovers = {
@@ -219,29 +218,18 @@ def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | No
             "rss_samples": out["samples"]}
 
 
-# ---------------------------------------------------------------------------------------------
-# The benchmark
-# ---------------------------------------------------------------------------------------------
-def run(*, quick: bool = False, model_dir=None, log=print, runtimes: list[str] | None = None,
-        requests: int | None = None, mode: str = "sequential", command: str | None = None,
+def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None = None, mode: str = "sequential",
         allocators: list[str] | None = None, backend: str | None = None) -> Any:
     from .results import Result, command_line
 
-    result = Result(benchmark="soak", quick=quick, command=command or command_line("soak", quick))
-    runtimes = [backend] if backend else runtimes
-    # (runtime, requests, extra server environment). glibc gives each thread that allocates its own
-    # malloc arena, and RSS climbs in steps as the thread pools touch theirs; MALLOC_ARENA_MAX=2
-    # shows what is left once that is taken out.
-    plans = [
-        ("fake", 300 if quick else 1000, {}),
-        ("fake", 300 if quick else 1000, {"MALLOC_ARENA_MAX": "2"}),
-        ("onnx", 40 if quick else 1000, {}),
-        ("onnx", 40 if quick else 1000, {"MALLOC_ARENA_MAX": "2"}),
-    ]
+    result = Result(benchmark="soak", quick=quick, command=command_line("soak", quick))
+    # glibc gives each thread that allocates its own malloc arena, and RSS climbs in steps as the
+    # thread pools touch theirs; MALLOC_ARENA_MAX=2 shows what is left once that is taken out.
+    allocator_env = {"default": {}, "arena2": {"MALLOC_ARENA_MAX": "2"}}
+    sizes = {"fake": 300 if quick else 1000, "onnx": 40 if quick else 1000}
+    plans = [(runtime, requests or n, env) for runtime, n in sizes.items() for allocator, env in allocator_env.items()
+             if (backend is None or runtime == backend) and (not allocators or allocator in allocators)]
     for runtime, n, env in plans:
-        if (runtimes and runtime not in runtimes) or (allocators and ("arena2" if env else "default") not in allocators):
-            continue
-        n = requests or n
         log(f"  soak {runtime}/{mode} {env or ''}: {n} requests")
         sample = soak_run(runtime, mode, n, env=env, model_dir=model_dir, log=log)
         log(f"  {runtime}: RSS {sample['rss_after_warmup_mib']} -> {sample['rss_end_mib']} MiB "
