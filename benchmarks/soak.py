@@ -22,7 +22,7 @@ from agent.ws_client import ContractSession
 
 from . import prom
 from .clients import post
-from .live import rss_mib
+from .live import LiveServer, rss_mib
 from .loop import closed_loop
 
 TEXTS = [
@@ -166,11 +166,17 @@ async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: in
         if loop.failures:
             raise loop.failures[0]
         await asyncio.sleep(0.5)  # let vanished sessions unwind
-        metrics = (await http.get("/metrics")).text
-        ping = (await http.get("/ping")).status_code
+        metrics, ping = prom.parse((await http.get("/metrics")).text), (await http.get("/ping")).status_code
     sample()
-    return {"samples": samples, "counts": soak.counts, "failures": soak.failures, "metrics": metrics,
-            "ping": ping, "wall_s": round(time.perf_counter() - t0, 1)}
+    leftovers = {
+        "active_sessions": prom.value(metrics, "kokoro_active_sessions"),
+        "inflight_invocations": prom.value(metrics, "kokoro_inflight_requests", {"route": "invocations"}),
+        "inflight_openai": prom.value(metrics, "kokoro_inflight_requests", {"route": "openai"}),
+        "queue_depth": prom.value(metrics, "kokoro_queue_depth"),
+    }
+    return {"requests": done, **growth(samples), "wall_s": round(time.perf_counter() - t0, 1), "counts": soak.counts,
+            "failures": len(soak.failures), "failure_examples": soak.failures[:10], "leftovers": leftovers,
+            "ping_after": ping, "rss_samples": samples}
 
 
 WARMUP_FRACTION = 0.2
@@ -196,26 +202,14 @@ def growth(samples: list[dict[str, Any]], warmup_fraction: float = WARMUP_FRACTI
 
 def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | None = None, model_dir=None,
              log=print) -> dict[str, Any]:
-    from .live import LiveServer
-
     fake = runtime == "fake"
     env = {**({"KOKORO_FAKE_SEGMENT_S": "0.005"} if fake else {}), **(env or {})}
     every = 25 if fake else 10
     with LiveServer(backend=runtime, mode=mode, env=env, model_dir=model_dir, log=log) as srv:
         names = httpx.get(f"{srv.url}/v1/audio/voices", timeout=10).json()["voices"][:3]
         soak = Soak(srv.ws_url, names, 1.0 if fake else 2.0, TEXTS if fake else SHORT_TEXTS)
-        out = asyncio.run(_soak(srv, requests, 4 if fake else 2, soak, every, log))
-    metrics = prom.parse(out.pop("metrics"))
-    leftovers = {
-        "active_sessions": prom.value(metrics, "kokoro_active_sessions"),
-        "inflight_invocations": prom.value(metrics, "kokoro_inflight_requests", {"route": "invocations"}),
-        "inflight_openai": prom.value(metrics, "kokoro_inflight_requests", {"route": "openai"}),
-        "queue_depth": prom.value(metrics, "kokoro_queue_depth"),
-    }
-    return {"runtime": runtime, "mode": mode, "env": env, "requests": out["samples"][-1]["requests"], **growth(out["samples"]),
-            "wall_s": out["wall_s"], "counts": out["counts"], "failures": len(out["failures"]),
-            "failure_examples": out["failures"][:10], "leftovers": leftovers, "ping_after": out["ping"],
-            "rss_samples": out["samples"]}
+        return {"runtime": runtime, "mode": mode, "env": env,
+                **asyncio.run(_soak(srv, requests, 4 if fake else 2, soak, every, log))}
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None = None, mode: str = "sequential",
@@ -235,8 +229,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None 
         log(f"  {runtime}: RSS {sample['rss_after_warmup_mib']} -> {sample['rss_end_mib']} MiB "
             f"({sample['growth_pct']:+.2f}%), {sample['failures']} failures, leftovers {sample['leftovers']}")
         result.samples.append(sample)
-        label = f"{runtime}/{mode}{' ' + ' '.join(f'{k}={v}' for k, v in env.items()) if env else ''}, " \
-                f"{sample['requests']} requests"
+        label = " ".join([f"{runtime}/{mode}", *(f"{k}={v}" for k, v in env.items())]) + f", {sample['requests']} requests"
         result.target(f"{label}: RSS growth after warm-up", "< 5%", f"{sample['growth_pct']}%",
                       sample["growth_pct"] < 5)
         result.target(f"{label}: failed good requests", "0", sample["failures"], sample["failures"] == 0)
@@ -249,16 +242,8 @@ def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None 
         "rss_end_mib": s["rss_end_mib"]} for s in result.samples}
     result.notes.append("RSS is the server process's VmRSS. Growth is measured from the sample after the "
                         "first 20% of requests (warm-up) to the last; the slope is a least-squares fit over "
-                        "the same samples.")
-    result.notes.append("What earlier runs of this soak found and fixed: a 0.5 MB voice pack kept for every "
-                        "distinct blend a client asked for (now one row mixed per segment), and ONNX "
-                        "Runtime's per-shape memory patterns (now off): together +15-20% RSS over 1,000 "
-                        "requests. Without MALLOC_ARENA_MAX, glibc's per-thread arenas add noise of a few "
-                        "MiB either way.")
-    result.notes.append("With the real runtime RSS rises in a few steps of 1-2 MiB while new shapes and "
-                        "encoders are first met (the first ~150 requests), then flattens: a slope fitted over "
-                        "a short run is mostly those steps, which is why the ONNX run is 1,000 requests and "
-                        "its warm-up the first 200.")
+                        "the same samples. What earlier runs found, and why the ONNX run is 1,000 requests: "
+                        "docs/benchmarks.md (Load and soak).")
     return result
 
 
