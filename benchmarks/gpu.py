@@ -135,9 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     result = results.Result(benchmark=f"gpu-{tag}", quick=args.quick, command="python -m benchmarks.gpu " + " ".join(
         argv if argv is not None else sys.argv[1:]))
 
-    voices = VoiceStore.from_path(
-        next(p for p in (model_dir / "voices.npz", model_dir / "voices-v1.0.bin") if p.exists())
-    )
+    files = ModelFiles.discover(model_dir)
+    voices = VoiceStore.from_path(files.voices)
     g2p = EspeakG2P()
     texts = list(CLIPS[:4] if args.quick else CLIPS)  # sentence-sized, like a request's first segment
     segments = [Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=VOICE) for t in texts]
@@ -162,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.onnx:
         from backends.onnx_runtime import OnnxSynthesizer
 
-        onnx = OnnxSynthesizer(ModelFiles.discover(model_dir), voices, threads=args.threads)
+        onnx = OnnxSynthesizer(files, voices, threads=args.threads)
         onnx.load()
         result.summary["onnx"] = rtf(onnx.synthesize, segments[:3])
 
@@ -190,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_server:
         from . import gpu_server
 
-        server_levels = tuple(int(x) for x in args.server_levels.split(",")) if args.server_levels else None
         result.summary["server"] = gpu_server.measure(
             device=device, dtype=args.dtype, quick=args.quick, model_dir=model_dir, out_dir=args.out,
-            stem=result.benchmark, levels=server_levels, log=_log)
+            stem=result.benchmark, log=_log,
+            levels=tuple(int(x) for x in args.server_levels.split(",")) if args.server_levels else None)
     data = results.write(result, title=f"PyTorch runtime on {device_name}", body=_body, out_dir=args.out, log=_log)
     return 0 if data["summary"]["batched_vs_single"]["ok"] else 1
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -87,7 +88,7 @@ class PingProbe(threading.Thread):
         super().__init__(name="ping-probe", daemon=True)
         self.url, self.interval = url, interval
         self.latencies_ms: list[float] = []
-        self.statuses: dict[int, int] = {}
+        self.statuses: Counter[int] = Counter()
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -104,9 +105,8 @@ class PingProbe(threading.Thread):
                     _path, code, ms = await probe()
                 except httpx.HTTPError:
                     code, ms = None, (time.perf_counter() - t0) * 1000
-                status = code or 0
                 self.latencies_ms.append(ms)
-                self.statuses[status] = self.statuses.get(status, 0) + 1
+                self.statuses[code or 0] += 1
                 await asyncio.sleep(self.interval)
         finally:
             await probe.aclose()
@@ -114,9 +114,8 @@ class PingProbe(threading.Thread):
     def stop(self) -> dict[str, Any]:
         self._halt.set()
         self.join(15)
-        return {"probes": len(self.latencies_ms), "statuses": self.statuses,
-                "p50_ms": rnd(percentile(self.latencies_ms, 50), 2), "p99_ms": rnd(percentile(self.latencies_ms, 99), 2),
-                "max_ms": round(max(self.latencies_ms), 2) if self.latencies_ms else None}
+        return {"probes": len(self.latencies_ms), "statuses": dict(self.statuses),
+                **{f"{k}_ms": rnd(percentile(self.latencies_ms, q), 2) for k, q in (("p50", 50), ("p99", 99), ("max", 100))}}
 
 
 def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0) -> dict[str, Any]:
