@@ -40,20 +40,6 @@ def rss_mib(pid: int, *, peak: bool = False, children: bool = True, digits: int 
     return round((own + kids) / (1 << 20), digits)
 
 
-class _RssSampler(threading.Thread):
-    """The largest :func:`rss_mib` of the server and its children, sampled every ``interval`` s."""
-
-    def __init__(self, pid: int, interval: float = 0.25):
-        super().__init__(daemon=True, name="rss-sampler")
-        self.pid, self.interval = pid, interval
-        self.peak_mib = 0.0
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.wait(self.interval) and (mib := rss_mib(self.pid)) is not None:
-            self.peak_mib = max(self.peak_mib, mib)
-
-
 class LiveServer:
     """``with LiveServer(backend="onnx", mode="sequential") as srv: ...`` — ``srv.url``,
     ``srv.ws_url``, ``srv.scrape()``; ``srv.peak_rss_mib`` after it stopped (the larger of the
@@ -80,7 +66,8 @@ class LiveServer:
         self.peak_rss_mib: float | None = None
         self.ping: dict = {}
         self._logdir = tempfile.mkdtemp(prefix="kokoro-bench-")
-        self._sampler: _RssSampler | None = None
+        self._sampled_mib = 0.0  # the largest RSS of the server and its children, sampled every 0.25 s
+        self._halt = threading.Event()
 
     def start(self) -> LiveServer:
         env = {"KOKORO_LOG_LEVEL": "warning", **self.env}
@@ -92,8 +79,7 @@ class LiveServer:
         self.server = ServerProcess(argv, port=self.port, env=env, log_path=Path(self._logdir) / "server.log",
                                     own_group=True, serve_args=["--backend", self.backend, "--mode", self.mode])
         self.proc = self.server.proc
-        self._sampler = _RssSampler(self.proc.pid)
-        self._sampler.start()
+        threading.Thread(target=self._sample_rss, args=(self.proc.pid,), daemon=True, name="rss-sampler").start()
         try:
             self.ping = self.server.wait_ready(timeout=self.startup_timeout_s).ping
         except BaseException:
@@ -102,6 +88,10 @@ class LiveServer:
         self.startup_s = time.perf_counter() - t0
         self.log(f"  server ready in {self.startup_s:.1f} s: {self.ping}")
         return self
+
+    def _sample_rss(self, pid: int) -> None:
+        while not self._halt.wait(0.25) and (mib := rss_mib(pid)) is not None:
+            self._sampled_mib = max(self._sampled_mib, mib)
 
     def scrape(self) -> prom.Samples:
         with httpx.Client(timeout=10.0) as client:
@@ -131,11 +121,9 @@ class LiveServer:
         if server is None:
             return
         server.stop(timeout=30)
-        peaks = [server.peak_rss_kib / 1024 if server.peak_rss_kib is not None else 0.0]
-        if self._sampler is not None:
-            self._sampler.halt.set()
-            peaks.append(self._sampler.peak_mib)
-        self.peak_rss_mib = round(max(peaks), 1) or None
+        self._halt.set()
+        hwm_mib = server.peak_rss_kib / 1024 if server.peak_rss_kib is not None else 0.0
+        self.peak_rss_mib = round(max(hwm_mib, self._sampled_mib), 1) or None
         shutil.rmtree(self._logdir, ignore_errors=True)
 
     def __enter__(self) -> LiveServer:

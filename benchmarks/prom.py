@@ -34,10 +34,7 @@ def delta(before: Samples, after: Samples) -> Samples:
 
 
 def _matches(labels: tuple[tuple[str, str], ...], want: Mapping[str, str] | None) -> bool:
-    if not want:
-        return True
-    have = dict(labels)
-    return all(have.get(k) == v for k, v in want.items())
+    return not want or want.items() <= dict(labels).items()
 
 
 @dataclass(frozen=True)
