@@ -16,9 +16,11 @@ from typing import Any
 
 import httpx
 
+from . import prom
 from .clients import BYTES_PER_SECOND, RequestFailed, WsSession
+from .live import LiveServer
 from .loop import closed_loop
-from .results import percentile, rnd
+from .results import Result, command_line, markdown_table, percentile, rnd
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -130,11 +132,7 @@ def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: f
     return {**tally(outcomes), "wall_s": round(time.perf_counter() - t0, 2), "ping": ping}
 
 
-def run(*, quick: bool = False, model_dir=None, log=print, backend: str | None = None) -> Any:
-    from . import prom
-    from .live import LiveServer
-    from .results import Result, command_line
-
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str | None = None) -> Result:
     result = Result(benchmark="load", quick=quick, command=command_line("load", quick))
     # runtime -> (sessions, sentences per session, server environment), each in both modes
     sizes = {"fake": (50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}), "onnx": (4 if quick else 8, 2, {})}
@@ -164,8 +162,6 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str | None =
 
 
 def body(data: dict[str, Any]) -> str:
-    from .results import markdown_table
-
     rows = [[s["runtime"], s["mode"], f"{s['sessions']}x{s['per_session']}", s["requests"], s["completed"],
              s["lost"], s["misordered_sessions"], s["violations"], s["ttfa_ms_p50"], s["ping"]["p50_ms"],
              s["ping"]["p99_ms"], s["ping"]["max_ms"], s["wall_s"]] for s in data["samples"]]

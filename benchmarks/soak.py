@@ -24,6 +24,7 @@ from . import prom
 from .clients import post
 from .live import LiveServer, rss_mib
 from .loop import closed_loop
+from .results import Result, command_line, markdown_table
 
 TEXTS = [
     "Short one.",
@@ -213,9 +214,7 @@ def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | No
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None = None, mode: str = "sequential",
-        allocators: list[str] | None = None, backend: str | None = None) -> Any:
-    from .results import Result, command_line
-
+        allocators: list[str] | None = None, backend: str | None = None) -> Result:
     result = Result(benchmark="soak", quick=quick, command=command_line("soak", quick))
     # glibc gives each thread that allocates its own malloc arena, and RSS climbs in steps as the
     # thread pools touch theirs; MALLOC_ARENA_MAX=2 shows what is left once that is taken out.
@@ -248,8 +247,6 @@ def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None 
 
 
 def body(data: dict[str, Any]) -> str:
-    from .results import markdown_table
-
     rows = [[s["runtime"], " ".join(f"{k}={v}" for k, v in s["env"].items() if k.startswith("MALLOC")) or "default",
              s["mode"], s["requests"], s["rss_start_mib"], s["rss_after_warmup_mib"],
              s["rss_end_mib"], s["rss_peak_mib"], f"{s['growth_pct']:+.2f}%", f"{s['second_half_growth_pct']:+.2f}%",
