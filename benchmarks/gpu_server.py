@@ -30,12 +30,6 @@ def gpu_memory_mib(pids: list[int]) -> dict[str, float] | None:
     return {pid.strip(): float(mib.strip() or 0) for pid, mib in rows if pid.strip().isdigit() and int(pid) in pids}
 
 
-def _levels_view(summary: dict[str, Any]) -> dict[str, Any]:
-    return {level: {k: lv.get(k) for k in ("first_audio_ms_p50", "first_audio_ms_p95", "first_audio_ms_max",
-                                           "audio_s_per_s", "errors", "rss_mib")}
-            for level, lv in summary["sweep"].items()}
-
-
 def measure(*, device: str, dtype: str, quick: bool, model_dir: Path | None, out_dir: Path, stem: str,
             levels: tuple[int, ...] | None = None, log=print, backend: str = "torch") -> dict[str, Any]:
     """Run ``compare`` against a sequential and a concurrent torch server; write
@@ -58,22 +52,21 @@ def measure(*, device: str, dtype: str, quick: bool, model_dir: Path | None, out
     result.server_view = {"concurrent": view}
     data = results.write(result, title=f"{TITLE} — {backend} on {device} ({dtype})", body=compare_report.body,
                          plot=compare_report.plot, out_dir=out_dir, stem=f"{stem}-server", log=log)
-    by_mode = {name: {"sweep": _levels_view(data["summary"][name]),
-                      "one_sentence_first_audio_ms": data["summary"][name]["one_sentence"].get("first_audio_ms"),
-                      "paragraph_first_audio_ms": data["summary"][name]["paragraph"].get("first_audio_ms"),
-                      "rss_mib_max": data["summary"][name]["rss_mib_max"]}
-               for name in ("sequential", "concurrent")}
+    kept = ("first_audio_ms_p50", "first_audio_ms_p95", "first_audio_ms_max", "audio_s_per_s", "errors", "rss_mib")
+    by_mode = {}
+    for name in ("sequential", "concurrent"):
+        s = data["summary"][name]
+        by_mode[name] = {"sweep": {level: {k: lv.get(k) for k in kept} for level, lv in s["sweep"].items()},
+                         "one_sentence_first_audio_ms": s["one_sentence"].get("first_audio_ms"),
+                         "paragraph_first_audio_ms": s["paragraph"].get("first_audio_ms"), "rss_mib_max": s["rss_mib_max"]}
     return {"file": f"{stem}-server.json", "levels": list(levels), "by_mode": by_mode,
             "concurrent_batch_size": view["batch_size"], "gpu_memory_mib_by_pid": memory, "ping": pings}
 
 
 def body_lines(server: dict[str, Any]) -> list[str]:
     """The GPU result's Markdown about the server half."""
-    rows = []
-    for mode, v in server["by_mode"].items():
-        for level, lv in v["sweep"].items():
-            rows.append([mode, int(level), lv["first_audio_ms_p50"], lv["first_audio_ms_p95"], lv["audio_s_per_s"],
-                         lv["errors"], lv["rss_mib"]])
+    rows = [[mode, int(level), lv["first_audio_ms_p50"], lv["first_audio_ms_p95"], lv["audio_s_per_s"], lv["errors"],
+             lv["rss_mib"]] for mode, v in server["by_mode"].items() for level, lv in v["sweep"].items()]
     batch = server["concurrent_batch_size"]
     return [
         "", f"Through the server (`compare`, WebSocket contract; full figures in `{server['file']}`):", "",
