@@ -108,13 +108,8 @@ class LiveServer:
         end = time.perf_counter() + timeout_s
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(self.proc.pid)
-            before = sum(proc.cpu_times()[:2])
-            while time.perf_counter() < end:
-                time.sleep(quiet_s)
-                now = sum(proc.cpu_times()[:2])
-                if now - before < 0.05 * quiet_s:
-                    return
-                before = now
+            while time.perf_counter() < end and proc.cpu_percent(interval=quiet_s) >= 5.0:
+                pass
 
     def stop(self) -> None:
         server, self.server, self.proc = self.server, None, None
