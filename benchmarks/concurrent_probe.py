@@ -1,15 +1,12 @@
-"""Throughput at N concurrent sessions: sequential vs concurrent mode on the ONNX runtime (CPU).
+"""Throughput at N concurrent sessions, each sending its requests one after another, for the engine's
+configurations (``mode/workers x intra-op threads``; the torch runtime on CPU: one worker, single
+calls vs forced batching), each built in process by ``create_backend`` (:mod:`benchmarks.inprocess`).
 
     python -m benchmarks concurrent_probe [--runtime onnx|torch|fake] [--out DIR] [--sessions 4] [--rounds 3] [--quick]
 
-Each session sends its requests one after another (the next when the previous is fully answered),
-all sessions at once. Configurations (``mode/workers x intra-op threads``) run interleaved, round
-after round, so a noisy shared machine hurts them alike; the medians are reported. Throughput is
-audio-seconds produced per wall-clock second. Writes
-``benchmarks/results/concurrent_probe_<runtime>.json`` and ``.md`` (``--quick``: under ``quick/``). The torch runtime runs on CPU
-(one worker): concurrent mode's default there (single calls) and forced batching (``batch_on_cpu``).
-Each configuration is a backend built by ``create_backend``, as the server builds it
-(:mod:`benchmarks.inprocess`).
+The configurations take turns round after round (the first rotating); the rounds' medians of
+audio-seconds per wall-second and CPU-seconds per audio-second go to
+``benchmarks/results/concurrent_probe_<runtime>.{json,md}`` (``--quick``: under ``quick/``).
 """
 
 from __future__ import annotations
@@ -71,10 +68,9 @@ async def probe(args: argparse.Namespace) -> results.Result:
                 level = await closed_loop(backend, TEXTS, args.sessions, args.per_session, voice="jm_kumo")
             result.samples.append({"config": name, "round": rnd + 1, "load_1m": (results.load_average() or [None])[0],
                                    **level})
-            print(f"round {rnd + 1} {name:22s} {level['audio_s_per_s']:.2f} audio-s/s "
-                  f"(audio {level['audio_s']:.1f}s in {level['wall_s']:.1f}s, "
-                  f"{level['cpu_s_per_audio_s']:.2f} cpu-s/audio-s on {level['cores_used']:.2f} cores, "
-                  f"ttfa p50 {level['first_audio_ms_p50']:.0f} ms, load {result.samples[-1]['load_1m']})", flush=True)
+            print(f"round {rnd + 1} {name:22s} {level['audio_s_per_s']:.2f} audio-s/s, {level['cpu_s_per_audio_s']:.2f} "
+                  f"cpu-s/audio-s on {level['cores_used']:.2f} cores, ttfa p50 {level['first_audio_ms_p50']:.0f} ms, "
+                  f"load {result.samples[-1]['load_1m']}", flush=True)
     keys = ("audio_s_per_s", "cpu_s_per_audio_s", "cores_used", "first_audio_ms_p50")
     result.medians = {name: {k: results.median(s[k] for s in result.samples if s["config"] == name) for k in keys}
                       for name in chosen}

@@ -1,12 +1,10 @@
-"""The end-to-end benchmark against an agent it did not start, with whatever model and TTS server that
-agent runs: ``python -m benchmarks e2e --agent-url URL`` (any running agent app, local or remote:
-``POST /invocations``, SSE) or ``--agent-runtime-arn ARN`` (a Bedrock AgentCore runtime, through
-boto3's ``invoke_agent_runtime``; credentials from boto3's usual chain, the region from the ARN unless
-``--region`` says otherwise). ``bidi`` and ``batch`` on the same prompt, taking turns run by run (the first one rotating);
-first audio is when the first ``audio_chunk`` event reaches this client. Medians and means (AWS
-reports means). An agent that does not answer gives a ``not_run`` result with the reason.
-
-The figures, the result's shape and its Markdown are :mod:`benchmarks.e2e`'s.
+"""The end-to-end benchmark against an agent it did not start (docs/benchmarks.md): ``python -m
+benchmarks e2e --agent-url URL`` (any running agent app: ``POST /invocations``, SSE) or
+``--agent-runtime-arn ARN`` (a Bedrock AgentCore runtime, through boto3's ``invoke_agent_runtime``;
+boto3's usual credentials, the region from the ARN unless ``--region``). ``bidi`` and ``batch`` take
+turns on the same prompt; medians and means (AWS reports means); an agent that does not answer gives
+a ``not_run`` result with the reason. The figures, the result's shape and its Markdown are
+:mod:`benchmarks.e2e`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterable
 from typing import Any
 
 import httpx
@@ -45,8 +42,7 @@ class AgentCoreTurns:
         resp = self.client.invoke_agent_runtime(
             agentRuntimeArn=self.arn, runtimeSessionId=f"kokoro-bench-{uuid.uuid4()}",
             payload=json.dumps({"prompt": e2e.PROMPT, "mode": mode, "voice": e2e.VOICE}).encode(), contentType="application/json", accept="text/event-stream")
-        lines: Iterable[bytes] = resp["response"].iter_lines()
-        for raw in lines:
+        for raw in resp["response"].iter_lines():
             if (event := e2e.sse_event(raw.decode("utf-8", errors="replace"))) is not None:
                 events.append((time.perf_counter(), event))
         return e2e._turn_stats(events, t0)
@@ -106,7 +102,5 @@ def body(data: dict[str, Any]) -> str:
             f"AWS reports {data['config']['aws_reference_speedup']}x on AgentCore).\n\n{table}")
 
 
-def plot(data: dict[str, Any], path: Any) -> None:
-    """:func:`benchmarks.e2e.plot` over the two modes measured here."""
-    if data.get("status") != "not_run":
-        e2e.plot({**data, "medians": {m: data["medians"][m] for m in MODES}}, path)
+#: the local benchmark's picture: first audio against the text's generation, by mode
+plot = e2e.plot

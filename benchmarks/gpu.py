@@ -1,33 +1,21 @@
-"""The PyTorch runtime on one device: batched-vs-single correctness, then throughput and first audio
-under closed-loop load with micro-batching (the GPU benchmark; it runs on CPU too).
+"""The PyTorch runtime on one device (the GPU benchmark; it runs on CPU too): batched-vs-single
+correctness, then throughput and first audio of closed-loop clients against the server's concurrent
+mode built in process, then the same runtime through the server (:mod:`benchmarks.gpu_server`).
 
-    python -m benchmarks.gpu [--device auto|cuda|cpu] [--dtype float32|float16|bfloat16|auto] [--quick] [--max-batch N]
+    python -m benchmarks gpu [--device auto|cuda|cpu] [--dtype float32|float16|bfloat16|auto] [--quick] [--max-batch N]
                              [--levels 1,8,32,128,256] [--requests-per-client N] [--onnx] [--no-server]
                              [--server-levels 1,4,16,64]
 
-1. Correctness: a batch of segments of different lengths, voices and speeds against each segment
-   synthesised alone (deterministic mode): durations and lengths must be identical; the per-frame
-   log-mel difference (dB) and the waveform error are recorded. Batch vs singles time too.
-2. Load: at each concurrency level C, C clients each send one sentence, wait for its audio and send
-   the next (zero think time) until each has had ``--requests-per-client`` answers, against the
-   server's own concurrent mode built in process by ``create_backend`` (batches of up to
-   ``--max-batch`` segments, formed by the server's scheduler; no server socket around it).
-   Recorded: audio-seconds per second of wall time, each request's first audio (request -> first
-   chunk on the host), p50/p95, and the batches the scheduler formed. Requests are the 24 payload
-   clips (one sentence each, ~2 s of audio).
-
-3. Through the server (unless ``--no-server``): ``compare`` against a local ``--backend torch`` server
-   in sequential and in concurrent mode on the same device and dtype (``benchmarks/gpu_server.py``).
-
-Writes ``benchmarks/results/gpu-<device>.{json,md}`` (device name, dtype — ``--dtype``, default
-``KOKORO_DTYPE`` — batch sizes, p50/p95 first audio by concurrency, audio-seconds per second, GPU
-memory) and ``gpu-<device>-server.{json,md,png}``. Offline: the model directory must hold the
+Writes ``benchmarks/results/gpu-<device>.{json,md}`` and ``gpu-<device>-server.{json,md,png}``; the
+method is in docs/benchmarks.md ("GPU", "The GPU run"). Offline: the model directory must hold the
 int8 ONNX (the checkpoint is rebuilt from it when missing) or an official ``kokoro-v1_0.pth``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import os
 import sys
 import time
@@ -37,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import results
+from .speech_measures import log_mel
 from .texts import CLIPS
 
 LEVELS = (1, 8, 32, 128, 256)
@@ -44,28 +33,12 @@ QUICK_LEVELS = (1, 2, 4)
 VOICE = "jm_kumo"
 GOAL_AUDIO_S_PER_S = 1000.0
 GOAL_P95_MS = 150.0
-
-
-def _log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def _log_mel_db(audio: np.ndarray, n_fft: int = 1024, hop: int = 240, n_mels: int = 64) -> np.ndarray:
-    a = np.asarray(audio, np.float64)
-    a = a / (np.sqrt(np.mean(a**2)) + 1e-9)
-    frames = np.lib.stride_tricks.sliding_window_view(np.pad(a, n_fft // 2), n_fft)[::hop] * np.hanning(n_fft)
-    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
-    freqs = np.linspace(0, 12000, n_fft // 2 + 1)
-    edges = np.linspace(2595 * np.log10(1 + 50 / 700), 2595 * np.log10(1 + 8000 / 700), n_mels + 2)
-    hz = 700 * (10 ** (edges / 2595) - 1)
-    lo, mid, hi = hz[:-2, None], hz[1:-1, None], hz[2:, None]
-    bank = np.clip(np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)), 0, None)
-    db = 10 * np.log10(power @ bank.T + 1e-10)
-    return np.maximum(db, db.max() - 80)
+_log = functools.partial(print, flush=True)
 
 
 def check_batched_vs_single(synth: Any, segments: list) -> dict[str, Any]:
-    """Deterministic mode for the comparison; restored afterwards."""
+    """One batch of ``segments`` against each synthesised alone, in deterministic mode (restored
+    afterwards): durations and length must be identical, the log-mel within 0.5 dB on average."""
     saved = synth.deterministic
     synth.deterministic = True
     try:
@@ -80,37 +53,20 @@ def check_batched_vs_single(synth: Any, segments: list) -> dict[str, Any]:
     items = []
     for (a, d), (b, e) in zip(together, alone, strict=True):
         same = len(a) == len(b) and np.array_equal(d, e)
-        items.append(
-            {
-                "samples": len(b),
-                "same_durations_and_length": bool(same),
-                "log_mel_mean_abs_db": float(np.abs(_log_mel_db(a) - _log_mel_db(b)).mean())
-                if same
-                else None,
-                "waveform_rel_error": float(np.linalg.norm(a - b) / (np.linalg.norm(b) + 1e-12))
-                if same
-                else None,
-            }
-        )
-    audio_s = sum(len(b) for b, _ in alone) / 24000
+        items.append({"samples": len(b), "same_durations_and_length": bool(same),
+                      "log_mel_mean_abs_db": float(np.abs(log_mel(a) - log_mel(b)).mean()) if same else None,
+                      "waveform_rel_error": float(np.linalg.norm(a - b) / (np.linalg.norm(b) + 1e-12))
+                      if same else None})
     ok = all(i["same_durations_and_length"] and i["log_mel_mean_abs_db"] < 0.5 for i in items)
-    return {
-        "ok": ok,
-        "batch_size": len(segments),
-        "items": items,
-        "batch_s": round(batch_s, 4),
-        "singles_s": round(singles_s, 4),
-        "batch_speedup": round(singles_s / batch_s, 2),
-        "audio_s": round(audio_s, 2),
-        "tolerance": "identical durations and length; mean |log-mel difference| < 0.5 dB",
-    }
+    return {"ok": ok, "batch_size": len(segments), "items": items, "batch_s": round(batch_s, 4),
+            "singles_s": round(singles_s, 4), "batch_speedup": round(singles_s / batch_s, 2),
+            "audio_s": round(sum(len(b) for b, _ in alone) / 24000, 2),
+            "tolerance": "identical durations and length; mean |log-mel difference| < 0.5 dB"}
 
 
 def sweep(config: Any, texts: list[str], levels: tuple[int, ...], per_client: int) -> list[dict[str, Any]]:
     """Closed loop at each level against one backend in the server's concurrent mode (built by
     ``create_backend`` from ``config``, loaded once): the batches it forms are the server's own."""
-    import asyncio
-
     from .inprocess import Tally, closed_loop, started
 
     async def levels_() -> list[dict[str, Any]]:
@@ -128,22 +84,14 @@ def sweep(config: Any, texts: list[str], levels: tuple[int, ...], per_client: in
     return asyncio.run(levels_())
 
 
-def onnx_rtf(model_dir: Path, voices: Any, segments: list, threads: int | None) -> dict[str, Any]:
-    from backends.assets import ModelFiles
-    from backends.onnx_runtime import OnnxSynthesizer
-
-    onnx = OnnxSynthesizer(ModelFiles.discover(model_dir), voices, threads=threads)
-    onnx.load()
-    onnx.synthesize(segments[0])
+def rtf(synthesize: Any, segments: list) -> dict[str, Any]:
+    """Real-time factor of ``synthesize`` over ``segments``, one after another, after one warm-up call."""
+    synthesize(segments[0])
     t0 = time.perf_counter()
-    audio = sum(len(onnx.synthesize(s)) for s in segments) / 24000
+    audio = sum(len(synthesize(s)) for s in segments) / 24000
     spent = time.perf_counter() - t0
-    return {
-        "segments": len(segments),
-        "audio_s": round(audio, 2),
-        "seconds": round(spent, 3),
-        "rtf": round(spent / audio, 4),
-    }
+    return {"segments": len(segments), "audio_s": round(audio, 2), "seconds": round(spent, 3),
+            "rtf": round(spent / audio, 4)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,35 +115,28 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from backends.assets import default_model_dir
+    from backends.assets import ModelFiles, default_model_dir
     from backends.base import Segment
     from backends.config import BackendConfig
     from backends.g2p import EspeakG2P
     from backends.torch_runtime import TorchSynthesizer, resolve_device
     from backends.voices import VoiceStore
 
-    model_dir = args.model_dir or BackendConfig.from_env(os.environ).model_dir or default_model_dir()
-    args.dtype = args.dtype or BackendConfig.from_env(os.environ).dtype
+    env_config = BackendConfig.from_env(os.environ)
+    model_dir = args.model_dir or env_config.model_dir or default_model_dir()
+    args.dtype = args.dtype or env_config.dtype
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
-    levels = (
-        tuple(int(x) for x in args.levels.split(","))
-        if args.levels
-        else (QUICK_LEVELS if args.quick else LEVELS)
-    )
+    levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else QUICK_LEVELS if args.quick else LEVELS
     per_client = args.requests_per_client or (2 if args.quick else 8 if cuda else 3)
     max_batch = args.max_batch or (64 if cuda else 4)
     device_name = torch.cuda.get_device_name(0) if cuda else results.machine_info()["cpu"]
     tag = "cuda-" + device_name.lower().replace("nvidia ", "").replace(" ", "-") if cuda else "cpu"
-    result = results.Result(
-        benchmark=f"gpu-{tag}",
-        quick=args.quick,
-        command="python -m benchmarks.gpu " + " ".join(argv if argv is not None else sys.argv[1:]),
-    )
+    result = results.Result(benchmark=f"gpu-{tag}", quick=args.quick, command="python -m benchmarks.gpu " + " ".join(
+        argv if argv is not None else sys.argv[1:]))
 
-    voices = VoiceStore.from_path(
-        next(p for p in (model_dir / "voices.npz", model_dir / "voices-v1.0.bin") if p.exists())
-    )
+    files = ModelFiles.discover(model_dir)
+    voices = VoiceStore.from_path(files.voices)
     g2p = EspeakG2P()
     texts = list(CLIPS[:4] if args.quick else CLIPS)  # sentence-sized, like a request's first segment
     segments = [Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=VOICE) for t in texts]
@@ -205,44 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     synth.load()
     load_s = time.perf_counter() - t0
     _log(f"loaded {synth.model_name} on {device} ({device_name}) in {load_s:.1f}s")
-    result.config.update(
-        device=device,
-        device_name=device_name,
-        dtype=synth.dtype,
-        checkpoint=synth.model_name,
-        levels=list(levels),
-        requests_per_client=per_client,
-        max_batch=max_batch,
-        texts=len(texts),
-        voice=VOICE,
-        torch_threads=torch.get_num_threads(),
-        load_s=round(load_s, 2),
-    )
+    result.config.update(device=device, device_name=device_name, dtype=synth.dtype, checkpoint=synth.model_name,
+                         levels=list(levels), requests_per_client=per_client, max_batch=max_batch, texts=len(texts),
+                         voice=VOICE, torch_threads=torch.get_num_threads(), load_s=round(load_s, 2))
 
-    mixed = [
-        Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=v, speed=s)
-        for t, v, s in zip(
-            CLIPS[: (2 if args.quick else 8)],
-            ["jm_kumo", "jf_alpha", "jf_nezumi"] * 3,
-            [1.0, 1.2, 0.9] * 3,
-            strict=False,
-        )
-    ]
-    check = check_batched_vs_single(synth, mixed)
-    _log(
-        f"batched vs single ({check['batch_size']}): ok={check['ok']}, batch {check['batch_s']}s vs singles {check['singles_s']}s"
-    )
-    result.summary["batched_vs_single"] = check
+    # segments of different lengths, voices and speeds in one batch
+    mixed = [Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=v, speed=s) for t, v, s in zip(
+        CLIPS[: (2 if args.quick else 8)], ["jm_kumo", "jf_alpha", "jf_nezumi"] * 3, [1.0, 1.2, 0.9] * 3, strict=False)]
+    check = result.summary["batched_vs_single"] = check_batched_vs_single(synth, mixed)
+    _log(f"batched vs single ({check['batch_size']}): ok={check['ok']}, batch {check['batch_s']}s "
+         f"vs singles {check['singles_s']}s")
     result.target("batched equals single", "identical durations, log-mel < 0.5 dB", check["ok"], check["ok"])
-
-    single_rtf = []
-    for seg in segments[:3]:
-        t0 = time.perf_counter()
-        n = len(synth.synthesize(seg))
-        single_rtf.append((time.perf_counter() - t0) / (n / 24000))
-    result.summary["torch_single_rtf"] = round(float(np.median(single_rtf)), 4)
+    result.summary["torch_single_rtf"] = rtf(synth.synthesize, segments[:3])["rtf"]
     if args.onnx:
-        result.summary["onnx"] = onnx_rtf(model_dir, voices, segments[:3], args.threads)
+        from backends.onnx_runtime import OnnxSynthesizer
+
+        onnx = OnnxSynthesizer(files, voices, threads=args.threads)
+        onnx.load()
+        result.summary["onnx"] = rtf(onnx.synthesize, segments[:3])
 
     del synth  # the concurrent backend and the servers load their own copies
     if cuda:
@@ -252,74 +173,52 @@ def main(argv: list[str] | None = None) -> int:
         max_batch_size=max_batch, batch_on_cpu=not cuda, model_dir=model_dir, request_timeout_s=None,
         max_queue=max(64, 2 * max(levels))), texts, levels, per_client)
     best = max(result.samples, key=lambda s: s["audio_s_per_s"])
-    within = [s for s in result.samples if s["first_audio_ms_p95"] <= GOAL_P95_MS]
-    best_within = max((s["audio_s_per_s"] for s in within), default=None)
+    best_within = max((s["audio_s_per_s"] for s in result.samples if s["first_audio_ms_p95"] <= GOAL_P95_MS),
+                      default=None)
     result.medians = {"best_audio_s_per_s": best["audio_s_per_s"], "best_at_concurrency": best["concurrency"]}
-    result.target(
-        "audio-seconds per second with p95 first audio <= 150 ms (H200-class GPU)",
-        f">= {GOAL_AUDIO_S_PER_S:.0f}",
-        best_within,
-        None if not cuda else (best_within is not None and best_within >= GOAL_AUDIO_S_PER_S),
-    )
+    result.target("audio-seconds per second with p95 first audio <= 150 ms (H200-class GPU)",
+                  f">= {GOAL_AUDIO_S_PER_S:.0f}", best_within,
+                  None if not cuda else (best_within is not None and best_within >= GOAL_AUDIO_S_PER_S))
     if not cuda:
         result.notes.append("CPU run: the throughput goal applies to a GPU; recorded for comparison only")
-    result.config["gpu_memory_mib"] = _gpu_memory(torch) if cuda else None
+    mib = 1 << 20  # what this process held on the GPU at its peak, and the device's total
+    result.config["gpu_memory_mib"] = {
+        "max_allocated": round(torch.cuda.max_memory_allocated() / mib, 1),
+        "max_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
+        "device_total": round(torch.cuda.get_device_properties(0).total_memory / mib, 1)} if cuda else None
     if not args.no_server:
         from . import gpu_server
 
-        server_levels = tuple(int(x) for x in args.server_levels.split(",")) if args.server_levels else None
         result.summary["server"] = gpu_server.measure(
             device=device, dtype=args.dtype, quick=args.quick, model_dir=model_dir, out_dir=args.out,
-            stem=result.benchmark, levels=server_levels, log=_log)
-    data = results.write(
-        result, title=f"PyTorch runtime on {device_name}", body=_body, out_dir=args.out, log=_log
-    )
+            stem=result.benchmark, log=_log,
+            levels=tuple(int(x) for x in args.server_levels.split(",")) if args.server_levels else None)
+    data = results.write(result, title=f"PyTorch runtime on {device_name}", body=_body, out_dir=args.out, log=_log)
     return 0 if data["summary"]["batched_vs_single"]["ok"] else 1
 
 
 def _body(data: dict[str, Any]) -> str:
-    rows = [
-        [
-            s["concurrency"],
-            s["requests"],
-            s["audio_s_per_s"],
-            s["first_audio_ms_p50"],
-            s["first_audio_ms_p95"],
-            s["mean_batch"],
-        ]
-        for s in data["samples"]
-    ]
-    check = data["summary"]["batched_vs_single"]
+    c, s, check = data["config"], data["summary"], data["summary"]["batched_vs_single"]
+    rows = [[x["concurrency"], x["requests"], x["audio_s_per_s"], x["first_audio_ms_p50"], x["first_audio_ms_p95"],
+             x["mean_batch"]] for x in data["samples"]]
     text = [
+        f"Device: {c['device_name']} ({c['device']}), dtype {c['dtype']}, max batch {c['max_batch']}; "
+        f"GPU memory (MiB): {c.get('gpu_memory_mib') or 'n/a (CPU)'}.\n",
         "Closed-loop clients (zero think time) against the server's concurrent mode in process "
-        "(`create_backend`): its scheduler forms the batches; each request is one sentence.",
-        "",
-        results.markdown_table(
-            ["clients", "requests", "audio-s/s", "first audio p50 ms", "p95 ms", "mean batch"], rows
-        ),
+        "(`create_backend`): its scheduler forms the batches; each request is one sentence.", "",
+        results.markdown_table(["clients", "requests", "audio-s/s", "first audio p50 ms", "p95 ms", "mean batch"], rows),
         "",
         f"Batched vs single ({check['batch_size']} segments): {'equal within tolerance' if check['ok'] else 'MISMATCH'}; "
         f"batch {check['batch_s']} s vs one at a time {check['singles_s']} s ({check['batch_speedup']}x).",
-        f"Single-segment real-time factor: {data['summary']['torch_single_rtf']}.",
+        f"Single-segment real-time factor: {s['torch_single_rtf']}.",
     ]
-    if "onnx" in data["summary"]:
-        text.append(f"ONNX runtime on the same segments: RTF {data['summary']['onnx']['rtf']}.")
-    c = data["config"]
-    text.insert(0, f"Device: {c['device_name']} ({c['device']}), dtype {c['dtype']}, max batch {c['max_batch']}; "
-                   f"GPU memory (MiB): {c.get('gpu_memory_mib') or 'n/a (CPU)'}.\n")
-    if "server" in data["summary"]:
+    if "onnx" in s:
+        text.append(f"ONNX runtime on the same segments: RTF {s['onnx']['rtf']}.")
+    if "server" in s:
         from .gpu_server import body_lines
 
-        text += body_lines(data["summary"]["server"])
+        text += body_lines(s["server"])
     return "\n".join(text)
-
-
-def _gpu_memory(torch: Any) -> dict[str, float]:
-    """What this process held on the GPU at its peak, and the device's total (MiB)."""
-    mib = 1 << 20
-    return {"max_allocated": round(torch.cuda.max_memory_allocated() / mib, 1),
-            "max_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
-            "device_total": round(torch.cuda.get_device_properties(0).total_memory / mib, 1)}
 
 
 if __name__ == "__main__":

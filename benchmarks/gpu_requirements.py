@@ -1,11 +1,8 @@
 """What a GPU machine with PyTorch needs besides it, for ``benchmarks/gpu_check.sh``: the project's
-dependencies, its ``torch`` extra less torch itself, and the benchmarks' matplotlib and psutil.
-
-    python -m benchmarks.gpu_requirements            # every requirement, one a line (for pip download)
-    python -m benchmarks.gpu_requirements --missing  # only those this interpreter lacks or has at a wrong version
-
-Standard library only (it runs before anything is installed); versions are checked with pip's own
-``packaging`` where pip is there, by name only otherwise.
+dependencies and its ``torch`` extra less torch itself, and the benchmarks' matplotlib and psutil.
+``python -m benchmarks.gpu_requirements [--missing]``: one a line (for ``pip download``), or only those
+this interpreter lacks or has at a wrong version. Standard library only (it runs before anything is
+installed); versions are checked with pip's own ``packaging`` where pip is there, by name otherwise.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""The GPU benchmark's second half: the torch runtime inside the server, as clients meet it.
-
-Two local servers on the same device and precision — ``--backend torch --mode sequential`` and
-``--mode concurrent`` (micro-batching) — measured side by side by ``compare`` (its six rows, the
-sweep at ``levels``), each server's RSS by pid, the batch sizes the concurrent server formed (its
-``kokoro_batch_size`` histogram), and the GPU memory each server process holds (``nvidia-smi``, where
-there is one). Blocking; the servers are subprocesses (:class:`benchmarks.live.LiveServer`).
+"""The GPU benchmark's second half: ``compare`` against a sequential and a concurrent local torch
+server on the same device and precision (:class:`benchmarks.live.LiveServer`; blocking), with the
+batches the concurrent one formed and the GPU memory each holds (docs/benchmarks.md, "GPU").
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,26 +21,13 @@ QUICK_SERVER_LEVELS = (1, 2)
 
 def gpu_memory_mib(pids: list[int]) -> dict[str, float] | None:
     """Memory each of ``pids`` holds on the GPU (``nvidia-smi``), None where that cannot be read."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
     try:
-        out = subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError):  # no nvidia-smi here
         return None
-    used = {}
-    for line in out.splitlines():
-        pid, _, mib = line.partition(",")
-        if pid.strip().isdigit() and int(pid) in pids:
-            used[pid.strip()] = float(mib.strip() or 0)
-    return used
-
-
-def _levels_view(summary: dict[str, Any]) -> dict[str, Any]:
-    return {level: {k: lv.get(k) for k in ("first_audio_ms_p50", "first_audio_ms_p95", "first_audio_ms_max",
-                                           "audio_s_per_s", "errors", "rss_mib")}
-            for level, lv in summary["sweep"].items()}
+    rows = [line.split(",", 1) for line in out.splitlines() if "," in line]
+    return {pid.strip(): float(mib.strip() or 0) for pid, mib in rows if pid.strip().isdigit() and int(pid) in pids}
 
 
 def measure(*, device: str, dtype: str, quick: bool, model_dir: Path | None, out_dir: Path, stem: str,
@@ -70,22 +52,21 @@ def measure(*, device: str, dtype: str, quick: bool, model_dir: Path | None, out
     result.server_view = {"concurrent": view}
     data = results.write(result, title=f"{TITLE} — {backend} on {device} ({dtype})", body=compare_report.body,
                          plot=compare_report.plot, out_dir=out_dir, stem=f"{stem}-server", log=log)
-    by_mode = {name: {"sweep": _levels_view(data["summary"][name]),
-                      "one_sentence_first_audio_ms": data["summary"][name]["one_sentence"].get("first_audio_ms"),
-                      "paragraph_first_audio_ms": data["summary"][name]["paragraph"].get("first_audio_ms"),
-                      "rss_mib_max": data["summary"][name]["rss_mib_max"]}
-               for name in ("sequential", "concurrent")}
+    kept = ("first_audio_ms_p50", "first_audio_ms_p95", "first_audio_ms_max", "audio_s_per_s", "errors", "rss_mib")
+    by_mode = {}
+    for name in ("sequential", "concurrent"):
+        s = data["summary"][name]
+        by_mode[name] = {"sweep": {level: {k: lv.get(k) for k in kept} for level, lv in s["sweep"].items()},
+                         "one_sentence_first_audio_ms": s["one_sentence"].get("first_audio_ms"),
+                         "paragraph_first_audio_ms": s["paragraph"].get("first_audio_ms"), "rss_mib_max": s["rss_mib_max"]}
     return {"file": f"{stem}-server.json", "levels": list(levels), "by_mode": by_mode,
             "concurrent_batch_size": view["batch_size"], "gpu_memory_mib_by_pid": memory, "ping": pings}
 
 
 def body_lines(server: dict[str, Any]) -> list[str]:
     """The GPU result's Markdown about the server half."""
-    rows = []
-    for mode, v in server["by_mode"].items():
-        for level, lv in v["sweep"].items():
-            rows.append([mode, int(level), lv["first_audio_ms_p50"], lv["first_audio_ms_p95"], lv["audio_s_per_s"],
-                         lv["errors"], lv["rss_mib"]])
+    rows = [[mode, int(level), lv["first_audio_ms_p50"], lv["first_audio_ms_p95"], lv["audio_s_per_s"], lv["errors"],
+             lv["rss_mib"]] for mode, v in server["by_mode"].items() for level, lv in v["sweep"].items()]
     batch = server["concurrent_batch_size"]
     return [
         "", f"Through the server (`compare`, WebSocket contract; full figures in `{server['file']}`):", "",

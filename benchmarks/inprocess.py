@@ -1,11 +1,7 @@
-"""An in-process target: a backend built by :func:`backends.factory.create_backend` — the engine
-the server runs, in the mode and with the settings a :class:`~backends.config.BackendConfig`
-names — and the closed loop that drives it, with no server or socket in between.
-
-:func:`request` streams one text through the backend and returns its
-:class:`~benchmarks.clients.Timing` (first audio, end, audio); :func:`closed_loop` runs the suite's
-closed loop (:func:`benchmarks.loop.closed_loop`) over it and reports audio-seconds per wall-second, this process's CPU seconds per audio
-second, and first audio by percentile.
+"""An in-process target: a backend built by :func:`backends.factory.create_backend` — the engine the
+server runs, in the mode and with the settings a :class:`~backends.config.BackendConfig` names — and
+the suite's closed loop (:func:`benchmarks.loop.closed_loop`) over it, with no server or socket in
+between: audio-seconds per wall-second, this process's CPU seconds per audio second, first audio.
 """
 
 from __future__ import annotations
@@ -79,17 +75,13 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
     timings, wall, cpu = loop.records, loop.wall_s, time.process_time() - cpu0
     audio = sum(t.audio_s for t in timings)
     first = [t.first_audio_s for t in timings if t.first_audio_s is not None]
-
-    def ms_at(q: float) -> float | None:
-        return ms(percentile(first, q))
-
     out = {
         "concurrency": clients, "requests": len(timings), "audio_s": round(audio, 2), "wall_s": round(wall, 3),
         "audio_s_per_s": round(audio / wall, 2) if wall else None,
         # CPU seconds this process spent per audio second (all threads): the cost of a configuration
         # with contention from other processes mostly factored out; cpu/wall = cores it really got.
         "cpu_s_per_audio_s": round(cpu / audio, 3) if audio else None, "cores_used": round(cpu / wall, 2),
-        "first_audio_ms_p50": ms_at(50), "first_audio_ms_p95": ms_at(95), "first_audio_ms_max": ms_at(100),
+        **{f"first_audio_ms_{k}": ms(percentile(first, q)) for k, q in (("p50", 50), ("p95", 95), ("max", 100))},
     }
     if tally is not None:
         formed = tally.batches[seen:]

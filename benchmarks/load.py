@@ -1,16 +1,9 @@
 """Load: many WebSocket sessions at once, each pipelining several sentences, against a live server —
 0 lost, 0 misordered, every request answered — with ``/ping`` latency measured throughout.
 
-``python -m benchmarks load [--quick] [--backend fake|onnx]`` writes ``benchmarks/results/load.{json,md}``:
-
-* the fake runtime (``--backend fake``, a fixed latency per segment) in both modes, 50 sessions x 4
-  pipelined sentences: the server's own machinery under full concurrency, at a speed where the
-  runtime is not the bottleneck;
-* the real ONNX runtime, 4 sessions x 2 sentences (quick) or 8 x 2: the same checks with real
-  inference holding the cores, which is where a blocked event loop would show in ``/ping``.
-
-The drivers (:func:`run_sessions`, :class:`PingProbe`) are also what tests/e2e/test_load_*.py run.
-Timing claims live here; the tests assert only counts and order.
+``python -m benchmarks load [--quick] [--backend fake|onnx]`` writes ``benchmarks/results/load.{json,md}``;
+the runs are described in docs/benchmarks.md ("Load and soak"). :func:`load_run` is also what
+tests/e2e/test_load_*.py run (they assert counts and order; timing claims live here).
 """
 
 from __future__ import annotations
@@ -18,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any
 
 import httpx
 
-from .clients import RequestFailed, WsSession
+from . import prom
+from .clients import BYTES_PER_SECOND, RequestFailed, WsSession
+from .live import LiveServer
 from .loop import closed_loop
-from .results import percentile, rnd
+from .results import Result, command_line, markdown_table, percentile, rnd
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -35,76 +30,53 @@ SENTENCES = [
 ]
 
 
-@dataclass
-class SessionOutcome:
-    """What one session saw: its answers in arrival order, and any contract violation."""
-
-    session: int
-    sent: list[str]
-    answered: list[str] = field(default_factory=list)
-    completed: int = 0
-    errors: list[str] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)
-    audio_bytes: int = 0
-    ttfa_ms: list[float] = field(default_factory=list)
-    closed_normally: bool = False
-
-
-async def _session(ws_url: str, sid: int, texts: list[str], *, speed: float, api_key: str | None) -> SessionOutcome:
+async def _session(ws_url: str, texts: list[str], *, speed: float, api_key: str | None) -> dict[str, Any]:
     """One session through the contract client, which notes the order it was answered in."""
-    out = SessionOutcome(sid, [])
+    violations = []
     async with WsSession(ws_url, speed=speed, api_key=api_key, frames="binary", open_timeout=120) as ws:
         assert ws.burst is not None and ws.session is not None
         try:
             timings = await ws.synthesize(texts, raise_on_error=False)  # pipelined: all sent before any answer
         except RequestFailed as exc:  # the session closed early, or audio came outside a request
-            out.violations.append(str(exc))
+            violations.append(str(exc))
             timings = []
-        out.sent, out.answered = ws.burst.sent, ws.burst.answered
-        out.violations += ws.burst.violations
-        out.completed = sum(t.complete_s is not None for t in timings)
-        out.errors = [t.code or "?" for t in timings if t.error]
-        out.audio_bytes = sum(t.audio_bytes for t in timings)
-        out.ttfa_ms = [t.server_ttfa_ms for t in timings if t.complete_s is not None and t.server_ttfa_ms is not None]
         await ws.session.close()
         while await ws.session.receive() is not None:
             pass
-        out.closed_normally = ws.session.close_code == 1000
-    return out
+        return {"sent": ws.burst.sent, "answered": ws.burst.answered, "timings": timings,
+                "violations": violations + ws.burst.violations, "closed_normally": ws.session.close_code == 1000}
 
 
 async def run_sessions(ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0,
-                       api_key: str | None = None) -> list[SessionOutcome]:
+                       api_key: str | None = None) -> list[dict[str, Any]]:
     """``sessions`` WebSocket sessions at once, each pipelining ``per_session`` sentences."""
 
     def texts(i: int) -> list[str]:
         return [SENTENCES[(i + j) % len(SENTENCES)] for j in range(per_session)]
 
-    loop = await closed_loop(lambda _s, i, _r: _session(ws_url, i, texts(i), speed=speed, api_key=api_key), sessions,
+    loop = await closed_loop(lambda _s, i, _r: _session(ws_url, texts(i), speed=speed, api_key=api_key), sessions,
                              per_client=1)
     if loop.failures:
         raise loop.failures[0]
     return loop.records
 
 
-def tally(outcomes: list[SessionOutcome]) -> dict[str, Any]:
+def tally(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts over all sessions: what a load test asserts and a benchmark reports."""
-    sent = sum(len(o.sent) for o in outcomes)
-    answered = sum(len(o.answered) for o in outcomes)
+    sent, answered = (sum(len(o[k]) for o in outcomes) for k in ("sent", "answered"))
+    timings = [t for o in outcomes for t in o["timings"]]
+    ttfa = [t.server_ttfa_ms for t in timings if t.complete_s is not None and t.server_ttfa_ms is not None]
     return {
-        "sessions": len(outcomes),
-        "requests": sent,
-        "answered": answered,
-        "completed": sum(o.completed for o in outcomes),
-        "errors": sum(len(o.errors) for o in outcomes),
-        "error_codes": sorted({c for o in outcomes for c in o.errors}),
+        "sessions": len(outcomes), "requests": sent, "answered": answered,
+        "completed": sum(t.complete_s is not None for t in timings),
+        "errors": sum(bool(t.error) for t in timings),
+        "error_codes": sorted({t.code or "?" for t in timings if t.error}),
         "lost": sent - answered,
-        "misordered_sessions": sum(o.answered != o.sent for o in outcomes),
-        "violations": sum(len(o.violations) for o in outcomes),
-        "closed_normally": sum(o.closed_normally for o in outcomes),
-        "audio_s": round(sum(o.audio_bytes for o in outcomes) / 48_000, 2),
-        "ttfa_ms_p50": rnd(percentile([t for o in outcomes for t in o.ttfa_ms], 50), 2),
-        "ttfa_ms_p99": rnd(percentile([t for o in outcomes for t in o.ttfa_ms], 99), 2),
+        "misordered_sessions": sum(o["answered"] != o["sent"] for o in outcomes),
+        "violations": sum(len(o["violations"]) for o in outcomes),
+        "closed_normally": sum(o["closed_normally"] for o in outcomes),
+        "audio_s": round(sum(t.audio_bytes for t in timings) / BYTES_PER_SECOND, 2),
+        "ttfa_ms_p50": rnd(percentile(ttfa, 50), 2), "ttfa_ms_p99": rnd(percentile(ttfa, 99), 2),
     }
 
 
@@ -118,7 +90,7 @@ class PingProbe(threading.Thread):
         super().__init__(name="ping-probe", daemon=True)
         self.url, self.interval = url, interval
         self.latencies_ms: list[float] = []
-        self.statuses: dict[int, int] = {}
+        self.statuses: Counter[int] = Counter()
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -135,9 +107,8 @@ class PingProbe(threading.Thread):
                     _path, code, ms = await probe()
                 except httpx.HTTPError:
                     code, ms = None, (time.perf_counter() - t0) * 1000
-                status = code or 0
                 self.latencies_ms.append(ms)
-                self.statuses[status] = self.statuses.get(status, 0) + 1
+                self.statuses[code or 0] += 1
                 await asyncio.sleep(self.interval)
         finally:
             await probe.aclose()
@@ -145,9 +116,8 @@ class PingProbe(threading.Thread):
     def stop(self) -> dict[str, Any]:
         self._halt.set()
         self.join(15)
-        return {"probes": len(self.latencies_ms), "statuses": self.statuses,
-                "p50_ms": rnd(percentile(self.latencies_ms, 50), 2), "p99_ms": rnd(percentile(self.latencies_ms, 99), 2),
-                "max_ms": round(max(self.latencies_ms), 2) if self.latencies_ms else None}
+        return {"probes": len(self.latencies_ms), "statuses": dict(self.statuses),
+                **{f"{k}_ms": rnd(percentile(self.latencies_ms, q), 2) for k, q in (("p50", 50), ("p99", 99), ("max", 100))}}
 
 
 def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0) -> dict[str, Any]:
@@ -162,28 +132,17 @@ def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: f
     return {**tally(outcomes), "wall_s": round(time.perf_counter() - t0, 2), "ping": ping}
 
 
-# ---------------------------------------------------------------------------------------------
-# The benchmark
-# ---------------------------------------------------------------------------------------------
-def run(*, quick: bool = False, model_dir=None, log=print, command: str | None = None,
-        backend: str | None = None) -> Any:
-    from . import prom
-    from .live import LiveServer
-    from .results import Result, command_line
-
-    result = Result(benchmark="load", quick=quick, command=command or command_line("load", quick))
-    plans = [
-        ("fake", "sequential", 50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}, 1.0),
-        ("fake", "concurrent", 50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}, 1.0),
-        ("onnx", "sequential", 4 if quick else 8, 2, {}, 1.0),
-        ("onnx", "concurrent", 4 if quick else 8, 2, {}, 1.0),
-    ]
-    plans = [p for p in plans if backend is None or p[0] == backend]
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str | None = None) -> Result:
+    result = Result(benchmark="load", quick=quick, command=command_line("load", quick))
+    # runtime -> (sessions, sentences per session, server environment), each in both modes
+    sizes = {"fake": (50, 4, {"KOKORO_FAKE_SEGMENT_S": "0.01"}), "onnx": (4 if quick else 8, 2, {})}
+    plans = [(runtime, mode, *sizes[runtime]) for runtime in sizes for mode in ("sequential", "concurrent")
+             if backend is None or runtime == backend]
     result.config = {"plans": [{"runtime": r, "mode": m, "sessions": s, "per_session": n, "env": e}
-                               for r, m, s, n, e, _ in plans], "ping_interval_s": 0.02}
-    for runtime, mode, sessions, per_session, env, speed in plans:
+                               for r, m, s, n, e in plans], "ping_interval_s": 0.02}
+    for runtime, mode, sessions, per_session, env in plans:
         with LiveServer(backend=runtime, mode=mode, env=env, model_dir=model_dir, log=log) as srv:
-            stats = load_run(srv.url, srv.ws_url, sessions, per_session, speed=speed)
+            stats = load_run(srv.url, srv.ws_url, sessions, per_session)
             metrics = srv.scrape()
         stats.update(runtime=runtime, mode=mode, per_session=per_session,
                      server_requests_ok=prom.value(metrics, "kokoro_requests_total", {"route": "ws", "status": "200"}),
@@ -203,8 +162,6 @@ def run(*, quick: bool = False, model_dir=None, log=print, command: str | None =
 
 
 def body(data: dict[str, Any]) -> str:
-    from .results import markdown_table
-
     rows = [[s["runtime"], s["mode"], f"{s['sessions']}x{s['per_session']}", s["requests"], s["completed"],
              s["lost"], s["misordered_sessions"], s["violations"], s["ttfa_ms_p50"], s["ping"]["p50_ms"],
              s["ping"]["p99_ms"], s["ping"]["max_ms"], s["wall_s"]] for s in data["samples"]]

@@ -34,10 +34,7 @@ def delta(before: Samples, after: Samples) -> Samples:
 
 
 def _matches(labels: tuple[tuple[str, str], ...], want: Mapping[str, str] | None) -> bool:
-    if not want:
-        return True
-    have = dict(labels)
-    return all(have.get(k) == v for k, v in want.items())
+    return not want or want.items() <= dict(labels).items()
 
 
 @dataclass(frozen=True)
@@ -79,8 +76,7 @@ def histogram(samples: Samples, name: str, labels: Mapping[str, str] | None = No
         if not _matches(lbls, labels):
             continue
         if sample == f"{name}_bucket":
-            le = dict(lbls).get("le", "+Inf")
-            bound = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
+            bound = float(dict(lbls).get("le", "+Inf"))  # float() reads "+Inf"
             buckets[bound] = buckets.get(bound, 0.0) + value
         elif sample == f"{name}_count":
             count += value
@@ -94,8 +90,10 @@ def value(samples: Samples, name: str, labels: Mapping[str, str] | None = None) 
     return sum(v for (s, lbls), v in samples.items() if s == name and _matches(lbls, labels))
 
 
-def label_values(samples: Samples, name: str, label: str) -> list[str]:
-    return sorted({dict(lbls)[label] for (s, lbls) in samples if s == name and label in dict(lbls)})
+def _by(samples: Samples, name: str, *labels: str) -> dict[str, float]:
+    """The non-zero samples called ``name``, keyed by the values of ``labels`` ("?" where absent)."""
+    return {" ".join(dict(lbls).get(k, "?") for k in labels): v
+            for (s, lbls), v in sorted(samples.items()) if s == name and v}
 
 
 def _summary(h: Histogram, scale: float = 1.0, digits: int = 3) -> dict[str, float | None]:
@@ -109,28 +107,15 @@ def server_view(before: Samples, after: Samples) -> dict:
     """What the server says happened between two scrapes: first audio per route (ms), real-time
     factor and segment time per segment, batch sizes, audio seconds and requests by status."""
     d = delta(before, after)
-    ttfa_name = "kokoro_time_to_first_audio_seconds"
-    view: dict = {
-        "time_to_first_audio_ms": {
-            "all": _summary(histogram(d, ttfa_name), 1000.0, 1),
-            **{
-                route: _summary(histogram(d, ttfa_name, {"route": route}), 1000.0, 1)
-                for route in label_values(d, f"{ttfa_name}_count", "route")
-            },
-        },
+    ttfa = "kokoro_time_to_first_audio_seconds"
+    routes = sorted({dict(lbls)["route"] for (s, lbls) in d if s == f"{ttfa}_count" and "route" in dict(lbls)})
+    return {
+        "time_to_first_audio_ms": {"all": _summary(histogram(d, ttfa), 1000.0, 1),
+                                   **{r: _summary(histogram(d, ttfa, {"route": r}), 1000.0, 1) for r in routes}},
         "realtime_factor": _summary(histogram(d, "kokoro_realtime_factor")),
         "segment_synthesis_ms": _summary(histogram(d, "kokoro_segment_synthesis_seconds"), 1000.0, 1),
         "batch_size": _summary(histogram(d, "kokoro_batch_size"), 1.0, 2),
         "audio_seconds": round(value(d, "kokoro_audio_seconds_total"), 3),
-        "requests": {
-            f"{dict(lbls).get('route', '?')} {dict(lbls).get('status', '?')}": v
-            for (s, lbls), v in sorted(d.items())
-            if s == "kokoro_requests_total" and v
-        },
-        "errors": {
-            f"{dict(lbls).get('route', '?')} {dict(lbls).get('code', '?')}": v
-            for (s, lbls), v in sorted(d.items())
-            if s == "kokoro_errors_total" and v
-        },
+        "requests": _by(d, "kokoro_requests_total", "route", "status"),
+        "errors": _by(d, "kokoro_errors_total", "route", "code"),
     }
-    return view

@@ -1,20 +1,10 @@
-"""Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows
-by less than 5% after warm-up).
+"""Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows by less
+than 5% after warm-up; every good request succeeds, every bad one gets its typed error, the counters
+read zero at the end).
 
-``python -m benchmarks soak [--quick] [--backend fake|onnx]`` writes
-``benchmarks/results/soak.{json,md}``. By default it
-runs the fake runtime for 1,000 requests (the server's own machinery at speed: sessions, encoders,
-metrics, error paths), then the real ONNX runtime for 1,000 requests of short texts (a quarter of an
-hour on two cores), each with glibc's default allocator and with ``MALLOC_ARENA_MAX=2``
-(``--quick``: 300 fake and 40 ONNX requests).
-
-The mix, repeated in a fixed shuffled order: WebSocket sessions pipelining 1-3 requests (some
-with blends of varying weights, some resampled), streamed POST /invocations in wav, pcm and mp3,
-OpenAI /v1/audio/speech, bad requests of every kind on both routes, and clients that vanish after
-the first audio. RSS (``VmRSS`` of the server process) is sampled every 25 requests; growth is
-measured from the end of warm-up (the first 20%: allocator arenas, thread pools, encoder tables
-fill once) to the end, and the slope over the rest is reported too. Every good request must
-succeed and every bad one must get its typed error; the counters must read zero at the end.
+``python -m benchmarks soak [--quick] [--backend fake|onnx] [--requests N] [--allocator default|arena2]
+[--mode sequential|concurrent]`` writes ``benchmarks/results/soak.{json,md}``; the mix and the method
+are in docs/benchmarks.md ("Load and soak").
 """
 
 from __future__ import annotations
@@ -32,7 +22,9 @@ from agent.ws_client import ContractSession
 
 from . import prom
 from .clients import post
-from .live import rss_mib
+from .live import LiveServer, rss_mib
+from .loop import closed_loop
+from .results import Result, command_line, markdown_table
 
 TEXTS = [
     "Short one.",
@@ -50,14 +42,13 @@ KINDS = ["ws"] * 8 + ["post"] * 6 + ["openai"] * 2 + ["bad_post"] * 2 + ["bad_ws
 
 
 class Soak:
-    def __init__(self, url: str, ws_url: str, voices: list[str], speed: float, texts: list[str], seed: int = 1):
-        self.url, self.ws_url, self.voices, self.speed, self.texts = url, ws_url, voices, speed, texts
+    """The mix's units against one server (``one(kind, i, http)``), the counts made and the failures seen."""
+
+    def __init__(self, ws_url: str, voices: list[str], speed: float, texts: list[str], seed: int = 1):
+        self.ws_url, self.voices, self.speed, self.texts = ws_url, voices, speed, texts
         self.rng = random.Random(seed)
         self.counts: dict[str, int] = {}
         self.failures: list[str] = []
-
-    def _count(self, key: str, n: int = 1) -> None:
-        self.counts[key] = self.counts.get(key, 0) + n
 
     def _voice(self) -> str:
         if len(self.voices) > 1 and self.rng.random() < 0.3:  # a blend with fresh weights
@@ -80,7 +71,7 @@ class Soak:
             if kind != "vanish":
                 self.failures.append(f"{kind} {i}: {type(e).__name__}: {e}")
             n = 1
-        self._count(kind, n)
+        self.counts[kind] = self.counts.get(kind, 0) + n
         return n
 
     async def _session(self) -> ContractSession:
@@ -141,47 +132,52 @@ class Soak:
         return 2
 
 
-def _rss(pid: int) -> float:
-    mib = rss_mib(pid, children=False)
-    if mib is None:
-        raise RuntimeError(f"no resident memory readable for process {pid}")
-    return mib
-
-
 async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: int, log) -> dict[str, Any]:
+    """``concurrency`` clients through the shuffled plan (client ``c`` takes units ``c``,
+    ``c + concurrency``, ...) until ``requests`` requests are made, RSS sampled every ``every``."""
     pid = srv.proc.pid
     plan = [KINDS[i % len(KINDS)] for i in range(requests)]
     random.Random(7).shuffle(plan)
-    samples: list[dict[str, Any]] = [{"requests": 0, "rss_mib": _rss(pid), "t_s": 0.0}]
+    samples: list[dict[str, Any]] = []
     done = 0
-    next_sample = every
-    queue: asyncio.Queue = asyncio.Queue()
-    for i, kind in enumerate(plan):
-        queue.put_nowait((i, kind))
     t0 = time.perf_counter()
 
-    async def worker(http: httpx.AsyncClient) -> None:
-        nonlocal done, next_sample
-        while done < requests and not queue.empty():
-            i, kind = queue.get_nowait()
-            made = await soak.one(kind, i, http)  # not `done += await ...`: that reads `done` before awaiting
+    def sample() -> None:
+        mib = rss_mib(pid, children=False)
+        if mib is None:
+            raise RuntimeError(f"no resident memory readable for process {pid}")
+        samples.append({"requests": done, "rss_mib": mib, "t_s": round(time.perf_counter() - t0, 1)})
+
+    sample()
+    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
+
+        async def unit(_s: None, c: int, r: int) -> None:
+            nonlocal done
+            i = r * concurrency + c
+            if i >= len(plan) or done >= requests:  # the plan's requests are made: the rest pass
+                return
+            made = await soak.one(plan[i], i, http)  # not `done += await ...`: that reads `done` before awaiting
             done += made
-            if done >= next_sample:
-                next_sample += every
-                samples.append({"requests": done, "rss_mib": _rss(pid),
-                                "t_s": round(time.perf_counter() - t0, 1)})
+            if done // every > (done - made) // every:
+                sample()
                 if len(samples) % 8 == 0:
                     log(f"    {done} requests, RSS {samples[-1]['rss_mib']} MiB")
 
-    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
-        await asyncio.gather(*(worker(http) for _ in range(concurrency)))
+        loop = await closed_loop(unit, concurrency, per_client=-(-len(plan) // concurrency))
+        if loop.failures:
+            raise loop.failures[0]
         await asyncio.sleep(0.5)  # let vanished sessions unwind
-        metrics = (await http.get("/metrics")).text
-        ping = (await http.get("/ping")).status_code
-    samples.append({"requests": done, "rss_mib": _rss(pid),
-                    "t_s": round(time.perf_counter() - t0, 1)})
-    return {"samples": samples, "counts": soak.counts, "failures": soak.failures, "metrics": metrics,
-            "ping": ping, "wall_s": round(time.perf_counter() - t0, 1)}
+        metrics, ping = prom.parse((await http.get("/metrics")).text), (await http.get("/ping")).status_code
+    sample()
+    leftovers = {
+        "active_sessions": prom.value(metrics, "kokoro_active_sessions"),
+        "inflight_invocations": prom.value(metrics, "kokoro_inflight_requests", {"route": "invocations"}),
+        "inflight_openai": prom.value(metrics, "kokoro_inflight_requests", {"route": "openai"}),
+        "queue_depth": prom.value(metrics, "kokoro_queue_depth"),
+    }
+    return {"requests": done, **growth(samples), "wall_s": round(time.perf_counter() - t0, 1), "counts": soak.counts,
+            "failures": len(soak.failures), "failure_examples": soak.failures[:10], "leftovers": leftovers,
+            "ping_after": ping, "rss_samples": samples}
 
 
 WARMUP_FRACTION = 0.2
@@ -207,58 +203,32 @@ def growth(samples: list[dict[str, Any]], warmup_fraction: float = WARMUP_FRACTI
 
 def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | None = None, model_dir=None,
              log=print) -> dict[str, Any]:
-    from .live import LiveServer
-
     fake = runtime == "fake"
     env = {**({"KOKORO_FAKE_SEGMENT_S": "0.005"} if fake else {}), **(env or {})}
     every = 25 if fake else 10
     with LiveServer(backend=runtime, mode=mode, env=env, model_dir=model_dir, log=log) as srv:
         names = httpx.get(f"{srv.url}/v1/audio/voices", timeout=10).json()["voices"][:3]
-        soak = Soak(srv.url, srv.ws_url, names, 1.0 if fake else 2.0, TEXTS if fake else SHORT_TEXTS)
-        out = asyncio.run(_soak(srv, requests, 4 if fake else 2, soak, every, log))
-    metrics = prom.parse(out.pop("metrics"))
-    leftovers = {
-        "active_sessions": prom.value(metrics, "kokoro_active_sessions"),
-        "inflight_invocations": prom.value(metrics, "kokoro_inflight_requests", {"route": "invocations"}),
-        "inflight_openai": prom.value(metrics, "kokoro_inflight_requests", {"route": "openai"}),
-        "queue_depth": prom.value(metrics, "kokoro_queue_depth"),
-    }
-    return {"runtime": runtime, "mode": mode, "env": env, "requests": out["samples"][-1]["requests"], **growth(out["samples"]),
-            "wall_s": out["wall_s"], "counts": out["counts"], "failures": len(out["failures"]),
-            "failure_examples": out["failures"][:10], "leftovers": leftovers, "ping_after": out["ping"],
-            "rss_samples": out["samples"]}
+        soak = Soak(srv.ws_url, names, 1.0 if fake else 2.0, TEXTS if fake else SHORT_TEXTS)
+        return {"runtime": runtime, "mode": mode, "env": env,
+                **asyncio.run(_soak(srv, requests, 4 if fake else 2, soak, every, log))}
 
 
-# ---------------------------------------------------------------------------------------------
-# The benchmark
-# ---------------------------------------------------------------------------------------------
-def run(*, quick: bool = False, model_dir=None, log=print, runtimes: list[str] | None = None,
-        requests: int | None = None, mode: str = "sequential", command: str | None = None,
-        allocators: list[str] | None = None, backend: str | None = None) -> Any:
-    from .results import Result, command_line
-
-    result = Result(benchmark="soak", quick=quick, command=command or command_line("soak", quick))
-    runtimes = [backend] if backend else runtimes
-    # (runtime, requests, extra server environment). glibc gives each thread that allocates its own
-    # malloc arena, and RSS climbs in steps as the thread pools touch theirs; MALLOC_ARENA_MAX=2
-    # shows what is left once that is taken out.
-    plans = [
-        ("fake", 300 if quick else 1000, {}),
-        ("fake", 300 if quick else 1000, {"MALLOC_ARENA_MAX": "2"}),
-        ("onnx", 40 if quick else 1000, {}),
-        ("onnx", 40 if quick else 1000, {"MALLOC_ARENA_MAX": "2"}),
-    ]
+def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None = None, mode: str = "sequential",
+        allocators: list[str] | None = None, backend: str | None = None) -> Result:
+    result = Result(benchmark="soak", quick=quick, command=command_line("soak", quick))
+    # glibc gives each thread that allocates its own malloc arena, and RSS climbs in steps as the
+    # thread pools touch theirs; MALLOC_ARENA_MAX=2 shows what is left once that is taken out.
+    allocator_env = {"default": {}, "arena2": {"MALLOC_ARENA_MAX": "2"}}
+    sizes = {"fake": 300 if quick else 1000, "onnx": 40 if quick else 1000}
+    plans = [(runtime, requests or n, env) for runtime, n in sizes.items() for allocator, env in allocator_env.items()
+             if (backend is None or runtime == backend) and (not allocators or allocator in allocators)]
     for runtime, n, env in plans:
-        if (runtimes and runtime not in runtimes) or (allocators and ("arena2" if env else "default") not in allocators):
-            continue
-        n = requests or n
         log(f"  soak {runtime}/{mode} {env or ''}: {n} requests")
         sample = soak_run(runtime, mode, n, env=env, model_dir=model_dir, log=log)
         log(f"  {runtime}: RSS {sample['rss_after_warmup_mib']} -> {sample['rss_end_mib']} MiB "
             f"({sample['growth_pct']:+.2f}%), {sample['failures']} failures, leftovers {sample['leftovers']}")
         result.samples.append(sample)
-        label = f"{runtime}/{mode}{' ' + ' '.join(f'{k}={v}' for k, v in env.items()) if env else ''}, " \
-                f"{sample['requests']} requests"
+        label = " ".join([f"{runtime}/{mode}", *(f"{k}={v}" for k, v in env.items())]) + f", {sample['requests']} requests"
         result.target(f"{label}: RSS growth after warm-up", "< 5%", f"{sample['growth_pct']}%",
                       sample["growth_pct"] < 5)
         result.target(f"{label}: failed good requests", "0", sample["failures"], sample["failures"] == 0)
@@ -271,22 +241,12 @@ def run(*, quick: bool = False, model_dir=None, log=print, runtimes: list[str] |
         "rss_end_mib": s["rss_end_mib"]} for s in result.samples}
     result.notes.append("RSS is the server process's VmRSS. Growth is measured from the sample after the "
                         "first 20% of requests (warm-up) to the last; the slope is a least-squares fit over "
-                        "the same samples.")
-    result.notes.append("What earlier runs of this soak found and fixed: a 0.5 MB voice pack kept for every "
-                        "distinct blend a client asked for (now one row mixed per segment), and ONNX "
-                        "Runtime's per-shape memory patterns (now off): together +15-20% RSS over 1,000 "
-                        "requests. Without MALLOC_ARENA_MAX, glibc's per-thread arenas add noise of a few "
-                        "MiB either way.")
-    result.notes.append("With the real runtime RSS rises in a few steps of 1-2 MiB while new shapes and "
-                        "encoders are first met (the first ~150 requests), then flattens: a slope fitted over "
-                        "a short run is mostly those steps, which is why the ONNX run is 1,000 requests and "
-                        "its warm-up the first 200.")
+                        "the same samples. What earlier runs found, and why the ONNX run is 1,000 requests: "
+                        "docs/benchmarks.md (Load and soak).")
     return result
 
 
 def body(data: dict[str, Any]) -> str:
-    from .results import markdown_table
-
     rows = [[s["runtime"], " ".join(f"{k}={v}" for k, v in s["env"].items() if k.startswith("MALLOC")) or "default",
              s["mode"], s["requests"], s["rss_start_mib"], s["rss_after_warmup_mib"],
              s["rss_end_mib"], s["rss_peak_mib"], f"{s['growth_pct']:+.2f}%", f"{s['second_half_growth_pct']:+.2f}%",
