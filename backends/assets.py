@@ -23,11 +23,11 @@ source's recorded in the manifest. A twin is preferred over its source, so the O
 word timings; it is remade when its source changes, and skipped (with a message) where the
 ``onnx`` package is missing or a graph offers no duration tensor.
 
-``build_assets(model_dir, windowed=True)`` (``kokoro-serve assets --windowed``) also writes each
-ONNX model's predict and decode graphs (``<name>.predict.onnx``, ``<name>.decode.onnx``,
-:mod:`backends.onnx_windowed`), recorded in the manifest the same way. With them the ONNX runtime
-decodes a first sentence cut early as windows of one reading; without them it reads each segment
-alone. Not written by default; once written, a later ``build_assets`` keeps them up to date.
+``build_assets`` also writes each ONNX model's predict and decode graphs (``<name>.predict.onnx``,
+``<name>.decode.onnx``, :mod:`backends.onnx_windowed`), recorded in the manifest the same way. With
+them the ONNX runtime decodes a first sentence cut early as windows of one reading; without them
+(``windowed=False``, ``kokoro-serve assets --no-windowed``, or a graph the split refuses) it reads
+each segment alone. Once written, a later ``build_assets`` keeps them up to date either way.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def build_assets(
     force: bool = False,
     torch: bool = False,
     timed: bool = True,
-    windowed: bool = False,
+    windowed: bool = True,
     progress: Progress = lambda _msg: None,
 ) -> ModelFiles:
     """Build (or verify) the model directory. Idempotent; every file is written atomically.

@@ -211,7 +211,7 @@ class BackendConfig(EnvSettings):
     windowed_first_segment: bool = Field(
         True,
         description="On a runtime that decodes windows (torch; ONNX with its predict and decode graphs, "
-        "`kokoro-serve assets --windowed`), a first sentence cut early is read as one utterance: the prosody of the whole sentence is predicted in each of its segments' calls and only the "
+        "which `kokoro-serve assets` writes), a first sentence cut early is read as one utterance: the prosody of the whole sentence is predicted in each of its segments' calls and only the "
         "segment's frames are decoded, so the early cut keeps the sentence's intonation and its segments meet "
         "as the reading runs on (no pause put in). Off: each segment is read as an utterance of its own.",
     )

@@ -122,7 +122,7 @@ class OnnxSynthesizer(Synthesizer):
             names = {o.name for o in self._windows[False][0].get_outputs()}
             if names != {DURATIONS, *WINDOW_TENSORS}:
                 raise BackendFault(f"{predict.name} has outputs {sorted(names)}; "
-                                   "rerun `kokoro-serve assets --windowed`")
+                                   "rerun `kokoro-serve assets`")
         inputs = {i.name: i for i in self._session.get_inputs()}
         self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
         self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32

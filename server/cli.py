@@ -284,9 +284,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="official assets from a directory, https:// URL or s3:// prefix")
     p.add_argument("--torch", action="store_true",
                    help="also rebuild the PyTorch checkpoint (else the torch runtime builds it at its first load)")
-    p.add_argument("--windowed", action="store_true",
-                   help="also write the ONNX model's predict and decode graphs, so the ONNX runtime decodes a first "
-                        "sentence cut early as windows of one reading (seconds; not by default yet)")
+    p.add_argument("--no-windowed", dest="windowed", action="store_false",
+                   help="do not write the ONNX model's predict and decode graphs (then the ONNX runtime reads a first "
+                        "sentence cut early as segments of their own; graphs written earlier are kept up to date)")
     p.add_argument("--force", action="store_true", help="rebuild even when the files verify")
 
     p = sub.add_parser("voices", help="list the voices")

@@ -62,10 +62,10 @@ def test_a_graph_without_that_decoder_is_refused(tmp_path):
         split_model(src, io.BytesIO(), io.BytesIO())
 
 
-def test_the_pair_is_written_only_when_asked_checksummed_and_deterministic(tmp_path):
-    files = build_assets(tmp_path, torch=False)
-    assert files.onnx_windowed is None and not (tmp_path / PREDICT).exists()
-    assert main(["assets", "--windowed", "--model-dir", str(tmp_path)]) == 0
+def test_the_pair_is_written_by_default_checksummed_and_deterministic(tmp_path):
+    assert main(["assets", "--no-windowed", "--model-dir", str(tmp_path)]) == 0
+    assert ModelFiles.discover(tmp_path).onnx_windowed is None and not (tmp_path / PREDICT).exists()
+    assert main(["assets", "--model-dir", str(tmp_path)]) == 0
     assert ModelFiles.discover(tmp_path).onnx_windowed == (tmp_path / PREDICT, tmp_path / DECODE)
     manifest = json.loads((tmp_path / assets.MANIFEST).read_text())
     for name in (PREDICT, DECODE):
