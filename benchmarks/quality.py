@@ -31,8 +31,9 @@ from .texts import QUALITY_TEXTS
 
 #: name -> the backend settings it changes
 SETTINGS: dict[str, dict[str, Any]] = {
-    "model joins": {"join_pauses": False, "phrase_end_mark": ""},
+    "model joins": {"join_pauses": False, "phrase_end_mark": "", "windowed_first_segment": False},
     "default": {},
+    "fragment alone": {"windowed_first_segment": False},
     "comma mark": {"phrase_end_mark": ","},
     "clause first": {"short_first_segment": "never"},
 }

@@ -23,13 +23,16 @@ from .raw import VOICE, RawRuntime
 from .results import Result, at_most, command_line, markdown_table, median, medians_by, ms, ratio, rnd
 from .texts import PARAGRAPH, SENTENCES, check_paragraph
 
-SERVER_MODES = ("batch", "streamed", "sentence_first", "fast_first", "clause_first")
+SERVER_MODES = ("batch", "streamed", "sentence_first", "fast_first", "fragment_first", "clause_first")
 RAW_MODES = ("raw_batch", "raw_stream", "raw_sentence_first")
 STREAMING_MODE = "fast_first"
 TARGET_RATIO, TARGET_MS = 0.15, 1000.0
 SHORT_RATIO = 0.12  # the tighter goal for streaming first audio over batch
-#: The servers (each sequential) and their settings; ``streamed`` and ``clause_first`` run on their own.
-SERVERS = {"default": {}, "plain": {"KOKORO_FAST_FIRST_SEGMENT": "false"}, "clause": {"KOKORO_SHORT_FIRST_SEGMENT": "never"}}
+#: The servers (each sequential) and their settings; ``streamed``, ``fragment_first`` (the early cut read
+#: alone, not as a window of its sentence) and ``clause_first`` run on their own.
+SERVERS = {"default": {}, "plain": {"KOKORO_FAST_FIRST_SEGMENT": "false"},
+           "alone": {"KOKORO_WINDOWED_FIRST_SEGMENT": "false"}, "clause": {"KOKORO_SHORT_FIRST_SEGMENT": "never"}}
+OWN_SERVER = {"streamed": "plain", "fragment_first": "alone", "clause_first": "clause"}
 
 
 def _figures(first_s: float | None, complete_s: float | None, audio_s: float, connect_s: float | None = None,
@@ -54,7 +57,7 @@ async def _sample(mode: str, servers: dict[str, LiveServer], raw: RawRuntime | N
         else:
             t = await asyncio.to_thread(raw.create_sentences, SENTENCES)
         return _figures(t.first_audio_s, t.complete_s, t.audio_s)
-    srv = servers[{"streamed": "plain", "clause_first": "clause"}.get(mode, "default")]
+    srv = servers[OWN_SERVER.get(mode, "default")]
     async with WsSession(srv.ws_url, voice=VOICE) as ws:
         timings = await ws.synthesize(list(SENTENCES) if mode == "sentence_first" else [PARAGRAPH])
     return _figures(timings[0].first_audio_s, timings[-1].complete_s, sum(t.audio_s for t in timings),
@@ -125,6 +128,7 @@ def summarize(result: Result) -> None:
         "batch_ttfa_ms": batch, "streaming_ttfa_ms": streaming, "ratio": vs_batch,
         "streaming_vs_raw_stream": ratio(streaming, first.get("raw_stream"), 4),
         "clause_first_ttfa_ms": first.get("clause_first"),
+        "fragment_first_ttfa_ms": first.get("fragment_first"),
         "median_first_audio_ms": first,
         "median_complete_ms": {mode: v["complete_ms"] for mode, v in result.medians.items()},
     }
@@ -135,7 +139,9 @@ def summarize(result: Result) -> None:
     result.notes.append(
         "streaming_ttfa_ms is the fast_first mode: the whole text over the WebSocket to a server with "
         "default settings (first segment cut short, after a few words); clause_first_ttfa_ms the same with "
-        "KOKORO_SHORT_FIRST_SEGMENT=never (the first segment ends at the first clause mark or phrase boundary)."
+        "KOKORO_SHORT_FIRST_SEGMENT=never (the first segment ends at the first clause mark or phrase boundary); "
+        "fragment_first_ttfa_ms the default cut with KOKORO_WINDOWED_FIRST_SEGMENT=false (the early fragment read "
+        "alone rather than as a window of its sentence, where the runtime decodes windows)."
     )
 
 
