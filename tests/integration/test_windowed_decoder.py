@@ -1,10 +1,12 @@
-"""A first sentence cut early keeps its intonation on a runtime that decodes windows (torch).
+"""A first sentence cut early keeps its intonation on a runtime that decodes windows: torch, and
+ONNX with the predict and decode graphs that ``kokoro-serve assets`` cuts from the int8 export.
 
 The segments of the first sentence each carry the whole sentence; the runtime predicts its prosody
-whole and decodes only the segment's frames. What a listener would notice, on the real model:
-the fragment before the cut is at the pitch of the whole sentence's reading there (not the falling
-end of an utterance), the windows meet without a click or a pause, and the word timings still add
-up to the audio sent.
+whole and decodes only the segment's frames. What a listener would notice, on the real model: the
+fragment before the cut is at the pitch of the whole sentence's reading there (not the falling end
+of an utterance), the windows meet without a click or a pause, and the word timings still add up
+to the audio sent. On ONNX a window that covers the whole sentence is the export's own reading,
+sample for sample, and an interrupted windowed call leaves the next one as it was.
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.base import Segment, SynthesisRequest
+from backends.base import Interrupt, Interrupted, Segment, SentenceContext, SynthesisRequest
 from backends.config import BackendConfig
 from backends.joins import FRAME, sound_extent
 from backends.sequential import SequentialBackend
-from backends.torch_runtime import TorchSynthesizer
 from benchmarks import speech_measures as sm
 
 TEXT = "Kokoro is a small text to speech model."
@@ -24,9 +25,16 @@ TEXT = "Kokoro is a small text to speech model."
 
 @pytest.fixture(scope="module")
 def torch_synth(model_dir, voices):
+    from backends.torch_runtime import TorchSynthesizer
+
     synth = TorchSynthesizer(model_dir, voices, device="cpu", deterministic=True, warmup=False)
     synth.load()
     return synth
+
+
+@pytest.fixture(params=["onnx", "torch"])
+def windowed_synth(request, onnx_synth):
+    return onnx_synth if request.param == "onnx" else request.getfixturevalue("torch_synth")
 
 
 async def _stream(synth, pipeline, voices, **config):
@@ -35,14 +43,21 @@ async def _stream(synth, pipeline, voices, **config):
     return request, [chunk async for chunk in backend.stream(request)]
 
 
-async def test_an_early_cut_keeps_the_sentences_pitch_and_joins_without_a_click(torch_synth, pipeline, voices):
-    request, chunks = await _stream(torch_synth, pipeline, voices)
+def _first_fragment(pipeline) -> Segment:
+    phonemes = pipeline.plan(TEXT, voice="jm_kumo")[0].phonemes
+    cut = phonemes.index(" ") + 1
+    return Segment(TEXT, phonemes[: cut - 1], "jm_kumo", sentence=SentenceContext(phonemes, 0, cut))
+
+
+async def test_an_early_cut_keeps_the_sentences_pitch_and_joins_without_a_click(windowed_synth, pipeline, voices):
+    assert windowed_synth.capabilities.windowed  # the default model directory has the ONNX graphs
+    request, chunks = await _stream(windowed_synth, pipeline, voices)
     segments = request.segments
     assert segments[0].ends == "phrase" and len(segments) >= 2
     context = segments[0].sentence
     assert context is not None and all(s.sentence is not None and s.sentence.phonemes == context.phonemes
                                        for s in segments)
-    reading = torch_synth.synthesize(Segment(TEXT, context.phonemes, "jm_kumo"))
+    reading = windowed_synth.synthesize(Segment(TEXT, context.phonemes, "jm_kumo"))
     stream = np.concatenate([c.audio for c in chunks])
     at = len(chunks[0].audio)
     # the windows start where the reading starts: the same frames, no alignment needed
@@ -65,3 +80,22 @@ async def test_switched_off_each_segment_is_read_alone(torch_synth, pipeline, vo
     request, chunks = await _stream(torch_synth, pipeline, voices, windowed_first_segment=False)
     assert request.segments[0].ends == "phrase"
     assert all(s.sentence is None for s in request.segments) and len(chunks) == len(request.segments)
+
+
+def test_on_onnx_a_window_of_the_whole_sentence_is_the_exports_reading(onnx_synth, pipeline):
+    phonemes = pipeline.plan(TEXT, voice="jm_kumo")[0].phonemes
+    whole = Segment(TEXT, phonemes, "jm_kumo", sentence=SentenceContext(phonemes, 0, len(phonemes)))
+    audio, durations = onnx_synth.synthesize_timed(whole)  # the predict and decode graphs
+    reading, reading_durations = onnx_synth.synthesize_timed(Segment(TEXT, phonemes, "jm_kumo"))  # the export
+    assert np.array_equal(audio, reading)
+    assert np.array_equal(durations, reading_durations)
+
+
+def test_on_onnx_an_interrupt_stops_a_windowed_call_and_the_next_one_speaks_as_before(onnx_synth, pipeline):
+    first = _first_fragment(pipeline)
+    before = onnx_synth.synthesize(first)
+    stop = Interrupt()
+    stop.set()
+    with pytest.raises(Interrupted):
+        onnx_synth.synthesize(first, interrupt=stop)
+    assert np.array_equal(onnx_synth.synthesize(first), before)
