@@ -40,8 +40,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
 QUICK_SETTINGS = ("model joins", "default")
 #: Where intelligibility is measured in a full run (pocketsphinx is the slow part of the analysis).
 WORDS_SETTINGS = ("model joins", "default")
-GOALS = {"gap_mean_s": 0.1, "gap_worst_s": 0.25, "click_db": -40.0, "excess_pct": 3.0, "cut_st_mean": 1.5,
-         "cut_st_worst": 4.0}
+GOALS = {"gap_mean_s": 0.1, "gap_worst_s": 0.25, "click_db": -40.0, "click_over_reading_db": 3.0,
+         "excess_pct": 3.0, "cut_st_mean": 1.5, "cut_st_worst": 4.0}
 
 
 class _Loaded:
@@ -61,7 +61,9 @@ def measure(text: str, chunks: list[tuple[np.ndarray, str]], reference: np.ndarr
     """The measures of one streamed reading (``chunks``: audio and the kind of boundary it ends at);
     ``words``: with intelligibility (pocketsphinx: seconds per second of audio on a busy machine).
     The gap at a join is the silent run that holds it; the reading's pause there is the reference's
-    silent run (30 ms or longer) that the gap's DTW-aligned frames overlap most (none: 0)."""
+    silent run (30 ms or longer) that the gap's DTW-aligned frames overlap most (none: 0). Beside the
+    2–8 kHz level at a join, the reading's at the DTW-aligned place: a join inside speech (a windowed
+    join, where the reading has no pause) is judged against the reading there, not against silence."""
     stream = np.concatenate([a for a, _ in chunks])
     path = sm.align(stream, reference)
     runs_s, runs_r = sm.silent_runs(stream), sm.silent_runs(reference, min_s=0.03)
@@ -83,6 +85,7 @@ def measure(text: str, chunks: list[tuple[np.ndarray, str]], reference: np.ndarr
             "cut_hz": rnd(cut[0]) if cut else None, "reading_hz": rnd(cut[1]) if cut else None,
             "cut_st": round(sm.semitones(*cut), 2) if cut else None,
             "click_db": round(sm.band_db(stream, at), 1),
+            "reading_click_db": round(sm.band_db(reference, int(path[min(k, len(path) - 1)]) * sm.WINDOW), 1),
         })
     speech_s, reference_s = speech_span(stream), speech_span(reference)
     return {
@@ -147,6 +150,10 @@ def summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "gap_error_mean_s": rnd(mean(errors), 3), "gap_error_worst_s": rnd(max(errors, default=None), 3),
         **cut_summary(early), "early_cuts": len(early),
         "click_db_worst": rnd(max((j["click_db"] for j in joins), default=None)),
+        # joins audible in the band (not silent) against the reading at the same place
+        "click_over_reading_db_worst": rnd(max((j["click_db"] - j["reading_click_db"] for j in joins
+                                               if j["click_db"] >= GOALS["click_db"] and "reading_click_db" in j),
+                                              default=None)),
         "excess_pct_mean": rnd(mean(s["excess_pct"] for s in samples), 2),
         "excess_pct_worst": rnd(max(s["excess_pct"] for s in samples), 2),
         "first_audio_s": rnd(mean(s["first_audio_s"] for s in samples), 3),
@@ -203,8 +210,11 @@ async def _run(quick: bool, model_dir: Path | None, log) -> Result:
                                    ("worst join gap vs the reading's pause", "gap_error_worst_s", "gap_worst_s", "s"),
                                    ("speech duration over the reading (mean)", "excess_pct_mean", "excess_pct", "%")):
         result.target(label, f"<= {GOALS[goal]} {unit}", d[key], None if d[key] is None else abs(d[key]) <= GOALS[goal])
-    result.target("2-8 kHz at a join, re speech", f"< {GOALS['click_db']} dB", d["click_db_worst"],
-                  None if d["click_db_worst"] is None else d["click_db_worst"] < GOALS["click_db"])
+    over = d["click_over_reading_db_worst"]
+    result.target("2-8 kHz at a join: below the goal re speech, or (a join inside speech) within the goal of "
+                  "the reading there", f"< {GOALS['click_db']} dB / <= +{GOALS['click_over_reading_db']} dB",
+                  f"{d['click_db_worst']} dB / {'—' if over is None else f'{over:+.1f}'} dB",
+                  None if d["click_db_worst"] is None else (over is None or over <= GOALS["click_over_reading_db"]))
     pitch_target(result, "pitch at an early cut vs the reading (mean / worst)", d)
     result.notes.append("DNSMOS: the speechmos wheel carries its ONNX models, but imports librosa (numba, llvmlite, "
                         "scipy) for a mel spectrogram; that stack is not installed here, so DNSMOS is left out.")
@@ -226,7 +236,9 @@ def body(data: dict[str, Any]) -> str:
     for name, s in data["summary"].items():
         rows.append([name, s["first_audio_s"], s["excess_pct_mean"], s["excess_pct_worst"], s["gap_error_mean_s"],
                      s["gap_error_worst_s"], f"{s['cut_st_mean']} / {s['cut_st_worst']} ({s['early_cuts']})",
-                     s["click_db_worst"], f"{_or_dash(s['words_heard'])} ({_or_dash(s['reference_words_heard'])})"])
+                     s["click_db_worst"] if s.get("click_over_reading_db_worst") is None
+                     else f"{s['click_db_worst']} ({s['click_over_reading_db_worst']:+} over the reading)",
+                     f"{_or_dash(s['words_heard'])} ({_or_dash(s['reference_words_heard'])})"])
     table = markdown_table(
         ["setting", "first audio s", "duration +% mean", "+% worst", "gap error mean s", "worst s",
          "early-cut pitch st mean / worst (cuts)", "click dB worst", "words heard (reading)"], rows)
