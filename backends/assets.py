@@ -11,7 +11,7 @@ model and the 54 voices, :mod:`backends.official`); the voices then join the off
 ``voices.npz`` and ``af_heart`` becomes the default voice. The PyTorch checkpoint is rebuilt only
 when asked (``torch=True``, ``kokoro-serve assets --torch``) or by the torch runtime's first load.
 
-``fetch_assets(source, model_dir)`` brings the full official assets (``kokoro-v1.0.onnx``,
+``fetch_assets(source, model_dir)`` (:mod:`backends.official`) brings the full official assets (``kokoro-v1.0.onnx``,
 ``voices-v1.0.bin`` — the 54-voice ``.npz`` — or a ``voices/`` folder of ``.pt`` files,
 ``config.json``, ``kokoro-v1_0.pth``) from a directory, an HTTPS URL or an ``s3://`` prefix. Where the
 source carries a ``SHA256SUMS`` file, each download is checked against it; a mismatch is an error and
@@ -36,19 +36,15 @@ import contextlib
 import hashlib
 import importlib.resources as resources
 import json
-import os
-import tempfile
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
-from .official import AssetError, NotFound, download, fetch_official
+from .official import AssetError, atomic_write, fetch_assets, fetch_official, sha256_file
 from .onnx_timed import TIMED_SUFFIX, GraphSurgeryError, add_duration_output, source_name, timed_name
 from .onnx_windowed import decode_name, predict_name, split_model
 
@@ -64,7 +60,6 @@ OFFICIAL_PTH = "kokoro-v1_0.pth"
 REBUILT_PTH = "kokoro-v1_0.rebuilt.pth"
 CONFIG = "config.json"
 MANIFEST = "manifest.json"
-OFFICIAL_FILES = ("kokoro-v1.0.onnx", OFFICIAL_VOICES, CONFIG, OFFICIAL_PTH)
 
 Progress = Callable[[str], None]
 
@@ -73,31 +68,6 @@ def default_model_dir() -> Path:
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("kokoro-serve")) / "models"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-@contextlib.contextmanager
-def atomic_write(dest: Path, mode: str = "wb") -> Iterator[Any]:
-    """Write to a temporary file beside ``dest`` and rename it into place only on success."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass(frozen=True)
@@ -149,39 +119,6 @@ class ModelFiles:
                 f"model directory {root} lacks {', '.join(missing)}; run `kokoro-serve assets` to build it"
             )
         return cls(root, onnx, voices, config, pth)  # type: ignore[arg-type]
-
-
-def _write_window_onnx(
-    model_dir: Path, manifest: dict[str, Any], files: dict[str, str], derived: dict[str, str], *, force: bool,
-    progress: Progress, asked: bool,
-) -> None:
-    """Beside each ONNX model in ``model_dir``, its predict and decode graphs
-    (:mod:`backends.onnx_windowed`), made again when either is missing, fails its checksum or was
-    made from another version of its source; recorded as the timed twin is. Not ``asked``: only
-    where a model has them already (kept up to date), none made anew."""
-    for name in ONNX_SOURCES:
-        src = model_dir / name
-        pair = (predict_name(name), decode_name(name))
-        if not src.is_file() or not (asked or any(p in files or (model_dir / p).exists() for p in pair)):
-            continue
-        src_sha = OFFLINE_ONNX_SHA256 if name == OFFLINE_ONNX else sha256_file(src)
-        if not force and all(derived.get(p) == src_sha and _verified(model_dir, p, manifest) for p in pair):
-            continue
-        progress(f"writing {pair[0]} and {pair[1]} ({name} in two: the prosody, and the decoder over a window)")
-        try:
-            with atomic_write(model_dir / pair[0]) as predict, atomic_write(model_dir / pair[1]) as decode:
-                split_model(src, predict, decode)
-        except (ImportError, GraphSurgeryError) as e:
-            for p in pair:
-                (model_dir / p).unlink(missing_ok=True)
-                files.pop(p, None)
-                derived.pop(p, None)
-            why = "the onnx package is not installed" if isinstance(e, ImportError) else str(e)
-            progress(f"skipping {pair[0]} and {pair[1]}: {why} (no windowed decode from {name})")
-            continue
-        for p in pair:
-            files[p] = sha256_file(model_dir / p)
-            derived[p] = src_sha
 
 
 def _package_file(package: str, *parts: str) -> Traversable:
@@ -310,8 +247,13 @@ def build_assets(
     origin = source or ("official" if official else manifest.get("source", "registry"))
     derived = dict(manifest.get("derived", {}))
     if timed:
-        _write_timed_onnx(model_dir, manifest, files, derived, force=force, progress=progress)
-    _write_window_onnx(model_dir, manifest, files, derived, force=force, progress=progress, asked=windowed)
+        _write_derived(model_dir, manifest, files, derived, force=force, progress=progress,
+                       outputs=lambda name: (timed_name(name),), write=add_duration_output,
+                       what="with its predicted durations as an output", lost="word timings")
+    _write_derived(model_dir, manifest, files, derived, force=force, progress=progress,
+                   outputs=lambda name: (predict_name(name), decode_name(name)), write=split_model,
+                   what="in two: the prosody, and the decoder over a window", lost="windowed decode",
+                   only_kept=not windowed)
     new_manifest = {"files": files, "source": origin, "voices_from": voices_from}
     if derived:
         new_manifest["derived"] = derived
@@ -321,132 +263,36 @@ def build_assets(
     return ModelFiles.discover(model_dir)
 
 
-def _write_timed_onnx(
+def _write_derived(
     model_dir: Path, manifest: dict[str, Any], files: dict[str, str], derived: dict[str, str], *, force: bool,
-    progress: Progress,
+    progress: Progress, outputs: Callable[[str], tuple[str, ...]], write: Callable[..., object], what: str, lost: str,
+    only_kept: bool = False,
 ) -> None:
-    """Beside each ONNX model in ``model_dir``, its timed twin (:mod:`backends.onnx_timed`), made
-    again when missing, failing its checksum or made from another version of its source. Records
-    the twin's sha256 in ``files`` and its source's in ``derived``."""
+    """Beside each ONNX model in ``model_dir``, the files ``outputs(name)`` that ``write(source,
+    *files)`` makes from it by graph surgery, made again when one is missing, fails its checksum or
+    was made from another version of its source: their sha256 in ``files``, their source's in
+    ``derived``. ``only_kept``: only where a model has them already (kept up to date, none made
+    anew). Where the graph refuses (or ``onnx`` is missing) none is kept, rather than ones made
+    from an older version of their source, which would outrank it."""
     for name in ONNX_SOURCES:
-        src, twin = model_dir / name, timed_name(name)
-        if not src.is_file():
+        src, made = model_dir / name, outputs(name)
+        if not src.is_file() or (only_kept and not any(p in files or (model_dir / p).exists() for p in made)):
             continue
         src_sha = OFFLINE_ONNX_SHA256 if name == OFFLINE_ONNX else sha256_file(src)
-        if not force and derived.get(twin) == src_sha and _verified(model_dir, twin, manifest):
+        if not force and all(derived.get(p) == src_sha and _verified(model_dir, p, manifest) for p in made):
             continue
-        progress(f"writing {twin} ({name} with its predicted durations as an output)")
+        progress(f"writing {' and '.join(made)} ({name} {what})")
         try:
-            with atomic_write(model_dir / twin) as out:
-                add_duration_output(src, out)
+            with contextlib.ExitStack() as stack:
+                write(src, *(stack.enter_context(atomic_write(model_dir / p)) for p in made))
         except (ImportError, GraphSurgeryError) as e:
-            # No twin rather than a twin of an older version of its source, which would outrank it.
-            (model_dir / twin).unlink(missing_ok=True)
-            files.pop(twin, None)
-            derived.pop(twin, None)
+            for p in made:
+                (model_dir / p).unlink(missing_ok=True)
+                files.pop(p, None)
+                derived.pop(p, None)
             why = "the onnx package is not installed" if isinstance(e, ImportError) else str(e)
-            progress(f"skipping {twin}: {why} (no word timings from {name})")
+            progress(f"skipping {' and '.join(made)}: {why} (no {lost} from {name})")
             continue
-        files[twin] = sha256_file(model_dir / twin)
-        derived[twin] = src_sha
-
-
-# ------------------------------------------------------------------------------------------------
-# Official assets from a directory, an HTTPS URL or an S3 prefix
-# ------------------------------------------------------------------------------------------------
-def _parse_sums(text: str) -> dict[str, str]:
-    sums = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and len(parts[0]) == 64:
-            sums[parts[1].lstrip("*")] = parts[0].lower()
-    return sums
-
-
-class _Source:
-    """Reads named files from a directory, an HTTP(S) base URL or an s3:// prefix."""
-
-    def __init__(self, source: str):
-        self.source = source
-        parsed = urllib.parse.urlparse(source)
-        self.kind = {"http": "http", "https": "http", "s3": "s3"}.get(parsed.scheme, "dir")
-        if self.kind == "s3":
-            import boto3
-
-            self._s3 = boto3.client("s3")
-            self._bucket, self._prefix = parsed.netloc, parsed.path.lstrip("/").rstrip("/")
-
-    def _url(self, name: str) -> str:
-        return self.source.rstrip("/") + "/" + urllib.parse.quote(name)
-
-    def open(self, name: str) -> BinaryIO | None:
-        """A binary stream of ``name``, or None when the source does not have it."""
-        if self.kind == "dir":
-            path = Path(self.source) / name
-            return open(path, "rb") if path.is_file() else None
-        if self.kind == "http":
-            try:
-                response: BinaryIO = urllib.request.urlopen(self._url(name), timeout=60)
-                return response
-            except urllib.error.HTTPError as e:
-                if e.code == 404:
-                    return None
-                raise AssetError(f"{self._url(name)}: HTTP {e.code}") from e
-            except urllib.error.URLError as e:
-                raise AssetError(f"{self._url(name)}: {e.reason}") from e
-        key = f"{self._prefix}/{name}" if self._prefix else name
-        try:
-            body: BinaryIO = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
-            return body
-        except self._s3.exceptions.NoSuchKey:
-            return None
-
-    def list_voice_files(self) -> list[str]:
-        """Names of ``voices/*.pt`` at the source (directory and S3 only; HTTP has no listing)."""
-        if self.kind == "dir":
-            folder = Path(self.source) / "voices"
-            return sorted(f"voices/{p.name}" for p in folder.glob("*.pt")) if folder.is_dir() else []
-        if self.kind == "s3":
-            prefix = f"{self._prefix}/voices/" if self._prefix else "voices/"
-            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix)
-            return sorted(
-                "voices/" + o["Key"][len(prefix):] for page in pages for o in page.get("Contents", [])
-                if o["Key"].endswith(".pt")
-            )
-        return []
-
-
-def fetch_assets(source: str, model_dir: Path, *, progress: Progress = lambda _m: None) -> list[str]:
-    """Copy the official assets that ``source`` has into ``model_dir``; returns the names fetched."""
-    src = _Source(source)
-    sums_stream = src.open("SHA256SUMS")
-    sums = _parse_sums(sums_stream.read().decode()) if sums_stream else {}
-    if sums_stream:
-        sums_stream.close()
-    fetched = []
-    for name in [*OFFICIAL_FILES, "kokoro-v1.0.fp16.onnx", *src.list_voice_files()]:
-        if src.kind == "http":  # streamed, resumed or retried, verified, renamed into place
-            try:
-                download(src._url(name), model_dir / name, sha256=sums.get(name), progress=progress,
-                         checksum_from="SHA256SUMS", hint="Check the source, then run the command again")
-            except NotFound:
-                continue
-            progress(f"fetched {name} from {source}")
-            fetched.append(name)
-            continue
-        stream = src.open(name)
-        if stream is None:
-            continue
-        dest = model_dir / name
-        progress(f"fetching {name} from {source}")
-        h = hashlib.sha256()
-        with stream, atomic_write(dest) as out:
-            while block := stream.read(1 << 20):
-                h.update(block)
-                out.write(block)
-            if name in sums and h.hexdigest() != sums[name]:
-                raise AssetError(f"{name} from {source}: sha256 {h.hexdigest()} != SHA256SUMS {sums[name]}")
-        fetched.append(name)
-    if not fetched:
-        raise AssetError(f"{source} has none of {', '.join(OFFICIAL_FILES)}")
-    return fetched
+        for p in made:
+            files[p] = sha256_file(model_dir / p)
+            derived[p] = src_sha

@@ -7,7 +7,10 @@ publishes no checksum file, so the values are the ones independent projects that
 URLs agree on (docs/models-and-voices.md says where they come from). The base URL is a setting
 (``KOKORO_OFFICIAL_URL``), so a mirror or a test's local server can stand in for the upstream.
 
-:func:`download` is the one HTTP download of the package (also used by ``assets --source URL``):
+:func:`fetch_assets` copies whatever official assets a directory, an HTTPS URL or an ``s3://`` prefix
+holds (``assets --source``), checked against its ``SHA256SUMS`` where it has one.
+
+:func:`download` is the one HTTP download of the package (also used by ``fetch_assets``):
 
 * streamed in 1 MiB blocks into ``.<name>.download`` beside the destination, never into memory;
 * interrupted transfers resume with an HTTP ``Range`` request where the server honours it (206),
@@ -22,20 +25,25 @@ Blocking (call it from a thread or a CLI, never the event loop); no retry sleeps
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 #: The kokoro-onnx GitHub release that publishes the Kokoro v1.0 ONNX files.
 OFFICIAL_BASE_URL = "https://github.com/thewh1teagle/kokoro-onnx/releases/download/model-files-v1.0"
 BLOCK = 1 << 20
+#: The files of the official release a source may hold (``fetch_assets``).
+OFFICIAL_FILES = ("kokoro-v1.0.onnx", "voices-v1.0.bin", "config.json", "kokoro-v1_0.pth")
 
 Progress = Callable[[str], None]
 
@@ -73,12 +81,29 @@ class _Retry(Exception):
     """A transient failure: the partial file is kept and the transfer resumed."""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(BLOCK):
+        while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_write(dest: Path, mode: str = "wb") -> Iterator[Any]:
+    """Write to a temporary file beside ``dest`` and rename it into place only on success."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def verified(path: Path, sha256: str, size: int | None = None) -> bool:
@@ -86,7 +111,7 @@ def verified(path: Path, sha256: str, size: int | None = None) -> bool:
     path = Path(path)
     if not path.is_file() or (size is not None and path.stat().st_size != size):
         return False
-    return _sha256(path) == sha256
+    return sha256_file(path) == sha256
 
 
 def _transfer(url: str, part: Path, size: int | None, timeout: float, progress: Progress, label: str) -> None:
@@ -172,7 +197,7 @@ def download(
         part.unlink(missing_ok=True)
         raise _asset_error(f"{label} from {url}: {got_size} bytes, expected {size}; nothing was installed. {hint}")
     if sha256 is not None:
-        digest = _sha256(part)
+        digest = sha256_file(part)
         if digest != sha256:
             part.unlink(missing_ok=True)
             raise _asset_error(
@@ -209,4 +234,105 @@ def fetch_official(
                                f"{', '.join(f.name for f in RELEASE)}") from e
         progress(f"{item.name}: sha256 verified")
         fetched.append(item.name)
+    return fetched
+
+
+# ------------------------------------------------------------------------------------------------
+# Official assets from a directory, an HTTPS URL or an S3 prefix
+# ------------------------------------------------------------------------------------------------
+def _parse_sums(text: str) -> dict[str, str]:
+    sums = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and len(parts[0]) == 64:
+            sums[parts[1].lstrip("*")] = parts[0].lower()
+    return sums
+
+
+class _Source:
+    """Reads named files from a directory, an HTTP(S) base URL or an s3:// prefix."""
+
+    def __init__(self, source: str):
+        self.source = source
+        parsed = urllib.parse.urlparse(source)
+        self.kind = {"http": "http", "https": "http", "s3": "s3"}.get(parsed.scheme, "dir")
+        if self.kind == "s3":
+            import boto3
+
+            self._s3 = boto3.client("s3")
+            self._bucket, self._prefix = parsed.netloc, parsed.path.lstrip("/").rstrip("/")
+
+    def _url(self, name: str) -> str:
+        return self.source.rstrip("/") + "/" + urllib.parse.quote(name)
+
+    def open(self, name: str) -> BinaryIO | None:
+        """A binary stream of ``name``, or None when the source does not have it."""
+        if self.kind == "dir":
+            path = Path(self.source) / name
+            return open(path, "rb") if path.is_file() else None
+        if self.kind == "http":
+            try:
+                response: BinaryIO = urllib.request.urlopen(self._url(name), timeout=60)
+                return response
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return None
+                raise AssetError(f"{self._url(name)}: HTTP {e.code}") from e
+            except urllib.error.URLError as e:
+                raise AssetError(f"{self._url(name)}: {e.reason}") from e
+        key = f"{self._prefix}/{name}" if self._prefix else name
+        try:
+            body: BinaryIO = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+            return body
+        except self._s3.exceptions.NoSuchKey:
+            return None
+
+    def list_voice_files(self) -> list[str]:
+        """Names of ``voices/*.pt`` at the source (directory and S3 only; HTTP has no listing)."""
+        if self.kind == "dir":
+            folder = Path(self.source) / "voices"
+            return sorted(f"voices/{p.name}" for p in folder.glob("*.pt")) if folder.is_dir() else []
+        if self.kind == "s3":
+            prefix = f"{self._prefix}/voices/" if self._prefix else "voices/"
+            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix)
+            return sorted(
+                "voices/" + o["Key"][len(prefix):] for page in pages for o in page.get("Contents", [])
+                if o["Key"].endswith(".pt")
+            )
+        return []
+
+
+def fetch_assets(source: str, model_dir: Path, *, progress: Progress = lambda _m: None) -> list[str]:
+    """Copy the official assets that ``source`` has into ``model_dir``; returns the names fetched."""
+    src = _Source(source)
+    sums_stream = src.open("SHA256SUMS")
+    sums = _parse_sums(sums_stream.read().decode()) if sums_stream else {}
+    if sums_stream:
+        sums_stream.close()
+    fetched = []
+    for name in [*OFFICIAL_FILES, "kokoro-v1.0.fp16.onnx", *src.list_voice_files()]:
+        if src.kind == "http":  # streamed, resumed or retried, verified, renamed into place
+            try:
+                download(src._url(name), model_dir / name, sha256=sums.get(name), progress=progress,
+                         checksum_from="SHA256SUMS", hint="Check the source, then run the command again")
+            except NotFound:
+                continue
+            progress(f"fetched {name} from {source}")
+            fetched.append(name)
+            continue
+        stream = src.open(name)
+        if stream is None:
+            continue
+        dest = model_dir / name
+        progress(f"fetching {name} from {source}")
+        h = hashlib.sha256()
+        with stream, atomic_write(dest) as out:
+            while block := stream.read(1 << 20):
+                h.update(block)
+                out.write(block)
+            if name in sums and h.hexdigest() != sums[name]:
+                raise AssetError(f"{name} from {source}: sha256 {h.hexdigest()} != SHA256SUMS {sums[name]}")
+        fetched.append(name)
+    if not fetched:
+        raise AssetError(f"{source} has none of {', '.join(OFFICIAL_FILES)}")
     return fetched
