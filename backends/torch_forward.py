@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import windows
 from .windows import WINDOW_CONTEXT as WINDOW_CONTEXT  # frames decoded each side of a window (decode_window)
 
 
@@ -38,7 +39,6 @@ class BatchResult:
     audio_lengths: torch.Tensor  # (B,) samples per item, on the CPU
     durations: torch.Tensor  # (B, T) frames per input token (bos, phonemes, eos), 0 for padding
     token_lengths: torch.Tensor  # (B,) input tokens per item, including bos/eos, on the CPU
-
 
 
 Mask = torch.Tensor | None  # (B, 1, T) float, 1 inside an item; None when no item is padded
@@ -332,9 +332,7 @@ def forward_batch(
 def boundary_frame(p: Prosody, token: int, n_tokens: int) -> int:
     """The frame where a window of one sentence (``p``: batch of one) ends before the sentence's
     token ``token``: :func:`backends.windows.boundary_frame` of its durations and energy."""
-    from .windows import boundary_frame as frame
-
-    return frame(p.durations[0].cpu().numpy(), p.n_curve[0].float().cpu().numpy(), token, n_tokens)
+    return windows.boundary_frame(p.durations[0].cpu().numpy(), p.n_curve[0].float().cpu().numpy(), token, n_tokens)
 
 
 def decode_window(
@@ -347,7 +345,7 @@ def decode_window(
     gen = model.decoder.generator
     per_frame = 2 * gen.m_source.l_sin_gen.upsample_scale
     total = int(p.frames[0])
-    lo, hi = max(0, start - context), min(total, stop + context)
+    lo, hi = windows.decode_range(start, stop, total, context)
     with torch.autocast(style.device.type, enabled=False):
         source = _sine_source(gen, p.f0, p.frames * 2, True)[:, lo * per_frame : hi * per_frame]
     audio = _decoder(model.decoder, p.asr[:, :, lo:hi], p.f0[:, 2 * lo : 2 * hi], p.n_curve[:, 2 * lo : 2 * hi],
