@@ -72,15 +72,18 @@ async def listen(
 
 
 async def level(url: str, n: int) -> dict[str, Any]:
-    """N listeners send the paragraph at once."""
-    loop = await closed_loop(lambda _s, _c, _r: listen(url, PARAGRAPH), n, per_client=1)
+    """N listeners send the paragraph at once. A listener the server refuses or times out is
+    counted in ``errors`` (with what it heard before); the level, and the sweep, go on."""
+    loop = await closed_loop(lambda _s, _c, _r: listen(url, PARAGRAPH, raise_on_error=False), n, per_client=1)
     if loop.failures:
         raise loop.failures[0]
     heard, wall = loop.records, loop.wall_s
     firsts = [h.first_audio_s for h in heard if h.first_audio_s is not None]
     audio = sum(h.audio_s for h in heard)
+    failed = [h.code or "error" for h in heard if h.error]
     return {
         "listeners": n,
+        **({"errors": len(failed), "error_codes": sorted(set(failed))} if failed else {}),
         "first_audio_ms_median": ms(median(firsts)),
         "first_audio_ms_worst": ms(max(firsts, default=None)),
         "underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
@@ -180,12 +183,15 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def table(sweep_data: dict[str, Any]) -> str:
     """The table of docs/benchmarks.md: one row per configuration and level, then the late arrival."""
     rows = []
+    # a column of failed listeners only where some failed (a request over KOKORO_REQUEST_TIMEOUT_S)
+    failures = any(v.get("errors") for row in sweep_data["summary"].values() for v in row["levels"].values())
     for name, row in sweep_data["summary"].items():
         for n, v in row["levels"].items():
             rows.append([name, int(n), v["first_audio_ms_median"], v["first_audio_ms_worst"], v["underrun_s"],
-                         v["audio_hours_per_hour"]])
+                         v["audio_hours_per_hour"], *([", ".join(v.get("error_codes", [])) or 0] if failures else [])])
     levels = markdown_table(
-        ["config", "listeners", "first audio median ms", "first audio worst ms", "underrun s", "audio-h/h"], rows
+        ["config", "listeners", "first audio median ms", "first audio worst ms", "underrun s", "audio-h/h",
+         *(["failed (code)"] if failures else [])], rows
     )
     late_rows = [
         [name, row["late"]["late_first_audio_ms"], row["late"]["vs_alone"], row["late"]["streams_underrun_s"],

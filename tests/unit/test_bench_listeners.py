@@ -99,3 +99,16 @@ def test_the_playback_clock_starts_at_first_audio_and_sums_the_silences_between_
     assert clock.behind(4.5)
     assert clock.heard(5.0, 1.0) == pytest.approx(1.0)  # a second of silence, plays 5.0-6.0
     assert clock.underrun_s == pytest.approx(1.0)
+
+
+def test_a_listener_the_server_times_out_is_counted_and_the_level_goes_on(tmp_path):
+    slow = ServerProcess(tmp_path / "server.log", KOKORO_BACKEND="fake", KOKORO_FAKE_SEGMENT_S="0.3",
+                         KOKORO_REQUEST_TIMEOUT_S="2").wait_ready()
+    try:
+        figures = asyncio.run(listeners.level(slow.ws_url, 2))
+    finally:
+        slow.stop()
+    assert figures["listeners"] == 2 and figures["errors"] == 2 and figures["error_codes"] == ["timeout"]
+    assert figures["audio_s"] > 0  # what they heard before the timeout still counts
+    sweep = {"levels": [2], "samples": [], "summary": {"onnx/x": {"levels": {"2": figures}}}}
+    assert "| onnx/x | 2 |" in listeners.table(sweep) and "| timeout |" in listeners.table(sweep)
