@@ -1,13 +1,14 @@
 """An in-process target: a backend built by :func:`backends.factory.create_backend` — the engine the
 server runs, in the mode and with the settings a :class:`~backends.config.BackendConfig` names — and
 the suite's closed loop (:func:`benchmarks.loop.closed_loop`) over it, with no server or socket in
-between: audio-seconds per wall-second, this process's CPU seconds per audio second, first audio.
+between: audio-seconds per wall-second, this process's CPU seconds per audio second, first audio;
+:func:`sweep` runs it at several concurrency levels against one such backend.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -86,4 +87,21 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
     if tally is not None:
         formed = tally.batches[seen:]
         out.update(batches=len(formed), mean_batch=round(sum(formed) / len(formed), 2) if formed else None)
+    return out
+
+
+async def sweep(config: BackendConfig, texts: Sequence[str], levels: Sequence[int], per_client: int, *,
+                voice: str | None = None, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """:func:`closed_loop` at each of ``levels`` against one backend built from ``config`` (loaded
+    once), with the batches it forms; ``log`` hears one line a level."""
+    tally = Tally()
+    out = []
+    async with started(config, tally) as backend:
+        for clients in levels:
+            level = await closed_loop(backend, texts, clients, per_client, voice=voice, tally=tally)
+            if log is not None:
+                log(f"C={clients:>4}: {level['audio_s_per_s']:>8.1f} audio-s/s, first audio p50 "
+                    f"{level['first_audio_ms_p50']} ms p95 {level['first_audio_ms_p95']} ms, "
+                    f"mean batch {level['mean_batch']}")
+            out.append(level)
     return out
