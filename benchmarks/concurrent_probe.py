@@ -22,13 +22,9 @@ from backends.config import BackendConfig
 from . import results
 from .inprocess import sweep
 from .loop import in_rounds
+from .texts import THROUGHPUT_TEXTS
 
-TEXTS = [
-    "The weather today is mild, with a light breeze from the west. Expect clear skies by the evening.",
-    "Your order has shipped, and it should arrive on Thursday. You can track it from your account page.",
-    "Thanks for calling, a member of our team will be with you shortly. Please stay on the line.",
-    "The meeting moved to three o'clock in the small room. Bring the slides from last week.",
-]
+TEXTS = THROUGHPUT_TEXTS[:4]  # two sentences each
 
 
 def configs(runtime: str, cpus: int, sessions: int) -> dict[str, tuple[str, int, int, int]]:
@@ -51,9 +47,8 @@ def configs(runtime: str, cpus: int, sessions: int) -> dict[str, tuple[str, int,
 def probe(args: argparse.Namespace) -> results.Result:
     cpus = os.cpu_count() or 1
     chosen = configs(args.runtime, cpus, args.sessions)
-    quick = ["--quick"] if args.quick else []
     result = results.Result(f"concurrent_probe_{args.runtime}", args.quick, results.command_line(
-        "concurrent_probe", False, [*quick, "--runtime", args.runtime]), config={
+        "concurrent_probe", args.quick, ["--runtime", args.runtime]), config={
         "runtime": args.runtime, "sessions": args.sessions, "per_session": args.per_session, "rounds": args.rounds,
         "configs": {k: dict(zip(("mode", "workers", "threads", "max_batch_size"), v, strict=True))
                     for k, v in chosen.items()}})

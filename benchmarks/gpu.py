@@ -4,9 +4,7 @@ mode built in process (:func:`benchmarks.inprocess.sweep`), then ``compare`` aga
 and a concurrent server of the same runtime, with the batches the concurrent one formed and the GPU
 memory each holds (:func:`server_half`).
 
-    python -m benchmarks gpu [--device auto|cuda|cpu] [--dtype float32|float16|bfloat16|auto] [--quick] [--max-batch N]
-                             [--levels 1,8,32,128,256] [--requests-per-client N] [--onnx] [--no-server]
-                             [--server-levels 1,4,16,64]
+    python -m benchmarks gpu [--device auto|cuda|cpu] [--quick] [--onnx] [--no-server] ...  (--help lists them all)
 
 Writes ``benchmarks/results/gpu-<device>.{json,md}`` and ``gpu-<device>-server.{json,md,png}``; the
 method is in docs/benchmarks.md ("GPU", "The GPU run"). Offline: the model directory must hold the
