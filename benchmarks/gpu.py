@@ -115,13 +115,11 @@ def server_half(*, device: str, dtype: str, quick: bool, model_dir: Path | None,
     result.server_view = {"concurrent": view}
     data = results.write(result, title=f"{TITLE} — {backend} on {device} ({dtype})", body=compare_report.body,
                          plot=compare_report.plot, out_dir=out_dir, stem=f"{stem}-server", log=log)
+    # the sweep's figures the GPU result shows; every other row stays in <stem>-server.json
     kept = ("first_audio_ms_p50", "first_audio_ms_p95", "first_audio_ms_max", "audio_s_per_s", "errors", "rss_mib")
-    by_mode = {}
-    for name in ("sequential", "concurrent"):
-        s = data["summary"][name]
-        by_mode[name] = {"sweep": {level: {k: lv.get(k) for k in kept} for level, lv in s["sweep"].items()},
-                         "one_sentence_first_audio_ms": s["one_sentence"].get("first_audio_ms"),
-                         "paragraph_first_audio_ms": s["paragraph"].get("first_audio_ms"), "rss_mib_max": s["rss_mib_max"]}
+    sweeps = {name: data["summary"][name]["sweep"] for name in ("sequential", "concurrent")}
+    by_mode = {name: {"sweep": {level: {k: lv.get(k) for k in kept} for level, lv in sweep.items()}}
+               for name, sweep in sweeps.items()}
     return {"file": f"{stem}-server.json", "levels": list(levels), "by_mode": by_mode,
             "concurrent_batch_size": view["batch_size"], "gpu_memory_mib_by_pid": memory, "ping": pings}
 
