@@ -15,19 +15,16 @@ import argparse
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 from backends.config import BackendConfig
 
 from . import results
-from .inprocess import closed_loop, started
-from .loop import rotated
+from .inprocess import sweep
+from .loop import in_rounds
+from .texts import THROUGHPUT_TEXTS
 
-TEXTS = [
-    "The weather today is mild, with a light breeze from the west. Expect clear skies by the evening.",
-    "Your order has shipped, and it should arrive on Thursday. You can track it from your account page.",
-    "Thanks for calling, a member of our team will be with you shortly. Please stay on the line.",
-    "The meeting moved to three o'clock in the small room. Bring the slides from last week.",
-]
+TEXTS = THROUGHPUT_TEXTS[:4]  # two sentences each
 
 
 def configs(runtime: str, cpus: int, sessions: int) -> dict[str, tuple[str, int, int, int]]:
@@ -47,33 +44,27 @@ def configs(runtime: str, cpus: int, sessions: int) -> dict[str, tuple[str, int,
     }
 
 
-async def probe(args: argparse.Namespace) -> results.Result:
+def probe(args: argparse.Namespace) -> results.Result:
     cpus = os.cpu_count() or 1
     chosen = configs(args.runtime, cpus, args.sessions)
-    quick = ["--quick"] if args.quick else []
     result = results.Result(f"concurrent_probe_{args.runtime}", args.quick, results.command_line(
-        "concurrent_probe", False, [*quick, "--runtime", args.runtime]), config={
+        "concurrent_probe", args.quick, ["--runtime", args.runtime]), config={
         "runtime": args.runtime, "sessions": args.sessions, "per_session": args.per_session, "rounds": args.rounds,
         "configs": {k: dict(zip(("mode", "workers", "threads", "max_batch_size"), v, strict=True))
                     for k, v in chosen.items()}})
-    for rnd in range(args.rounds):
-        for name in rotated(list(chosen), rnd):
-            mode, workers, threads, batch = chosen[name]
-            config = BackendConfig.defaults(
-                backend=args.runtime, mode=mode, device="cpu", threads=threads, workers=workers,
-                max_batch_size=batch, batch_on_cpu=args.runtime == "torch" and name.startswith("concurrent batch"),
-                max_queue=256, request_timeout_s=None, model_dir=BackendConfig.from_env(os.environ).model_dir,
-            )
-            async with started(config) as backend:
-                level = await closed_loop(backend, TEXTS, args.sessions, args.per_session, voice="jm_kumo")
-            result.samples.append({"config": name, "round": rnd + 1, "load_1m": (results.load_average() or [None])[0],
-                                   **level})
-            print(f"round {rnd + 1} {name:22s} {level['audio_s_per_s']:.2f} audio-s/s, {level['cpu_s_per_audio_s']:.2f} "
-                  f"cpu-s/audio-s on {level['cores_used']:.2f} cores, ttfa p50 {level['first_audio_ms_p50']:.0f} ms, "
-                  f"load {result.samples[-1]['load_1m']}", flush=True)
-    keys = ("audio_s_per_s", "cpu_s_per_audio_s", "cores_used", "first_audio_ms_p50")
-    result.medians = {name: {k: results.median(s[k] for s in result.samples if s["config"] == name) for k in keys}
-                      for name in chosen}
+    model_dir = BackendConfig.from_env(os.environ).model_dir
+
+    async def measure(name: str) -> dict[str, Any]:
+        mode, workers, threads, batch = chosen[name]
+        config = BackendConfig.defaults(
+            backend=args.runtime, mode=mode, device="cpu", threads=threads, workers=workers, max_batch_size=batch,
+            batch_on_cpu=args.runtime == "torch" and name.startswith("concurrent batch"), max_queue=256,
+            request_timeout_s=None, model_dir=model_dir)
+        return (await sweep(config, TEXTS, (args.sessions,), args.per_session, voice="jm_kumo"))[0]
+
+    result.samples = asyncio.run(in_rounds(list(chosen), args.rounds, measure, key="config"))
+    result.medians = results.medians_by(result.samples, "config", {
+        "audio_s_per_s": 2, "cpu_s_per_audio_s": 3, "cores_used": 2, "first_audio_ms_p50": 1})
     result.notes.append("Medians over the rounds. CPU-s per audio-s is this process's CPU time (all threads) per "
                         "second of audio: what a configuration costs, mostly independent of other load on the machine.")
     return result
@@ -102,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.per_session = 1, 1
     out = args.out or (results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR)
-    result = asyncio.run(probe(args))
+    result = probe(args)
     results.write(result, title=f"concurrent_probe ({args.runtime}): the engine's configurations in process",
                   body=body, out_dir=out)
     return 0

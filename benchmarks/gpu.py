@@ -1,10 +1,10 @@
 """The PyTorch runtime on one device (the GPU benchmark; it runs on CPU too): batched-vs-single
 correctness, then throughput and first audio of closed-loop clients against the server's concurrent
-mode built in process, then the same runtime through the server (:mod:`benchmarks.gpu_server`).
+mode built in process (:func:`benchmarks.inprocess.sweep`), then ``compare`` against a sequential
+and a concurrent server of the same runtime, with the batches the concurrent one formed and the GPU
+memory each holds (:func:`server_half`).
 
-    python -m benchmarks gpu [--device auto|cuda|cpu] [--dtype float32|float16|bfloat16|auto] [--quick] [--max-batch N]
-                             [--levels 1,8,32,128,256] [--requests-per-client N] [--onnx] [--no-server]
-                             [--server-levels 1,4,16,64]
+    python -m benchmarks gpu [--device auto|cuda|cpu] [--quick] [--onnx] [--no-server] ...  (--help lists them all)
 
 Writes ``benchmarks/results/gpu-<device>.{json,md}`` and ``gpu-<device>-server.{json,md,png}``; the
 method is in docs/benchmarks.md ("GPU", "The GPU run"). Offline: the model directory must hold the
@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import functools
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,12 +25,19 @@ from typing import Any
 
 import numpy as np
 
-from . import results
+from . import prom, results
+from .compare import TITLE, parse_args
+from .compare import report as compare_report
+from .compare import run as compare_run
+from .inprocess import sweep
+from .live import LiveServer
 from .speech_measures import log_mel
 from .texts import CLIPS
 
 LEVELS = (1, 8, 32, 128, 256)
 QUICK_LEVELS = (1, 2, 4)
+SERVER_LEVELS = (1, 4, 16, 64)
+QUICK_SERVER_LEVELS = (1, 2)
 VOICE = "jm_kumo"
 GOAL_AUDIO_S_PER_S = 1000.0
 GOAL_P95_MS = 150.0
@@ -64,26 +72,6 @@ def check_batched_vs_single(synth: Any, segments: list) -> dict[str, Any]:
             "tolerance": "identical durations and length; mean |log-mel difference| < 0.5 dB"}
 
 
-def sweep(config: Any, texts: list[str], levels: tuple[int, ...], per_client: int) -> list[dict[str, Any]]:
-    """Closed loop at each level against one backend in the server's concurrent mode (built by
-    ``create_backend`` from ``config``, loaded once): the batches it forms are the server's own."""
-    from .inprocess import Tally, closed_loop, started
-
-    async def levels_() -> list[dict[str, Any]]:
-        tally = Tally()
-        out = []
-        async with started(config, tally) as backend:
-            for clients in levels:
-                level = await closed_loop(backend, texts, clients, per_client, voice=VOICE, tally=tally)
-                _log(f"C={clients:>4}: {level['audio_s_per_s']:>8.1f} audio-s/s, first audio p50 "
-                     f"{level['first_audio_ms_p50']} ms p95 {level['first_audio_ms_p95']} ms, "
-                     f"mean batch {level['mean_batch']}")
-                out.append(level)
-        return out
-
-    return asyncio.run(levels_())
-
-
 def rtf(synthesize: Any, segments: list) -> dict[str, Any]:
     """Real-time factor of ``synthesize`` over ``segments``, one after another, after one warm-up call."""
     synthesize(segments[0])
@@ -92,6 +80,62 @@ def rtf(synthesize: Any, segments: list) -> dict[str, Any]:
     spent = time.perf_counter() - t0
     return {"segments": len(segments), "audio_s": round(audio, 2), "seconds": round(spent, 3),
             "rtf": round(spent / audio, 4)}
+
+
+def gpu_memory_mib(pids: list[int]) -> dict[str, float] | None:
+    """Memory each of ``pids`` holds on the GPU (``nvidia-smi``), None where that cannot be read."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):  # no nvidia-smi here
+        return None
+    rows = [line.split(",", 1) for line in out.splitlines() if "," in line]
+    return {pid.strip(): float(mib.strip() or 0) for pid, mib in rows if pid.strip().isdigit() and int(pid) in pids}
+
+
+def server_half(*, device: str, dtype: str, quick: bool, model_dir: Path | None, out_dir: Path, stem: str,
+                levels: tuple[int, ...] | None = None, log=print, backend: str = "torch") -> dict[str, Any]:
+    """Run ``compare`` against a sequential and a concurrent torch server; write
+    ``<stem>-server.{json,md,png}``; return what the GPU result shows of it. (``backend="fake"``
+    puts the model-free runtime in the servers: the tests' way to run this half in seconds.)"""
+    levels = levels or (QUICK_SERVER_LEVELS if quick else SERVER_LEVELS)
+    env = {"KOKORO_DEVICE": device, "KOKORO_DTYPE": dtype}
+    common = {"backend": backend, "env": env, "model_dir": model_dir, "log": log, "startup_timeout_s": 600}
+    with LiveServer(mode="sequential", name=f"{backend}/sequential", **common) as seq, \
+            LiveServer(mode="concurrent", name=f"{backend}/concurrent", **common) as conc:
+        before = conc.scrape()
+        argv = ["--target", f"sequential={seq.ws_url}", "--target", f"concurrent={conc.ws_url}",
+                "--pid", f"sequential={seq.proc.pid}", "--pid", f"concurrent={conc.proc.pid}",
+                "--levels", ",".join(map(str, levels)), *(["--quick", "--runs", "1"] if quick else [])]
+        result = compare_run(parse_args(argv), argv)
+        view = prom.server_view(before, conc.scrape())
+        memory = gpu_memory_mib([seq.proc.pid, conc.proc.pid])
+        pings = {"sequential": seq.ping, "concurrent": conc.ping}
+    result.command = "python -m benchmarks.gpu (server half): " + result.command
+    result.server_view = {"concurrent": view}
+    data = results.write(result, title=f"{TITLE} — {backend} on {device} ({dtype})", body=compare_report.body,
+                         plot=compare_report.plot, out_dir=out_dir, stem=f"{stem}-server", log=log)
+    # the sweep's figures the GPU result shows; every other row stays in <stem>-server.json
+    kept = ("first_audio_ms_p50", "first_audio_ms_p95", "first_audio_ms_max", "audio_s_per_s", "errors", "rss_mib")
+    sweeps = {name: data["summary"][name]["sweep"] for name in ("sequential", "concurrent")}
+    by_mode = {name: {"sweep": {level: {k: lv.get(k) for k in kept} for level, lv in sweep.items()}}
+               for name, sweep in sweeps.items()}
+    return {"file": f"{stem}-server.json", "levels": list(levels), "by_mode": by_mode,
+            "concurrent_batch_size": view["batch_size"], "gpu_memory_mib_by_pid": memory, "ping": pings}
+
+
+def server_lines(server: dict[str, Any]) -> list[str]:
+    """The GPU result's Markdown about the server half."""
+    rows = [[mode, int(level), lv["first_audio_ms_p50"], lv["first_audio_ms_p95"], lv["audio_s_per_s"], lv["errors"],
+             lv["rss_mib"]] for mode, v in server["by_mode"].items() for level, lv in v["sweep"].items()]
+    batch = server["concurrent_batch_size"]
+    return [
+        "", f"Through the server (`compare`, WebSocket contract; full figures in `{server['file']}`):", "",
+        results.markdown_table(["mode", "clients", "first audio p50 ms", "p95 ms", "audio-s/s", "errors", "RSS MiB"], rows),
+        "", f"Batch sizes the concurrent server formed: mean {batch.get('mean')}, p50 {batch.get('p50')}, "
+            f"p90 {batch.get('p90')} over {batch.get('count')} batches. GPU memory by server pid (MiB): "
+            f"{server['gpu_memory_mib_by_pid'] or 'not read (no nvidia-smi)'}.",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,18 +162,22 @@ def main(argv: list[str] | None = None) -> int:
     from backends.assets import ModelFiles, default_model_dir
     from backends.base import Segment
     from backends.config import BackendConfig
+    from backends.factory import create_synthesizer
     from backends.g2p import EspeakG2P
-    from backends.torch_runtime import TorchSynthesizer, resolve_device
+    from backends.torch_runtime import resolve_device
     from backends.voices import VoiceStore
 
     env_config = BackendConfig.from_env(os.environ)
-    model_dir = args.model_dir or env_config.model_dir or default_model_dir()
-    args.dtype = args.dtype or env_config.dtype
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
     levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else QUICK_LEVELS if args.quick else LEVELS
     per_client = args.requests_per_client or (2 if args.quick else 8 if cuda else 3)
-    max_batch = args.max_batch or (64 if cuda else 4)
+    model_dir = args.model_dir or env_config.model_dir or default_model_dir()
+    # the server's concurrent mode as the sweep builds it; the batched-vs-single check loads its runtime alone
+    config = BackendConfig.defaults(
+        backend="torch", mode="concurrent", device=device, dtype=args.dtype or env_config.dtype, threads=args.threads,
+        max_batch_size=args.max_batch or (64 if cuda else 4), batch_on_cpu=not cuda, request_timeout_s=None,
+        model_dir=model_dir, max_queue=max(64, 2 * max(levels)))
     device_name = torch.cuda.get_device_name(0) if cuda else results.machine_info()["cpu"]
     tag = "cuda-" + device_name.lower().replace("nvidia ", "").replace(" ", "-") if cuda else "cpu"
     result = results.Result(benchmark=f"gpu-{tag}", quick=args.quick, command="python -m benchmarks.gpu " + " ".join(
@@ -142,13 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     segments = [Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=VOICE) for t in texts]
 
     t0 = time.perf_counter()
-    synth = TorchSynthesizer(model_dir, voices, device=device, dtype=args.dtype, threads=args.threads)
+    synth = create_synthesizer(config, files, voices)
     synth.load()
     load_s = time.perf_counter() - t0
     _log(f"loaded {synth.model_name} on {device} ({device_name}) in {load_s:.1f}s")
     result.config.update(device=device, device_name=device_name, dtype=synth.dtype, checkpoint=synth.model_name,
-                         levels=list(levels), requests_per_client=per_client, max_batch=max_batch, texts=len(texts),
-                         voice=VOICE, torch_threads=torch.get_num_threads(), load_s=round(load_s, 2))
+                         levels=list(levels), requests_per_client=per_client, max_batch=config.max_batch_size,
+                         texts=len(texts), voice=VOICE, torch_threads=torch.get_num_threads(), load_s=round(load_s, 2))
 
     # segments of different lengths, voices and speeds in one batch
     mixed = [Segment(text=t, phonemes=g2p.phonemize(t, "en-us"), voice=v, speed=s) for t, v, s in zip(
@@ -159,19 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     result.target("batched equals single", "identical durations, log-mel < 0.5 dB", check["ok"], check["ok"])
     result.summary["torch_single_rtf"] = rtf(synth.synthesize, segments[:3])["rtf"]
     if args.onnx:
-        from backends.onnx_runtime import OnnxSynthesizer
-
-        onnx = OnnxSynthesizer(files, voices, threads=args.threads)
+        onnx = create_synthesizer(BackendConfig.defaults(backend="onnx", threads=args.threads), files, voices)
         onnx.load()
         result.summary["onnx"] = rtf(onnx.synthesize, segments[:3])
 
     del synth  # the concurrent backend and the servers load their own copies
     if cuda:
         torch.cuda.empty_cache()
-    result.samples = sweep(BackendConfig.defaults(
-        backend="torch", mode="concurrent", device=device, dtype=args.dtype, threads=args.threads,
-        max_batch_size=max_batch, batch_on_cpu=not cuda, model_dir=model_dir, request_timeout_s=None,
-        max_queue=max(64, 2 * max(levels))), texts, levels, per_client)
+    result.samples = asyncio.run(sweep(config, texts, levels, per_client, voice=VOICE, log=_log))
     best = max(result.samples, key=lambda s: s["audio_s_per_s"])
     best_within = max((s["audio_s_per_s"] for s in result.samples if s["first_audio_ms_p95"] <= GOAL_P95_MS),
                       default=None)
@@ -187,10 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         "max_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
         "device_total": round(torch.cuda.get_device_properties(0).total_memory / mib, 1)} if cuda else None
     if not args.no_server:
-        from . import gpu_server
-
-        result.summary["server"] = gpu_server.measure(
-            device=device, dtype=args.dtype, quick=args.quick, model_dir=model_dir, out_dir=args.out,
+        result.summary["server"] = server_half(
+            device=device, dtype=config.dtype, quick=args.quick, model_dir=model_dir, out_dir=args.out,
             stem=result.benchmark, log=_log,
             levels=tuple(int(x) for x in args.server_levels.split(",")) if args.server_levels else None)
     data = results.write(result, title=f"PyTorch runtime on {device_name}", body=_body, out_dir=args.out, log=_log)
@@ -215,9 +256,7 @@ def _body(data: dict[str, Any]) -> str:
     if "onnx" in s:
         text.append(f"ONNX runtime on the same segments: RTF {s['onnx']['rtf']}.")
     if "server" in s:
-        from .gpu_server import body_lines
-
-        text += body_lines(s["server"])
+        text += server_lines(s["server"])
     return "\n".join(text)
 
 

@@ -37,14 +37,9 @@ DEFAULT_VOICE = "jm_kumo"
 _log = functools.partial(print, flush=True)
 
 
+#: the client of each protocol (nothing is connected until it is used)
 CLIENTS = {"ws": WsClient, "sagemaker": SageMakerBidiClient, "invocations": InvocationsClient,
            "openai": OpenAIClient, "sagemaker-invocations": SageMakerInvocationsClient}
-
-
-def open_client(target: Target, *, api_key: str | None = None, timeout_s: float = 120.0,
-                health_timeout_s: float = HEALTH_TIMEOUT_S) -> Any:
-    """The client for ``target``'s protocol (nothing is connected until it is used)."""
-    return CLIENTS[target.kind](target, api_key=api_key, timeout_s=timeout_s, health_timeout_s=health_timeout_s)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -88,7 +83,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
 async def measure(targets: list[Target], plan: Plan, *, api_key: str | None, timeout_s: float,
                   health_timeout_s: float = HEALTH_TIMEOUT_S) -> Runner:
-    clients = {t.name: open_client(t, api_key=api_key, timeout_s=timeout_s, health_timeout_s=health_timeout_s)
+    clients = {t.name: CLIENTS[t.kind](t, api_key=api_key, timeout_s=timeout_s, health_timeout_s=health_timeout_s)
                for t in targets}
     runner = Runner(clients, plan, log=_log)
     try:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from benchmarks import gpu_server
+from benchmarks.gpu import server_half, server_lines
 from benchmarks.gpu_requirements import requirements, satisfied
 from tests.support.live import REPO
 
@@ -39,8 +39,8 @@ def test_gpu_check_quick_installs_nothing_builds_the_model_and_runs_the_benchmar
 
 
 def test_server_half_measures_both_modes_and_the_batches_formed(tmp_path, model_dir):
-    server = gpu_server.measure(device="cpu", dtype="float32", quick=True, model_dir=model_dir, out_dir=tmp_path,
-                                stem="gpu-test", levels=(1, 4), backend="fake", log=lambda _m: None)
+    server = server_half(device="cpu", dtype="float32", quick=True, model_dir=model_dir, out_dir=tmp_path,
+                         stem="gpu-test", levels=(1, 4), backend="fake", log=lambda _m: None)
     assert (tmp_path / "gpu-test-server.json").exists() and (tmp_path / "gpu-test-server.png").exists()
     for mode in ("sequential", "concurrent"):
         sweep = server["by_mode"][mode]["sweep"]
@@ -49,7 +49,7 @@ def test_server_half_measures_both_modes_and_the_batches_formed(tmp_path, model_
         assert all(lv["audio_s_per_s"] > 0 and lv["rss_mib"] > 10 for lv in sweep.values())
     assert server["concurrent_batch_size"]["count"] > 0
     assert server["ping"]["concurrent"]["mode"] == "concurrent"
-    text = "\n".join(gpu_server.body_lines(server))
+    text = "\n".join(server_lines(server))
     assert "| concurrent | 4 |" in text and "Batch sizes the concurrent server formed" in text
 
 

@@ -5,12 +5,15 @@ catches a batch path that changes durations."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 
 from backends.base import Segment
 from backends.config import BackendConfig
 from backends.fake import FakeSynthesizer
-from benchmarks.gpu import check_batched_vs_single, sweep
+from benchmarks.gpu import check_batched_vs_single
+from benchmarks.inprocess import sweep
 
 
 class TorchLikeFake(FakeSynthesizer):
@@ -35,7 +38,8 @@ SEGMENTS = [Segment(text=f"sentence {i}", phonemes="abc" * (i + 1), voice="v") f
 def test_the_sweep_answers_every_request_through_the_concurrent_mode_in_bounded_batches(model_dir):
     config = BackendConfig.defaults(backend="fake", mode="concurrent", fake_batch=True, batch_on_cpu=True,
                                     max_batch_size=4, fake_segment_s=0.02, model_dir=model_dir)
-    levels = sweep(config, ["One sentence here.", "Another one, a little longer.", "A third."], (1, 6), per_client=3)
+    texts = ["One sentence here.", "Another one, a little longer.", "A third."]
+    levels = asyncio.run(sweep(config, texts, (1, 6), per_client=3))
     assert [lv["concurrency"] for lv in levels] == [1, 6] and [lv["requests"] for lv in levels] == [3, 18]
     assert levels[0]["mean_batch"] == 1 and 1 < levels[1]["mean_batch"] <= 4
     for level in levels:
