@@ -13,7 +13,6 @@ chunk left the backend. docs/speech-quality.md explains the measures, goals and 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import statistics
 import time
 from collections.abc import Iterable
@@ -93,7 +92,6 @@ def measure(text: str, chunks: list[tuple[np.ndarray, str]], reference: np.ndarr
         "speech_s": round(speech_s, 3), "reference_speech_s": round(reference_s, 3),
         "excess_pct": round(100 * (speech_s - reference_s) / reference_s, 2), "joins": joins,
         "words_heard": round(sm.words_heard(stream, text), 3) if words else None,
-        "dnsmos": dnsmos(stream),
     }
 
 
@@ -101,15 +99,6 @@ def speech_span(audio: np.ndarray) -> float:
     """Seconds from the first to the last sound."""
     extent = sound_extent(audio)
     return 0.0 if extent is None else (extent[1] - extent[0]) / sm.SR
-
-
-def dnsmos(audio: np.ndarray) -> float | None:
-    if importlib.util.find_spec("speechmos") is None or importlib.util.find_spec("librosa") is None:
-        return None
-    import soxr
-    from speechmos import dnsmos as dns
-
-    return round(float(dns.run(np.clip(soxr.resample(audio, sm.SR, 16000), -1, 1), sr=16000)["ovrl_mos"]), 2)
 
 
 async def _stream(backend: Any, text: str, session: str) -> tuple[list[tuple[np.ndarray, str]], float]:
@@ -159,7 +148,6 @@ def summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "first_audio_s": rnd(mean(s["first_audio_s"] for s in samples), 3),
         "words_heard": rnd(mean(s["words_heard"] for s in samples), 3),
         "reference_words_heard": rnd(mean(s["reference_words_heard"] for s in samples), 3),
-        "dnsmos": rnd(mean(s["dnsmos"] for s in samples), 2),
     }
 
 
@@ -216,8 +204,6 @@ async def _run(quick: bool, model_dir: Path | None, log) -> Result:
                   f"{d['click_db_worst']} dB / {'—' if over is None else f'{over:+.1f}'} dB",
                   None if d["click_db_worst"] is None else (over is None or over <= GOALS["click_over_reading_db"]))
     pitch_target(result, "pitch at an early cut vs the reading (mean / worst)", d)
-    result.notes.append("DNSMOS: the speechmos wheel carries its ONNX models, but imports librosa (numba, llvmlite, "
-                        "scipy) for a mel spectrogram; that stack is not installed here, so DNSMOS is left out.")
     result.notes.append("Duration excess compares speech spans (first to last sound): the trimmed lead of the first "
                         "segment and the tail after the last are not counted against either reading.")
     return result
