@@ -39,12 +39,8 @@ def _first_sentence(pipeline: Any, text: str, windowed: bool) -> list[Any]:
     """The default plan's segments of the first sentence (a short first segment: five words);
     ``windowed``: as planned for a runtime that decodes windows (each carries the sentence)."""
     segments = pipeline.plan(text, voice=VOICE, lang=LANG, short_first_words=5, windowed=windowed)
-    out = []
-    for seg in segments:
-        out.append(seg)
-        if seg.ends == "sentence":
-            break
-    return out
+    end = next((i for i, seg in enumerate(segments) if seg.ends == "sentence"), len(segments) - 1)
+    return segments[: end + 1]
 
 
 def summarise(samples: list[dict[str, Any]], contexts: tuple[int, ...]) -> dict[str, Any]:
