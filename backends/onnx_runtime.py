@@ -31,11 +31,11 @@ Windows of a sentence (``capabilities.windowed``): with the model's predict and 
 beside it (``<name>.predict.onnx``, ``<name>.decode.onnx``; :mod:`backends.onnx_windowed`), a
 segment that carries its sentence (:attr:`~backends.base.Segment.sentence`) runs the predict graph
 over the whole sentence (durations, aligned features, F0, energy, harmonic source) and the decode
-graph over the segment's frames and :data:`~backends.windows.WINDOW_CONTEXT` more on each side,
-cropped after; its durations are the window's frames per token of the segment
-(:mod:`backends.windows`, as on torch). Without both graphs nothing changes: ``windowed`` is
-False and the planner gives no segment its sentence. The two graphs hold the model's weights
-again: their sessions cost about as much memory as the model's.
+graph over the segment's frames and ``window_context`` more on each side (default
+:data:`~backends.windows.WINDOW_CONTEXT`), cropped after; its durations are the window's frames
+per token of the segment (:mod:`backends.windows`, as on torch). Without both graphs nothing
+changes: ``windowed`` is False and the planner gives no segment its sentence. The two graphs hold
+the model's weights again: their sessions cost about as much memory as the model's.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from .base import (
 from .onnx_timed import DURATIONS_OUTPUT
 from .onnx_windowed import DURATIONS, FRAME_SAMPLES, WINDOW_TENSORS
 from .voices import VoiceStore
-from .windows import boundary_frame, decode_range, fold_durations, token_range
+from .windows import WINDOW_CONTEXT, boundary_frame, decode_range, fold_durations, token_range
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,8 @@ class OnnxSynthesizer(Synthesizer):
         #: The predict and decode graphs (windows of a sentence), when the model has them.
         self.window_graphs = files.onnx_windowed
         self._windows: dict[bool, tuple[Any, Any]] = {}  # solo? -> (predict, decode) sessions
+        #: Frames a window decodes on each side of the segment's (and crops after).
+        self.window_context = WINDOW_CONTEXT
 
     def load(self) -> None:
         threads = self.threads or (os.cpu_count() or 1)
@@ -215,7 +217,7 @@ class OnnxSynthesizer(Synthesizer):
         energy = np.asarray(p["n"]).reshape(-1)
         start = boundary_frame(per_token, energy, span.first, n_tokens)
         stop = boundary_frame(per_token, energy, span.end, n_tokens)
-        lo, hi = decode_range(start, stop, int(p["asr"].shape[-1]))
+        lo, hi = decode_range(start, stop, int(p["asr"].shape[-1]), self.window_context)
         window = {"asr": p["asr"][:, :, lo:hi], "f0": p["f0"][:, 2 * lo : 2 * hi], "n": p["n"][:, 2 * lo : 2 * hi],
                   "source": p["source"][:, lo * FRAME_SAMPLES : hi * FRAME_SAMPLES], "style": style}
         audio = np.asarray(self._call(decode, ["audio"], window, interrupt)[0]).reshape(-1)

@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import windows
-from .windows import WINDOW_CONTEXT as WINDOW_CONTEXT  # frames decoded each side of a window (decode_window)
 
 
 @dataclass

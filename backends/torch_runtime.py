@@ -69,6 +69,7 @@ from .base import (
     clip_audio,
 )
 from .torch_model import REBUILT_PTH, build_kmodel, find_checkpoint, load_checkpoint, read_config
+from .windows import WINDOW_CONTEXT, fold_durations, token_range
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,8 @@ class TorchSynthesizer(Synthesizer):
         self.dtype = dtype
         self.threads = threads
         self.deterministic = deterministic
+        #: Frames a window decodes on each side of the segment's (and crops after).
+        self.window_context = WINDOW_CONTEXT
         self.warmup = warmup
         #: The device in use (resolved by ``load()``; until then what was asked for).
         self.device = device
@@ -299,8 +302,7 @@ class TorchSynthesizer(Synthesizer):
         :mod:`backends.windows`)."""
         import torch
 
-        from .torch_forward import WINDOW_CONTEXT, boundary_frame, decode_window, predict
-        from .windows import fold_durations, token_range
+        from .torch_forward import boundary_frame, decode_window, predict
 
         span = token_range(segment, self.tokens)
         tokens = span.tokens
@@ -309,7 +311,7 @@ class TorchSynthesizer(Synthesizer):
             with self._lock, self._interrupted_by(interrupt), torch.inference_mode(), self._autocast():
                 p = predict(self._model, [tokens], style, torch.tensor([float(segment.speed)], device=self.device))
                 lo, hi = boundary_frame(p, span.first, len(tokens)), boundary_frame(p, span.end, len(tokens))
-                audio = decode_window(self._model, p, style, lo, hi, WINDOW_CONTEXT).float().cpu().numpy()
+                audio = decode_window(self._model, p, style, lo, hi, self.window_context).float().cpu().numpy()
                 per_token = p.durations[0].cpu().numpy().astype(np.int64)
         except torch.cuda.OutOfMemoryError as e:
             raise BackendFault(f"out of GPU memory for a window of a sentence: {e}") from e

@@ -1,19 +1,19 @@
 """Speech quality of streamed audio against one reading of the whole text, per text and setting.
 
 Each text of :data:`benchmarks.texts.QUALITY_TEXTS` is synthesised once whole (one model call: the
-reference) and streamed through the sequential backend in this process for each setting of
-:data:`SETTINGS` (a fresh session per text, so the first segment is cut as for a new listener). The
-joined chunks are measured against the reference (:func:`measure`, :mod:`benchmarks.speech_measures`):
-speech span over the reference's, the gap at each join against the reading's pause there, pitch at
-each cut, 2–8 kHz energy across each join, the share of words pocketsphinx hears, and when the first
-chunk left the backend. docs/speech-quality.md explains the measures, goals and results.
+reference) and streamed in this process through the sequential backend the server builds, started
+for each setting of :data:`SETTINGS` (:func:`benchmarks.inprocess.started`; a fresh session per
+text, so the first segment is cut as for a new listener). The joined chunks are measured against
+the reference (:func:`measure`, :mod:`benchmarks.speech_measures`): speech span over the
+reference's, the gap at each join against the reading's pause there, pitch at each cut, 2–8 kHz
+energy across each join, the share of words pocketsphinx hears, and when the first chunk left the
+backend. docs/speech-quality.md explains the measures, goals and results.
 ``--quick``: two texts, the default setting and the model's own joins, no intelligibility.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import statistics
 import time
 from collections.abc import Iterable
@@ -42,19 +42,6 @@ QUICK_SETTINGS = ("model joins", "default")
 WORDS_SETTINGS = ("model joins", "default")
 GOALS = {"gap_mean_s": 0.1, "gap_worst_s": 0.25, "click_db": -40.0, "click_over_reading_db": 3.0,
          "excess_pct": 3.0, "cut_st_mean": 1.5, "cut_st_worst": 4.0}
-
-
-class _Loaded:
-    """The one loaded runtime, shared by every setting's backend (their ``start()`` loads nothing)."""
-
-    def __init__(self, synth: Any):
-        self._synth = synth
-
-    def load(self) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._synth, name)
 
 
 def measure(text: str, chunks: list[tuple[np.ndarray, str]], reference: np.ndarray, *, words: bool = True) -> dict[str, Any]:
@@ -93,7 +80,6 @@ def measure(text: str, chunks: list[tuple[np.ndarray, str]], reference: np.ndarr
         "speech_s": round(speech_s, 3), "reference_speech_s": round(reference_s, 3),
         "excess_pct": round(100 * (speech_s - reference_s) / reference_s, 2), "joins": joins,
         "words_heard": round(sm.words_heard(stream, text), 3) if words else None,
-        "dnsmos": dnsmos(stream),
     }
 
 
@@ -101,15 +87,6 @@ def speech_span(audio: np.ndarray) -> float:
     """Seconds from the first to the last sound."""
     extent = sound_extent(audio)
     return 0.0 if extent is None else (extent[1] - extent[0]) / sm.SR
-
-
-def dnsmos(audio: np.ndarray) -> float | None:
-    if importlib.util.find_spec("speechmos") is None or importlib.util.find_spec("librosa") is None:
-        return None
-    import soxr
-    from speechmos import dnsmos as dns
-
-    return round(float(dns.run(np.clip(soxr.resample(audio, sm.SR, 16000), -1, 1), sr=16000)["ovrl_mos"]), 2)
 
 
 async def _stream(backend: Any, text: str, session: str) -> tuple[list[tuple[np.ndarray, str]], float]:
@@ -159,50 +136,41 @@ def summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "first_audio_s": rnd(mean(s["first_audio_s"] for s in samples), 3),
         "words_heard": rnd(mean(s["words_heard"] for s in samples), 3),
         "reference_words_heard": rnd(mean(s["reference_words_heard"] for s in samples), 3),
-        "dnsmos": rnd(mean(s["dnsmos"] for s in samples), 2),
     }
 
 
 async def _run(quick: bool, model_dir: Path | None, log) -> Result:
     from backends.base import Segment
     from backends.config import BackendConfig
-    from backends.factory import create_pipeline, create_synthesizer
-    from backends.sequential import SequentialBackend
     from backends.text import normalize
-    from backends.voices import VoiceStore
+
+    from .inprocess import started
 
     result = Result("quality", quick, command_line("quality", quick))
     files = model_files(model_dir)
-    base = BackendConfig.defaults(backend="onnx")
-    voices = VoiceStore.from_path(files.voices, VOICE)
-    synth = create_synthesizer(base, files, voices)
-    synth.load()
     texts = QUALITY_TEXTS[1:3] if quick else QUALITY_TEXTS
     names = QUICK_SETTINGS if quick else tuple(SETTINGS)
     result.config.update({"runtime": "onnx", "voice": VOICE, "texts": list(texts), "settings": {
         n: SETTINGS[n] for n in names}, "load_average_at_start": load_average()})
-    references = {}
-    for text in texts:
-        phonemes = create_pipeline(base, files).phonemes(normalize(text), LANG)
-        references[text] = await asyncio.to_thread(synth.synthesize, Segment(text, phonemes, VOICE, lang=LANG))
-    heard = {t: None if quick else round(sm.words_heard(a, t), 3) for t, a in references.items()}
+    references: dict[str, np.ndarray] = {}
+    heard: dict[str, float | None] = {}
     for name in names:
-        config = BackendConfig.defaults(**SETTINGS[name])
-        pipeline = create_pipeline(config, files)
-        backend = SequentialBackend(_Loaded(synth), pipeline, voices, config)
-        await backend.start()
-        try:
+        config = BackendConfig.defaults(backend="onnx", model_dir=files.root, **SETTINGS[name])
+        async with started(config) as backend:  # the engine the server runs, with this setting
+            for text in texts:  # once: one reading of each whole text (the runtime is the same in each)
+                if text not in references:
+                    whole = Segment(text, backend.pipeline.phonemes(normalize(text), LANG), VOICE, lang=LANG)
+                    references[text] = await asyncio.to_thread(backend.synthesizer.synthesize, whole)
+                    heard[text] = None if quick else round(sm.words_heard(references[text], text), 3)
             for i, text in enumerate(texts):
                 chunks, first = await _stream(backend, text, f"{name}-{i}")
                 sample = await asyncio.to_thread(measure, text, chunks, references[text],
-                                           words=not quick and name in WORDS_SETTINGS)
+                                                 words=not quick and name in WORDS_SETTINGS)
                 sample.update({"setting": name, "text": text, "first_audio_s": round(first, 3),
                                "segments": len(chunks), "reference_words_heard": heard[text]})
                 result.samples.append(sample)
                 log(f"  {name}: {text[:40]!r}… excess {sample['excess_pct']:+.1f}%, "
                     f"gaps {[j['gap_s'] for j in sample['joins']]} vs {[j['reading_pause_s'] for j in sample['joins']]}")
-        finally:
-            await backend.aclose()
     result.summary = {name: summarise([s for s in result.samples if s["setting"] == name]) for name in names}
     result.medians = {name: {k: v for k, v in s.items() if k != "by_kind"} for name, s in result.summary.items()}
     d = result.summary["default"]
@@ -216,8 +184,6 @@ async def _run(quick: bool, model_dir: Path | None, log) -> Result:
                   f"{d['click_db_worst']} dB / {'—' if over is None else f'{over:+.1f}'} dB",
                   None if d["click_db_worst"] is None else (over is None or over <= GOALS["click_over_reading_db"]))
     pitch_target(result, "pitch at an early cut vs the reading (mean / worst)", d)
-    result.notes.append("DNSMOS: the speechmos wheel carries its ONNX models, but imports librosa (numba, llvmlite, "
-                        "scipy) for a mel spectrogram; that stack is not installed here, so DNSMOS is left out.")
     result.notes.append("Duration excess compares speech spans (first to last sound): the trimmed lead of the first "
                         "segment and the tail after the last are not counted against either reading.")
     return result

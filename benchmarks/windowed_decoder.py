@@ -1,15 +1,16 @@
 """An early cut that keeps the sentence's prosody: the decoder over a window of the whole sentence.
 
-The windowed decode (:func:`backends.torch_forward.decode_window`; docs/speech-quality.md explains
-it) against today's fragment read alone, for each text of :data:`benchmarks.texts.QUALITY_TEXTS`
-whose first sentence the default planner cuts inside a clause, on the torch runtime (deterministic
-source, voice jm_kumo) or, with ``--runtime onnx``, the ONNX runtime's predict and decode graphs
-(:mod:`backends.onnx_windowed`), both against one decode of the whole sentence: log-spectral distance over
-its speech frames, pitch at the cut (at the same frames, and through the quality benchmark's DTW
-path, :func:`benchmarks.quality.measure`), 2–8 kHz energy at the join and its excess over the
-reference's there, and the CPU and wall time of the first call, interleaved in the same run.
-``--quick``: context 8 frames (the runtime's), two timing rounds; the full run also tries 0, 4 and
-16 frames.
+The runtime's windowed decode (``synthesize`` of a segment that carries its sentence;
+docs/speech-quality.md explains it) against today's fragment read alone, for each text of
+:data:`benchmarks.texts.QUALITY_TEXTS` whose first sentence the default planner cuts inside a
+clause, on the torch runtime (deterministic source, voice jm_kumo) or, with ``--runtime onnx``, the
+ONNX runtime's predict and decode graphs, both against one reading of the whole sentence:
+log-spectral distance over its speech frames, pitch at the cut (at the same frames, and through the
+quality benchmark's DTW path, :func:`benchmarks.quality.measure`), 2–8 kHz energy at the join and
+its excess over the reference's there, and the CPU and wall time of the first call, interleaved in
+the same run. Each context tried is set as the runtime's ``window_context``. ``--quick``: the
+runtime's own (:data:`backends.windows.WINDOW_CONTEXT`), two timing rounds; the full run also
+tries 0, 4 and 16 frames.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from backends.windows import WINDOW_CONTEXT
+
 from . import speech_measures as sm
 from .quality import cut_summary, measure, pitch_target
 from .raw import LANG, VOICE, model_files
@@ -27,7 +30,7 @@ from .results import Result, command_line, load_average, markdown_table, mean, r
 from .texts import QUALITY_TEXTS
 
 CONTEXTS = (0, 4, 8, 16)
-QUICK_CONTEXTS = (8,)
+QUICK_CONTEXTS = (WINDOW_CONTEXT,)
 #: The goal for the 2-8 kHz energy at a windowed join over the reading's there; the pitch goal is quality's.
 BURST_DB = 3.0
 
@@ -36,113 +39,8 @@ def _first_sentence(pipeline: Any, text: str, windowed: bool) -> list[Any]:
     """The default plan's segments of the first sentence (a short first segment: five words);
     ``windowed``: as planned for a runtime that decodes windows (each carries the sentence)."""
     segments = pipeline.plan(text, voice=VOICE, lang=LANG, short_first_words=5, windowed=windowed)
-    out = []
-    for seg in segments:
-        out.append(seg)
-        if seg.ends == "sentence":
-            break
-    return out
-
-
-class _Model:
-    """The torch model and voice, with the calls this benchmark compares."""
-
-    def __init__(self, synth: Any):
-        import torch
-
-        self.torch, self.synth, self.model = torch, synth, synth._model
-
-    def style(self, n_tokens: int) -> Any:
-        return self.torch.from_numpy(self.synth._style(VOICE, n_tokens)[None].copy())
-
-    def alone(self, tokens: list[int]) -> np.ndarray:
-        from backends.torch_forward import forward_batch
-
-        with self.torch.inference_mode():
-            out = forward_batch(self.model, [tokens], self.style(len(tokens)), self.torch.ones(1), deterministic=True)
-            return out.audio[0, : int(out.audio_lengths[0])].numpy()
-
-    def windows(self, tokens: list[int], ranges: list[tuple[int, int]], context: int,
-                only_first: bool = False) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
-        """Each token range's window of the sentence (audio, frame range); ``only_first``: the
-        first window alone (what the first call of a request computes)."""
-        from backends.torch_forward import boundary_frame, decode_window, predict
-
-        with self.torch.inference_mode():
-            style = self.style(len(tokens))
-            p = predict(self.model, [tokens], style, self.torch.ones(1))
-            frames = [(boundary_frame(p, a, len(tokens)), boundary_frame(p, b, len(tokens))) for a, b in ranges]
-            picked = frames[:1] if only_first else frames
-            return [decode_window(self.model, p, style, a, b, context).numpy() for a, b in picked], frames
-
-
-class _OnnxModel:
-    """The ONNX runtime's graphs (the whole model, and its predict and decode graphs), with the
-    calls this benchmark compares."""
-
-    def __init__(self, synth: Any):
-        self.synth = synth
-        self.predict, self.decode = synth._windows[False]
-
-    def _style(self, n_tokens: int) -> np.ndarray:
-        style: np.ndarray = self.synth.voices.style(VOICE, n_tokens).reshape(1, -1).astype(np.float32)
-        return style
-
-    def _inputs(self, tokens: list[int]) -> dict[str, np.ndarray]:
-        return {self.synth._tokens_input: np.array([[0, *tokens, 0]], np.int64), "style": self._style(len(tokens)),
-                "speed": np.ones(1, self.synth._speed_dtype)}
-
-    def alone(self, tokens: list[int]) -> np.ndarray:
-        audio: np.ndarray = self.synth._session.run([self.synth._audio_output], self._inputs(tokens))[0]
-        return audio.reshape(-1)
-
-    def windows(self, tokens: list[int], ranges: list[tuple[int, int]], context: int,
-                only_first: bool = False) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
-        """As :meth:`_Model.windows`, on the predict and decode graphs."""
-        from backends.onnx_windowed import DURATIONS, FRAME_SAMPLES, WINDOW_TENSORS
-        from backends.windows import boundary_frame, decode_range
-
-        names = [DURATIONS, *WINDOW_TENSORS]
-        p = dict(zip(names, self.predict.run(names, self._inputs(tokens)), strict=True))
-        per_token, energy = p[DURATIONS].reshape(-1), p["n"].reshape(-1)
-        frames = [(boundary_frame(per_token, energy, a, len(tokens)), boundary_frame(per_token, energy, b, len(tokens)))
-                  for a, b in ranges]
-        out = []
-        for start, stop in frames[:1] if only_first else frames:
-            lo, hi = decode_range(start, stop, int(p["asr"].shape[-1]), context)
-            feed = {"asr": p["asr"][:, :, lo:hi], "f0": p["f0"][:, 2 * lo : 2 * hi], "n": p["n"][:, 2 * lo : 2 * hi],
-                    "source": p["source"][:, lo * FRAME_SAMPLES : hi * FRAME_SAMPLES], "style": self._style(len(tokens))}
-            audio = self.decode.run(["audio"], feed)[0].reshape(-1)
-            out.append(audio[(start - lo) * FRAME_SAMPLES : (stop - lo) * FRAME_SAMPLES])
-        return out, frames
-
-
-def _onnx_synth(files: Any, voices: Any, scratch: Path) -> Any:
-    """The ONNX runtime (one thread) with the predict and decode graphs, made in ``scratch`` beside
-    links to the model directory's files when it lacks them."""
-    from backends.assets import ModelFiles
-    from backends.onnx_runtime import OnnxSynthesizer
-    from backends.onnx_timed import source_name
-    from backends.onnx_windowed import decode_name, predict_name, split_model
-
-    if files.onnx_windowed is None:
-        src = files.root / source_name(files.onnx.name)
-        for path in {files.onnx, src, files.voices, files.config}:
-            (scratch / path.name).symlink_to(path.resolve())
-        with open(scratch / predict_name(src.name), "wb") as pred, open(scratch / decode_name(src.name), "wb") as dec:
-            split_model(src, pred, dec)
-        files = ModelFiles.discover(scratch)
-    synth = OnnxSynthesizer(files, voices, threads=1)
-    synth.load()
-    return synth
-
-
-def _tokens(synth: Any, segments: list[Any]) -> tuple[list[int], list[tuple[int, int]]]:
-    """The sentence's tokens and each segment's range of them (its share of the sentence)."""
-    context = segments[0].sentence
-    ranges = [(len(synth.tokens(context.phonemes[: s.sentence.start])), len(synth.tokens(context.phonemes[: s.sentence.end])))
-              for s in segments]
-    return synth.tokens(context.phonemes), ranges
+    end = next((i for i, seg in enumerate(segments) if seg.ends == "sentence"), len(segments) - 1)
+    return segments[: end + 1]
 
 
 def summarise(samples: list[dict[str, Any]], contexts: tuple[int, ...]) -> dict[str, Any]:
@@ -162,28 +60,34 @@ def summarise(samples: list[dict[str, Any]], contexts: tuple[int, ...]) -> dict[
     return summary
 
 
-def run(*, quick: bool, model_dir: Path | None = None, log=print, runtime: str | None = None, **_: Any) -> Result:
-    import tempfile
-
-    from backends.config import BackendConfig
-    from backends.factory import create_pipeline
-    from backends.joins import shape_segment
+def _load(onnx: bool, model_dir: Path | None) -> tuple[Any, Any]:
+    """The runtime, loaded, and its model files: ONNX on one thread, or torch on the CPU in float32
+    with the deterministic source."""
+    from backends.onnx_runtime import OnnxSynthesizer
     from backends.torch_runtime import TorchSynthesizer
     from backends.voices import VoiceStore
 
-    result = Result("windowed_decoder", quick, command_line("windowed_decoder", quick))
-    onnx = runtime == "onnx"
     files = model_files(model_dir, torch=not onnx)
     voices = VoiceStore.from_path(files.voices, VOICE)
-    m: Any
     if onnx:
-        with tempfile.TemporaryDirectory(prefix="windowed-onnx-") as scratch:  # the sessions hold the graphs
-            synth: Any = _onnx_synth(files, voices, Path(scratch))
-        m = _OnnxModel(synth)
+        synth: Any = OnnxSynthesizer(files, voices, threads=1)
     else:
         synth = TorchSynthesizer(files.root, voices, device="cpu", dtype="float32", deterministic=True)
-        synth.load()
-        m = _Model(synth)
+    synth.load()
+    if not synth.capabilities.windowed:
+        raise RuntimeError(f"{files.root} has no predict and decode graphs; run `kokoro-serve assets`")
+    return synth, files
+
+
+def run(*, quick: bool, model_dir: Path | None = None, log=print, runtime: str | None = None, **_: Any) -> Result:
+    from backends.base import Segment
+    from backends.config import BackendConfig
+    from backends.factory import create_pipeline
+    from backends.joins import shape_segment
+
+    result = Result("windowed_decoder", quick, command_line("windowed_decoder", quick))
+    onnx = runtime == "onnx"
+    synth, files = _load(onnx, model_dir)
     pipeline = create_pipeline(BackendConfig.defaults(), files)
     contexts = QUICK_CONTEXTS if quick else CONTEXTS
     rounds = 2 if quick else 5
@@ -194,22 +98,20 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, runtime: str |
                           "contexts_frames": list(contexts), "timing_rounds": rounds, "texts": [t for t, _ in cases],
                           "load_average_at_start": load_average()})
     for text, segments in cases:
-        tokens, ranges = _tokens(synth, segments)
-        reference = m.alone(tokens)
+        plain = _first_sentence(pipeline, text, False)
+        reference = synth.synthesize(Segment(text, segments[0].sentence.phonemes, VOICE, lang=LANG))
         sample: dict[str, Any] = {"text": text, "fragment": segments[0].text, "segments": len(segments)}
         # today: each segment alone, joined as the engine joins them
-        chunks = []
-        for seg in _first_sentence(pipeline, text, False):
-            audio, _ = shape_segment(seg, m.alone(synth.tokens(seg.phonemes)), None)
-            chunks.append((audio, seg.ends))
+        chunks = [(shape_segment(seg, synth.synthesize(seg), None)[0], seg.ends) for seg in plain]
         today = measure(text, chunks, reference, words=False)["joins"][0]
         sample["alone"] = {"cut_st": today["cut_st"], "click_db": today["click_db"]}
         f0_ref = sm.pitch(reference)
         for context in contexts:
-            decoded, frames = m.windows(tokens, ranges, context)
+            synth.window_context = context
+            decoded = [synth.synthesize(seg) for seg in segments]
             windows = [shape_segment(seg, w, None)[0] for seg, w in zip(segments, decoded, strict=True)]
             joined = np.concatenate(windows)
-            cut = frames[0][1] * 600
+            cut = len(decoded[0])  # the first window starts at the sentence's first frame
             f0 = sm.pitch(joined)
             same = sm.cut_pitch(f0, f0_ref, np.arange(len(f0)), cut // sm.WINDOW)
             dtw = measure(text, [(w, s.ends) for w, s in zip(windows, segments, strict=True)], reference, words=False)
@@ -224,16 +126,14 @@ def run(*, quick: bool, model_dir: Path | None = None, log=print, runtime: str |
                 "reference_jump": round(float(abs(reference[cut] - reference[cut - 1])), 4),
             }
         # CPU time of the first call (process time: every thread's, less inflated by other load than
-        # wall time) and wall time, interleaved
-        times: dict[str, list[tuple[float, float]]] = {"alone": [], **{f"window_{c}": [] for c in contexts}}
-        fragment = tokens[ranges[0][0] : ranges[0][1]]
+        # wall time) and wall time, interleaved: the fragment alone, and its window per context
+        calls = {"alone": (plain[0], WINDOW_CONTEXT), **{f"window_{c}": (segments[0], c) for c in contexts}}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in calls}
         for _ in range(rounds):
-            for name in times:
+            for name, (segment, context) in calls.items():
+                synth.window_context = context
                 c0, w0 = time.process_time(), time.perf_counter()
-                if name == "alone":
-                    m.alone(fragment)
-                else:
-                    m.windows(tokens, ranges, int(name.split("_")[1]), only_first=True)
+                synth.synthesize(segment)
                 times[name].append((time.process_time() - c0, time.perf_counter() - w0))
         sample["first_call_s"] = {k: round(float(np.median([c for c, _ in v])), 3) for k, v in times.items()}
         sample["first_call_wall_s"] = {k: round(float(np.median([w for _, w in v])), 3) for k, v in times.items()}

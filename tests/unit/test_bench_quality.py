@@ -57,9 +57,9 @@ def test_the_summary_takes_gaps_pitch_and_durations_per_setting():
                                          "click_db": -70.0}
     samples = [
         {"joins": [join("phrase", 0.12, 0.05, -3.0), join("sentence", 0.6, 0.55, 1.0)], "excess_pct": 2.0,
-         "first_audio_s": 0.5, "words_heard": 0.8, "reference_words_heard": 0.8, "dnsmos": None},
+         "first_audio_s": 0.5, "words_heard": 0.8, "reference_words_heard": 0.8},
         {"joins": [join("phrase", 0.10, 0.10, 1.0)], "excess_pct": -1.0, "first_audio_s": 0.7,
-         "words_heard": 0.9, "reference_words_heard": 0.9, "dnsmos": None},
+         "words_heard": 0.9, "reference_words_heard": 0.9},
     ]
     s = quality.summarise(samples)
     assert s["gap_error_worst_s"] == pytest.approx(0.07) and s["gap_error_mean_s"] == pytest.approx(0.04)
