@@ -2,13 +2,14 @@
 server runs, in the mode and with the settings a :class:`~backends.config.BackendConfig` names — and
 the suite's closed loop (:func:`benchmarks.loop.closed_loop`) over it, with no server or socket in
 between: audio-seconds per wall-second, this process's CPU seconds per audio second, first audio;
-:func:`sweep` runs it at several concurrency levels against one such backend.
+:func:`started` builds one, :func:`sweep` runs it at several concurrency levels against one such backend.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from backends.base import Backend, NoObserver, SynthesisRequest
@@ -28,6 +29,18 @@ class Tally(NoObserver):
 
     def batch_done(self, size: int) -> None:
         self.batches.append(size)
+
+
+@asynccontextmanager
+async def started(config: BackendConfig, tally: Tally | None = None) -> AsyncIterator[Backend]:
+    """``async with started(config) as backend:`` — built, loaded and warmed up (as the server
+    starts it), closed on the way out; ``tally`` hears the batches it forms."""
+    backend = create_backend(config, observer=tally)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
 
 
 async def request(backend: Backend, text: str, *, voice: str | None = None, session: str | None = None,
@@ -81,10 +94,8 @@ async def sweep(config: BackendConfig, texts: Sequence[str], levels: Sequence[in
     warmed up once, as the server starts it, closed at the end — with the batches it forms; ``log``
     hears one line a level."""
     tally = Tally()
-    backend = create_backend(config, observer=tally)
-    await backend.start()
     out = []
-    try:
+    async with started(config, tally) as backend:
         for clients in levels:
             level = await closed_loop(backend, texts, clients, per_client, tally=tally, voice=voice)
             if log is not None:
@@ -92,6 +103,4 @@ async def sweep(config: BackendConfig, texts: Sequence[str], levels: Sequence[in
                     f"{level['first_audio_ms_p50']} ms p95 {level['first_audio_ms_p95']} ms, "
                     f"mean batch {level['mean_batch']}")
             out.append(level)
-    finally:
-        await backend.aclose()
     return out
