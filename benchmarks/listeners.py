@@ -58,7 +58,7 @@ async def listen(
 
     def on_audio(t: Timing, now: float, pcm: bytes) -> bool:
         heard.clock.heard(now, len(pcm) / BYTES_PER_SECOND)
-        heard.first_audio_s, heard.audio_bytes, heard.chunks = t.first_audio_s, t.audio_bytes, t.chunks
+        vars(heard).update(vars(t))  # the session's timing so far: a listener hung up mid-stream keeps it
         if started is not None:
             started.set()
         return first_only
@@ -66,8 +66,7 @@ async def listen(
     async with WsSession(url, voice=VOICE) as ws:
         heard.sent_at = time.perf_counter()
         (t,) = await ws.synthesize([text], raise_on_error=raise_on_error, on_audio=on_audio)
-    for key in ("first_audio_s", "complete_s", "audio_bytes", "chunks", "error", "code", "error_s", "server_ttfa_ms"):
-        setattr(heard, key, getattr(t, key))
+    vars(heard).update(vars(t))
     return heard
 
 
@@ -76,18 +75,18 @@ async def level(url: str, n: int) -> dict[str, Any]:
     loop = await closed_loop(lambda _s, _c, _r: listen(url, PARAGRAPH), n, per_client=1)
     if loop.failures:
         raise loop.failures[0]
-    heard, wall = loop.records, loop.wall_s
-    firsts = [h.first_audio_s for h in heard if h.first_audio_s is not None]
-    audio = sum(h.audio_s for h in heard)
-    return {
-        "listeners": n,
-        "first_audio_ms_median": ms(median(firsts)),
-        "first_audio_ms_worst": ms(max(firsts, default=None)),
-        "underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
-        "audio_s": rnd(audio, 3),
-        "wall_s": rnd(wall, 3),
-        "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
-    }
+    return {"listeners": n, **audio_rate(loop.records, loop.wall_s),
+            "underrun_s": rnd(sum(h.underrun_s for h in loop.records), 3)}
+
+
+def audio_rate(timings: list[Timing], wall_s: float, first: tuple[str, str] = ("median", "worst")) -> dict[str, Any]:
+    """What a closed loop's answered requests add up to: audio seconds, and per hour of ``wall_s``,
+    and their first audio's median and latest (``first_audio_ms_<first>``)."""
+    audio = sum(t.audio_s for t in timings)
+    firsts = [t.first_audio_s for t in timings if t.first_audio_s is not None]
+    middle, worst = (f"first_audio_ms_{name}" for name in first)
+    return {middle: ms(median(firsts)), worst: ms(max(firsts, default=None)), "audio_s": rnd(audio, 3),
+            "wall_s": rnd(wall_s, 3), "audio_hours_per_hour": rnd(audio / wall_s if wall_s > 0 else 0.0, 4)}
 
 
 async def late_arrival(url: str, streams: int = 3, *, behind_wait_s: float = 0.0, after_s: float = 0.0,
@@ -168,12 +167,11 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for s in samples:
         row = out.setdefault(s["config"], {"levels": {}})
+        figures = {k: v for k, v in s.items() if k not in ("config", "kind")}
         if s["kind"] == "level":
-            row["levels"][str(s["listeners"])] = {k: v for k, v in s.items() if k not in ("config", "kind")}
+            row["levels"][str(s["listeners"])] = figures
         else:
-            alone = (row["levels"].get("1") or {}).get("first_audio_ms_median")
-            row["late"] = {**{k: v for k, v in s.items() if k not in ("config", "kind")},
-                           "vs_alone": ratio(s["late_first_audio_ms"], alone)}
+            row["late"] = {**figures, "vs_alone": ratio(s["late_first_audio_ms"], _at(row, "1", "first_audio_ms_median"))}
     return out
 
 

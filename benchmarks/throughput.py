@@ -19,7 +19,7 @@ from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
 from .loop import Loop, closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
-from .results import Result, at_least, command_line, markdown_table, median, medians_by, ms, ratio, rnd
+from .results import Result, at_least, command_line, markdown_table, medians_by, ratio, rnd
 from .texts import THROUGHPUT_TEXTS
 
 TARGET_GAIN = 1.2
@@ -58,18 +58,12 @@ def _raw_level(raw: RawRuntime | None, concurrency: int, duration_s: float) -> d
 
 def _level_stats(loop: Loop) -> dict:
     done = [(text, t) for text, t in loop.records if not t.error]
-    audio = sum(t.audio_s for _, t in done)
-    firsts = [t.first_audio_s for _, t in done if t.first_audio_s is not None]
     wall = loop.wall_s
     return {
-        "wall_s": rnd(wall, 3),
-        "audio_s": rnd(audio, 3),
+        **listeners.audio_rate([t for _, t in done], wall, first=("p50", "max")),
         "requests": len(done),
         "errors": len(loop.records) - len(done) + len(loop.failures),
-        "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
         "chars_per_s": rnd(sum(len(text) for text, _ in done) / wall if wall > 0 else 0.0, 3),
-        "first_audio_ms_p50": ms(median(firsts)),
-        "first_audio_ms_max": ms(max(firsts, default=None)),
     }
 
 
@@ -149,16 +143,13 @@ def _gain_at_4(table: dict[str, dict[str, float]]) -> tuple[str | None, float | 
 
 
 def summarize(result: Result) -> None:
-    audio: dict[str, dict[str, float]] = {}
-    chars: dict[str, dict[str, float]] = {}
-    for config in dict.fromkeys(s["config"] for s in result.samples):
-        by_level = medians_by([s for s in result.samples if s["config"] == config], "concurrency",
-                              {"audio_hours_per_hour": 4, "chars_per_s": 3})
-        audio[config] = {str(c): v["audio_hours_per_hour"] for c, v in by_level.items()}
-        chars[config] = {str(c): v["chars_per_s"] for c, v in by_level.items()}
-    result.medians = {"audio_hours_per_hour": audio, "chars_per_s": chars}
-    best_name, best4, raw4, gain = _gain_at_4(audio)
-    work_name, _, _, work_gain = _gain_at_4(chars)
+    digits = {"audio_hours_per_hour": 4, "chars_per_s": 3}
+    by_config = {config: medians_by([s for s in result.samples if s["config"] == config], "concurrency", digits)
+                 for config in dict.fromkeys(s["config"] for s in result.samples)}
+    result.medians = {figure: {config: {str(c): v[figure] for c, v in by_level.items()}
+                               for config, by_level in by_config.items()} for figure in digits}
+    best_name, best4, raw4, gain = _gain_at_4(result.medians["audio_hours_per_hour"])
+    work_name, _, _, work_gain = _gain_at_4(result.medians["chars_per_s"])
     result.summary.update({
         "best_at_4": best_name, "best_at_4_audio_hours_per_hour": best4, "raw_at_4": raw4, "gain_at_4": gain,
         "best_at_4_equal_work": work_name, "gain_at_4_equal_work": work_gain,
@@ -185,15 +176,10 @@ def body(data: dict[str, Any]) -> str:
     )
     detail = markdown_table(
         ["config", "c", "round", "requests", "errors", "chars/s", "first audio p50 ms", "server RTF mean", "batch size mean", "load 1m"],
-        [
-            [
-                x["config"], x["concurrency"], x.get("round", 1), x["requests"], x["errors"], x.get("chars_per_s"), x["first_audio_ms_p50"],
-                (x.get("server_view") or {}).get("realtime_factor", {}).get("mean"),
-                (x.get("server_view") or {}).get("batch_size", {}).get("mean"),
-                (x.get("load_before") or [None])[0],
-            ]
-            for x in data["samples"]
-        ],
+        [[x["config"], x["concurrency"], x.get("round", 1), x["requests"], x["errors"], x.get("chars_per_s"),
+          x["first_audio_ms_p50"], *((x.get("server_view") or {}).get(figure, {}).get("mean")
+                                     for figure in ("realtime_factor", "batch_size")),
+          (x.get("load_before") or [None])[0]] for x in data["samples"]],
     )
     out = f"{head}\n\n{table}\n\n{detail}"
     if data["summary"].get("listeners"):
