@@ -1,9 +1,7 @@
-"""Many listeners at once (the sweep ``ttfa`` and ``throughput`` both report): N listeners (1, 2, 4,
-8) send the 267-character paragraph at the same moment, each playing it in real time on its own
-:class:`~benchmarks.clients.PlaybackClock` (first audio, underrun seconds, audio-hours per hour), then
-a late arrival behind three long streams (its first audio against alone, the calls interrupted for
-it), with playback deadlines on and off, sequential vs concurrent: one live server per configuration,
-taking turns level by level, every server idle before each sample. Method: docs/benchmarks.md.
+"""Many listeners at once (the sweep ``ttfa`` and ``throughput`` both report): N listeners send the
+paragraph together, each playing it in real time on its own :class:`~benchmarks.clients.PlaybackClock`,
+then a late arrival behind three long streams; playback deadlines on and off, sequential vs concurrent.
+Method: docs/benchmarks.md ("Many listeners").
 """
 
 from __future__ import annotations

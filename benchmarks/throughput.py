@@ -1,9 +1,7 @@
 """Throughput (``python -m benchmarks throughput``): audio-hours synthesised per hour of wall time at
-concurrency 1, 2, 4, 8 — sequential vs concurrent mode, ONNX vs torch (when its checkpoint is
-available), and the raw runtime (N threads calling ``Kokoro.create()`` on one shared session) — each
-level a closed loop of N clients (:func:`benchmarks.loop.closed_loop`), every server up at once and
-the configurations taking turns level by level, rotating; then the listeners' sweep
-(:mod:`benchmarks.listeners`, ``summary.listeners``). Method: docs/benchmarks.md.
+concurrency 1–8, each server mode and runtime against the raw runtime (``Kokoro.create()`` on N
+threads), each level a closed loop of N clients; then the listeners' sweep (:mod:`benchmarks.listeners`,
+``summary.listeners``). Method: docs/benchmarks.md ("Throughput").
 """
 
 from __future__ import annotations
@@ -11,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import listeners, prom, results
 from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
-from .loop import Loop, closed_loop, rotated
+from .loop import closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
 from .results import Result, at_least, command_line, markdown_table, medians_by, ratio, rnd
 from .texts import THROUGHPUT_TEXTS
@@ -26,37 +25,15 @@ TARGET_GAIN = 1.2
 RAW = "raw kokoro-onnx"
 
 
-def _text(client: int, n: int) -> str:
-    return THROUGHPUT_TEXTS[(client + n) % len(THROUGHPUT_TEXTS)]
+def _level(call: Callable[[Any, str], Awaitable[Timing]], concurrency: int, duration_s: float,
+           session: Callable[[int], Any] | None = None) -> dict:
+    """N clients in a closed loop for ``duration_s``, each request ``await call(s, text)`` on the
+    client's session ``s`` (``None`` without ``session``), the texts taking turns."""
+    async def request(s: Any, i: int, n: int) -> tuple[str, Timing]:
+        text = THROUGHPUT_TEXTS[(i + n) % len(THROUGHPUT_TEXTS)]
+        return text, await call(s, text)
 
-
-def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
-    """N clients, one WebSocket session each; the server's own view of the level beside the figures."""
-    async def request(ws: WsSession, i: int, n: int) -> tuple[str, Timing]:
-        text = _text(i, n)
-        (t,) = await ws.synthesize([text], raise_on_error=False)
-        if t.error:
-            await asyncio.sleep(0.1)
-        return text, t
-
-    before = srv.scrape()
-    loop = asyncio.run(closed_loop(request, concurrency, duration_s=duration_s,
-                                   session=lambda _i: WsSession(srv.ws_url, voice=VOICE)))
-    return {**_level_stats(loop), "server_view": prom.server_view(before, srv.scrape())}
-
-
-def _raw_level(raw: RawRuntime | None, concurrency: int, duration_s: float) -> dict:
-    """One thread per client calling ``create()`` on the one shared runtime."""
-    assert raw is not None
-    with ThreadPoolExecutor(concurrency, thread_name_prefix="raw-client") as pool:
-        async def request(_s: None, i: int, n: int) -> tuple[str, Timing]:
-            text = _text(i, n)
-            return text, await asyncio.get_running_loop().run_in_executor(pool, raw.create, text)
-
-        return _level_stats(asyncio.run(closed_loop(request, concurrency, duration_s=duration_s)))
-
-
-def _level_stats(loop: Loop) -> dict:
+    loop = asyncio.run(closed_loop(request, concurrency, duration_s=duration_s, session=session))
     done = [(text, t) for text, t in loop.records if not t.error]
     wall = loop.wall_s
     return {
@@ -65,6 +42,27 @@ def _level_stats(loop: Loop) -> dict:
         "errors": len(loop.records) - len(done) + len(loop.failures),
         "chars_per_s": rnd(sum(len(text) for text, _ in done) / wall if wall > 0 else 0.0, 3),
     }
+
+
+def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
+    """N clients, one WebSocket session each; the server's own view of the level beside the figures."""
+    async def call(ws: WsSession, text: str) -> Timing:
+        (t,) = await ws.synthesize([text], raise_on_error=False)
+        if t.error:
+            await asyncio.sleep(0.1)
+        return t
+
+    before = srv.scrape()
+    figures = _level(call, concurrency, duration_s, session=lambda _i: WsSession(srv.ws_url, voice=VOICE))
+    return {**figures, "server_view": prom.server_view(before, srv.scrape())}
+
+
+def _raw_level(raw: RawRuntime | None, concurrency: int, duration_s: float) -> dict:
+    """One thread per client calling ``create()`` on the one shared runtime."""
+    assert raw is not None
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="raw-client") as pool:
+        return _level(lambda _s, text: asyncio.get_running_loop().run_in_executor(pool, raw.create, text),
+                      concurrency, duration_s)
 
 
 def torch_available(model_dir=None) -> tuple[bool, str]:
