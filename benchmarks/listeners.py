@@ -175,11 +175,8 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 def table(sweep_data: dict[str, Any]) -> str:
     """The table of docs/benchmarks.md: one row per configuration and level, then the late arrival."""
-    rows = []
-    for name, row in sweep_data["summary"].items():
-        for n, v in row["levels"].items():
-            rows.append([name, int(n), v["first_audio_ms_median"], v["first_audio_ms_worst"], v["underrun_s"],
-                         v["audio_hours_per_hour"]])
+    rows = [[name, int(n), v["first_audio_ms_median"], v["first_audio_ms_worst"], v["underrun_s"],
+             v["audio_hours_per_hour"]] for name, row in sweep_data["summary"].items() for n, v in row["levels"].items()]
     levels = markdown_table(
         ["config", "listeners", "first audio median ms", "first audio worst ms", "underrun s", "audio-h/h"], rows
     )
@@ -217,8 +214,7 @@ def targets(result, sweep_data: dict[str, Any]) -> None:
         result.target(f"{mode}: 4 listeners' median first audio, deadlines on vs off", "<= 0.5x", half, at_most(half, 0.5))
         under_on, under_off = (sum(v["underrun_s"] or 0 for v in row["levels"].values()) if row else None for row in (on, off))
         result.target(f"{mode}: underrun seconds over the sweep, deadlines on vs off", "no more than off",
-                      None if under_on is None else rnd(under_on, 3),
-                      None if under_on is None or under_off is None else under_on <= under_off)
+                      rnd(under_on, 3), None if under_on is None or under_off is None else under_on <= under_off)
     seq, con = (summary.get(config_name(mode, True, backend), {}) for mode in ("sequential", "concurrent"))
     ratios = [c / s for n in seq.get("levels", {})
               if (s := _at(seq, n, "audio_hours_per_hour")) and (c := _at(con, n, "audio_hours_per_hour"))]

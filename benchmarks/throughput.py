@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,10 +24,8 @@ TARGET_GAIN = 1.2
 RAW = "raw kokoro-onnx"
 
 
-def _level(call: Callable[[Any, str], Awaitable[Timing]], concurrency: int, duration_s: float,
-           session: Callable[[int], Any] | None = None) -> dict:
-    """N clients in a closed loop for ``duration_s``, each request ``await call(s, text)`` on the
-    client's session ``s`` (``None`` without ``session``), the texts taking turns."""
+def _level(call, concurrency: int, duration_s: float, session=None) -> dict:
+    """N clients in a closed loop, each request ``await call(s, text)`` on the client's ``session``."""
     async def request(s: Any, i: int, n: int) -> tuple[str, Timing]:
         text = THROUGHPUT_TEXTS[(i + n) % len(THROUGHPUT_TEXTS)]
         return text, await call(s, text)
