@@ -1,9 +1,7 @@
-"""Many listeners at once (the sweep ``ttfa`` and ``throughput`` both report): N listeners (1, 2, 4,
-8) send the 267-character paragraph at the same moment, each playing it in real time on its own
-:class:`~benchmarks.clients.PlaybackClock` (first audio, underrun seconds, audio-hours per hour), then
-a late arrival behind three long streams (its first audio against alone, the calls interrupted for
-it), with playback deadlines on and off, sequential vs concurrent: one live server per configuration,
-taking turns level by level, every server idle before each sample. Method: docs/benchmarks.md.
+"""Many listeners at once (the sweep ``ttfa`` and ``throughput`` both report): N listeners send the
+paragraph together, each playing it in real time on its own :class:`~benchmarks.clients.PlaybackClock`,
+then a late arrival behind three long streams; playback deadlines on and off, sequential vs concurrent.
+Method: docs/benchmarks.md ("Many listeners").
 """
 
 from __future__ import annotations
@@ -58,7 +56,7 @@ async def listen(
 
     def on_audio(t: Timing, now: float, pcm: bytes) -> bool:
         heard.clock.heard(now, len(pcm) / BYTES_PER_SECOND)
-        heard.first_audio_s, heard.audio_bytes, heard.chunks = t.first_audio_s, t.audio_bytes, t.chunks
+        vars(heard).update(vars(t))  # the session's timing so far: a listener hung up mid-stream keeps it
         if started is not None:
             started.set()
         return first_only
@@ -66,8 +64,7 @@ async def listen(
     async with WsSession(url, voice=VOICE) as ws:
         heard.sent_at = time.perf_counter()
         (t,) = await ws.synthesize([text], raise_on_error=raise_on_error, on_audio=on_audio)
-    for key in ("first_audio_s", "complete_s", "audio_bytes", "chunks", "error", "code", "error_s", "server_ttfa_ms"):
-        setattr(heard, key, getattr(t, key))
+    vars(heard).update(vars(t))
     return heard
 
 
@@ -77,20 +74,19 @@ async def level(url: str, n: int) -> dict[str, Any]:
     loop = await closed_loop(lambda _s, _c, _r: listen(url, PARAGRAPH, raise_on_error=False), n, per_client=1)
     if loop.failures:
         raise loop.failures[0]
-    heard, wall = loop.records, loop.wall_s
-    firsts = [h.first_audio_s for h in heard if h.first_audio_s is not None]
-    audio = sum(h.audio_s for h in heard)
-    failed = [h.code or "error" for h in heard if h.error]
-    return {
-        "listeners": n,
-        **({"errors": len(failed), "error_codes": sorted(set(failed))} if failed else {}),
-        "first_audio_ms_median": ms(median(firsts)),
-        "first_audio_ms_worst": ms(max(firsts, default=None)),
-        "underrun_s": rnd(sum(h.underrun_s for h in heard), 3),
-        "audio_s": rnd(audio, 3),
-        "wall_s": rnd(wall, 3),
-        "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
-    }
+    failed = [h.code or "error" for h in loop.records if h.error]
+    return {"listeners": n, **({"errors": len(failed), "error_codes": sorted(set(failed))} if failed else {}),
+            **audio_rate(loop.records, loop.wall_s), "underrun_s": rnd(sum(h.underrun_s for h in loop.records), 3)}
+
+
+def audio_rate(timings: list[Timing], wall_s: float, first: tuple[str, str] = ("median", "worst")) -> dict[str, Any]:
+    """What a closed loop's answered requests add up to: audio seconds, and per hour of ``wall_s``,
+    and their first audio's median and latest (``first_audio_ms_<first>``)."""
+    audio = sum(t.audio_s for t in timings)
+    firsts = [t.first_audio_s for t in timings if t.first_audio_s is not None]
+    middle, worst = (f"first_audio_ms_{name}" for name in first)
+    return {middle: ms(median(firsts)), worst: ms(max(firsts, default=None)), "audio_s": rnd(audio, 3),
+            "wall_s": rnd(wall_s, 3), "audio_hours_per_hour": rnd(audio / wall_s if wall_s > 0 else 0.0, 4)}
 
 
 async def late_arrival(url: str, streams: int = 3, *, behind_wait_s: float = 0.0, after_s: float = 0.0,
@@ -171,24 +167,21 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for s in samples:
         row = out.setdefault(s["config"], {"levels": {}})
+        figures = {k: v for k, v in s.items() if k not in ("config", "kind")}
         if s["kind"] == "level":
-            row["levels"][str(s["listeners"])] = {k: v for k, v in s.items() if k not in ("config", "kind")}
+            row["levels"][str(s["listeners"])] = figures
         else:
-            alone = (row["levels"].get("1") or {}).get("first_audio_ms_median")
-            row["late"] = {**{k: v for k, v in s.items() if k not in ("config", "kind")},
-                           "vs_alone": ratio(s["late_first_audio_ms"], alone)}
+            row["late"] = {**figures, "vs_alone": ratio(s["late_first_audio_ms"], _at(row, "1", "first_audio_ms_median"))}
     return out
 
 
 def table(sweep_data: dict[str, Any]) -> str:
     """The table of docs/benchmarks.md: one row per configuration and level, then the late arrival."""
-    rows = []
     # a column of failed listeners only where some failed (a request over KOKORO_REQUEST_TIMEOUT_S)
     failures = any(v.get("errors") for row in sweep_data["summary"].values() for v in row["levels"].values())
-    for name, row in sweep_data["summary"].items():
-        for n, v in row["levels"].items():
-            rows.append([name, int(n), v["first_audio_ms_median"], v["first_audio_ms_worst"], v["underrun_s"],
-                         v["audio_hours_per_hour"], *([", ".join(v.get("error_codes", [])) or 0] if failures else [])])
+    rows = [[name, int(n), v["first_audio_ms_median"], v["first_audio_ms_worst"], v["underrun_s"],
+             v["audio_hours_per_hour"], *([", ".join(v.get("error_codes", [])) or 0] if failures else [])]
+            for name, row in sweep_data["summary"].items() for n, v in row["levels"].items()]
     levels = markdown_table(
         ["config", "listeners", "first audio median ms", "first audio worst ms", "underrun s", "audio-h/h",
          *(["failed (code)"] if failures else [])], rows
@@ -227,8 +220,7 @@ def targets(result, sweep_data: dict[str, Any]) -> None:
         result.target(f"{mode}: 4 listeners' median first audio, deadlines on vs off", "<= 0.5x", half, at_most(half, 0.5))
         under_on, under_off = (sum(v["underrun_s"] or 0 for v in row["levels"].values()) if row else None for row in (on, off))
         result.target(f"{mode}: underrun seconds over the sweep, deadlines on vs off", "no more than off",
-                      None if under_on is None else rnd(under_on, 3),
-                      None if under_on is None or under_off is None else under_on <= under_off)
+                      rnd(under_on, 3), None if under_on is None or under_off is None else under_on <= under_off)
     seq, con = (summary.get(config_name(mode, True, backend), {}) for mode in ("sequential", "concurrent"))
     ratios = [c / s for n in seq.get("levels", {})
               if (s := _at(seq, n, "audio_hours_per_hour")) and (c := _at(con, n, "audio_hours_per_hour"))]

@@ -1,9 +1,7 @@
 """Load: many WebSocket sessions at once, each pipelining several sentences, against a live server —
-0 lost, 0 misordered, every request answered — with ``/ping`` latency measured throughout.
-
-``python -m benchmarks load [--quick] [--backend fake|onnx]`` writes ``benchmarks/results/load.{json,md}``;
-the runs are described in docs/benchmarks.md ("Load and soak"). :func:`load_run` is also what
-tests/e2e/test_load_*.py run (they assert counts and order; timing claims live here).
+0 lost, 0 misordered, every request answered — with ``/ping`` latency measured throughout. Runs:
+docs/benchmarks.md ("Load and soak"); :func:`load_run` is also what tests/e2e/test_load_*.py run
+(they assert counts and order; timing claims live here).
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any
 import httpx
 
 from . import prom
-from .clients import BYTES_PER_SECOND, RequestFailed, WsSession
+from .clients import BYTES_PER_SECOND, HealthProbe, RequestFailed, WsSession
 from .live import LiveServer
 from .loop import closed_loop
 from .results import Result, command_line, markdown_table, percentile, rnd
@@ -82,23 +80,18 @@ def tally(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
 
 class PingProbe(threading.Thread):
     """GET /ping every ``interval`` seconds on its own thread (its own event loop and connection,
-    through the suite's one health probe, :class:`benchmarks.compare.http.HealthProbe`), until
-    stopped: the latency a load balancer's health check sees while the load runs. A poll with no
-    answer counts at its timeout, with status 0."""
+    through the suite's one health probe, :class:`benchmarks.clients.HealthProbe`), until stopped:
+    the latency a load balancer's health check sees while the load runs. A poll with no answer
+    counts at its timeout, with status 0."""
 
     def __init__(self, url: str, interval: float = 0.02):
-        super().__init__(name="ping-probe", daemon=True)
+        super().__init__(name="ping-probe", daemon=True, target=lambda: asyncio.run(self._poll()))
         self.url, self.interval = url, interval
         self.latencies_ms: list[float] = []
         self.statuses: Counter[int] = Counter()
         self._halt = threading.Event()
 
-    def run(self) -> None:
-        asyncio.run(self._poll())
-
     async def _poll(self) -> None:
-        from .compare.http import HealthProbe
-
         probe = HealthProbe(self.url, ("/ping",), timeout_s=10.0)
         try:
             while not self._halt.is_set():

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from . import prom
+from . import prom, results
 from .clients import WsSession
 from .live import LiveServer
 from .raw import VOICE, RawRuntime
-from .results import Result, command_line, markdown_table, median, ms, rnd, save_plot
+from .results import Result, at_least, at_most, command_line, markdown_table, median, ms, ratio, rnd
 from .texts import SENTENCES, THROUGHPUT_TEXTS
 
 TARGET_MS, TARGET_RATIO = 10.0, 0.97
@@ -75,14 +75,13 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
     log(f"overhead: {len(texts)} segments x {reps} reps, raw and server alternating")
     raw = RawRuntime(model_dir)
     with LiveServer(backend=backend, model_dir=model_dir, env={"KOKORO_FAST_FIRST_SEGMENT": "false"}, log=log) as srv:
-        before = srv.scrape()
-        t0 = time.perf_counter()
+        before, t0 = srv.scrape(), time.perf_counter()
         result.samples = asyncio.run(_measure(srv, raw, texts, reps, log))
         result.config["wall_s"] = rnd(time.perf_counter() - t0, 1)
         after = srv.scrape()
         result.server_view = {"plain": prom.server_view(before, after)}
-        d = prom.delta(before, after)
-        result.config["server_segments_synthesised"] = prom.value(d, "kokoro_segment_synthesis_seconds_count")
+        result.config["server_segments_synthesised"] = prom.value(prom.delta(before, after),
+                                                                   "kokoro_segment_synthesis_seconds_count")
     summarize(result)
     return result
 
@@ -93,9 +92,8 @@ def summarize(result: Result) -> None:
         "raw_ms", "server_first_audio_ms", "server_complete_ms", "first_audio_overhead_ms", "serving_overhead_ms",
         "server_runtime_ms")}
     overhead, serving = result.medians["first_audio_overhead_ms"], result.medians["serving_overhead_ms"]
-    raw_total = sum(x["raw_ms"] for x in s)
-    server_total = sum(x["server_complete_ms"] for x in s)
-    ratio = round(raw_total / server_total, 4) if server_total else None
+    raw_total, server_total = sum(x["raw_ms"] for x in s), sum(x["server_complete_ms"] for x in s)
+    throughput = ratio(raw_total, server_total, 4)
     raw_rate = sum(x["raw_audio_s"] for x in s) / (raw_total / 1000.0) if raw_total else None
     server_rate = sum(x["server_audio_s"] for x in s) / (server_total / 1000.0) if server_total else None
     view = result.server_view.get("plain", {})
@@ -103,20 +101,19 @@ def summarize(result: Result) -> None:
     result.summary = {
         "first_audio_overhead_ms": overhead,
         "serving_overhead_ms": serving,
-        "throughput_ratio": ratio,
-        "audio_rate_ratio": round(server_rate / raw_rate, 4) if raw_rate and server_rate else None,
+        "throughput_ratio": throughput,
+        "audio_rate_ratio": ratio(server_rate, raw_rate, 4),
         "raw_audio_s_per_s": rnd(raw_rate, 3),
         "server_audio_s_per_s": rnd(server_rate, 3),
         "pairs": len(s),
         "expected_segments": len(s) + 1,  # the pairs and one session warm-up
         "server_segments": result.config.get("server_segments_synthesised"),
     }
-    result.target("first-audio overhead vs raw", f"<= {TARGET_MS:.0f} ms", overhead,
-                  None if overhead is None else overhead <= TARGET_MS)
+    result.target("first-audio overhead vs raw", f"<= {TARGET_MS:.0f} ms", overhead, at_most(overhead, TARGET_MS))
     result.target("serving overhead around the server's own model call (supplementary)", f"<= {TARGET_MS:.0f} ms",
-                  serving, None if serving is None else serving <= TARGET_MS)
-    result.target("throughput vs raw at concurrency 1", f">= {TARGET_RATIO}x", ratio,
-                  None if ratio is None else ratio >= TARGET_RATIO)
+                  serving, at_most(serving, TARGET_MS))
+    result.target("throughput vs raw at concurrency 1", f">= {TARGET_RATIO}x", throughput,
+                  at_least(throughput, TARGET_RATIO))
 
 
 def body(data: dict[str, Any]) -> str:
@@ -129,9 +126,7 @@ def body(data: dict[str, Any]) -> str:
     table = markdown_table(["path", "first audio ms (median)", "complete ms (median)", "audio s per s"], rows)
     spread = _spread([x["first_audio_overhead_ms"] for x in data["samples"]])
     serving = _spread([x["serving_overhead_ms"] for x in data["samples"]])
-    model_call = _spread([
-        x["server_runtime_ms"] - x["raw_ms"] for x in data["samples"] if x.get("server_runtime_ms") is not None
-    ])
+    model_call = _spread([x["server_runtime_ms"] - x["raw_ms"] for x in data["samples"]])
     noise = (
         f"Where the difference comes from (p10 / p50 / p90, ms): paired server − raw {spread}; of it, serving around "
         f"the model call (G2P, planning, queueing, framing, loopback) {serving}, and the model call inside the "
@@ -166,4 +161,4 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_ylabel("server first audio - raw, ms")
     ax.set_title(f"Serving overhead per segment ({data['command']})", fontsize=9)
     ax.legend(fontsize=8)
-    save_plot(fig, path)
+    results.save_plot(fig, path)

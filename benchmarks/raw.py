@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
 from .clients import BYTES_PER_SECOND, Timing
 
 VOICE = "jm_kumo"
@@ -22,8 +24,11 @@ def model_files(model_dir: Path | None = None, *, torch: bool = False):
     return build_assets(Path(model_dir or default_model_dir()), torch=torch)
 
 
-def _timing(first: float | None, complete: float, audio_s: float) -> Timing:
-    return Timing("raw", first_audio_s=first or 0.0, complete_s=complete, audio_bytes=round(audio_s * BYTES_PER_SECOND))
+def _timing(t0: float, batches: list[tuple[np.ndarray, int, float]]) -> Timing:
+    """The call begun at ``t0`` and done now, from its ``(audio, sample rate, seconds from t0)`` batches."""
+    audio_s = sum(len(audio) / sr for audio, sr, _ in batches)
+    return Timing("raw", first_audio_s=batches[0][2] if batches else 0.0, complete_s=time.perf_counter() - t0,
+                  audio_bytes=round(audio_s * BYTES_PER_SECOND))
 
 
 class RawRuntime:
@@ -51,20 +56,11 @@ class RawRuntime:
     def create_sentences(self, sentences: list[str] | tuple[str, ...]) -> Timing:
         """The raw runtime's sentence-first: ``create()`` per sentence, first audio after the first."""
         t0 = time.perf_counter()
-        first, audio_s = None, 0.0
-        for sentence in sentences:
-            audio, sr = self.kokoro.create(sentence, voice=self.voice, lang=self.lang)
-            audio_s += len(audio) / sr
-            if first is None:
-                first = time.perf_counter() - t0
-        return _timing(first, time.perf_counter() - t0, audio_s)
+        return _timing(t0, [(*self.kokoro.create(sentence, voice=self.voice, lang=self.lang), time.perf_counter() - t0)
+                            for sentence in sentences])
 
     async def create_stream(self, text: str) -> Timing:
         """``create_stream()``: first audio when its first batch arrives."""
         t0 = time.perf_counter()
-        first, audio_s = None, 0.0
-        async for audio, sr in self.kokoro.create_stream(text, voice=self.voice, lang=self.lang):
-            if first is None:
-                first = time.perf_counter() - t0
-            audio_s += len(audio) / sr
-        return _timing(first, time.perf_counter() - t0, audio_s)
+        return _timing(t0, [(audio, sr, time.perf_counter() - t0)
+                            async for audio, sr in self.kokoro.create_stream(text, voice=self.voice, lang=self.lang)])

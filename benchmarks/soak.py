@@ -1,10 +1,7 @@
 """Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows by less
 than 5% after warm-up; every good request succeeds, every bad one gets its typed error, the counters
-read zero at the end).
-
-``python -m benchmarks soak [--quick] [--backend fake|onnx] [--requests N] [--allocator default|arena2]
-[--mode sequential|concurrent]`` writes ``benchmarks/results/soak.{json,md}``; the mix and the method
-are in docs/benchmarks.md ("Load and soak").
+read zero at the end). ``python -m benchmarks soak`` (its options: ``--help``) writes
+``benchmarks/results/soak.{json,md}``; the mix and the method: docs/benchmarks.md ("Load and soak").
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from . import prom
 from .clients import post
 from .live import LiveServer, rss_mib
 from .loop import closed_loop
-from .results import Result, command_line, markdown_table
+from .results import Result, command_line, markdown_table, rnd
 
 TEXTS = [
     "Short one.",
@@ -190,15 +187,13 @@ def growth(samples: list[dict[str, Any]], warmup_fraction: float = WARMUP_FRACTI
     after = [s for s in samples if s["requests"] >= total * warmup_fraction]
     base, end = after[0]["rss_mib"], samples[-1]["rss_mib"]
     middle = next(s for s in after if s["requests"] >= (after[0]["requests"] + total) / 2)["rss_mib"]
-    slope = None
-    if len(after) >= 3:
-        xs, ys = [s["requests"] for s in after], [s["rss_mib"] for s in after]
-        slope = statistics.linear_regression(xs, ys).slope * 1024
+    xs, ys = [s["requests"] for s in after], [s["rss_mib"] for s in after]
+    slope = statistics.linear_regression(xs, ys).slope * 1024 if len(after) >= 3 else None
     return {"rss_start_mib": samples[0]["rss_mib"], "rss_after_warmup_mib": base, "rss_end_mib": end,
             "rss_peak_mib": max(s["rss_mib"] for s in samples), "warmup_requests": after[0]["requests"],
             "growth_pct": round((end - base) / base * 100, 2),
             "second_half_growth_pct": round((end - middle) / middle * 100, 2),
-            "slope_kib_per_request": None if slope is None else round(slope, 3)}
+            "slope_kib_per_request": rnd(slope, 3)}
 
 
 def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | None = None, model_dir=None,

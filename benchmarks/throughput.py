@@ -1,9 +1,7 @@
 """Throughput (``python -m benchmarks throughput``): audio-hours synthesised per hour of wall time at
-concurrency 1, 2, 4, 8 — sequential vs concurrent mode, ONNX vs torch (when its checkpoint is
-available), and the raw runtime (N threads calling ``Kokoro.create()`` on one shared session) — each
-level a closed loop of N clients (:func:`benchmarks.loop.closed_loop`), every server up at once and
-the configurations taking turns level by level, rotating; then the listeners' sweep
-(:mod:`benchmarks.listeners`, ``summary.listeners``). Method: docs/benchmarks.md.
+concurrency 1–8, each server mode and runtime against the raw runtime (``Kokoro.create()`` on N
+threads), each level a closed loop of N clients; then the listeners' sweep (:mod:`benchmarks.listeners`,
+``summary.listeners``). Method: docs/benchmarks.md ("Throughput").
 """
 
 from __future__ import annotations
@@ -17,60 +15,51 @@ from typing import Any
 from . import listeners, prom, results
 from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
-from .loop import Loop, closed_loop, rotated
+from .loop import closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
-from .results import Result, at_least, command_line, markdown_table, median, medians_by, ms, ratio, rnd
+from .results import Result, at_least, command_line, markdown_table, medians_by, ratio, rnd
 from .texts import THROUGHPUT_TEXTS
 
 TARGET_GAIN = 1.2
 RAW = "raw kokoro-onnx"
 
 
-def _text(client: int, n: int) -> str:
-    return THROUGHPUT_TEXTS[(client + n) % len(THROUGHPUT_TEXTS)]
+def _level(call, concurrency: int, duration_s: float, session=None) -> dict:
+    """N clients in a closed loop, each request ``await call(s, text)`` on the client's ``session``."""
+    async def request(s: Any, i: int, n: int) -> tuple[str, Timing]:
+        text = THROUGHPUT_TEXTS[(i + n) % len(THROUGHPUT_TEXTS)]
+        return text, await call(s, text)
+
+    loop = asyncio.run(closed_loop(request, concurrency, duration_s=duration_s, session=session))
+    done = [(text, t) for text, t in loop.records if not t.error]
+    wall = loop.wall_s
+    return {
+        **listeners.audio_rate([t for _, t in done], wall, first=("p50", "max")),
+        "requests": len(done),
+        "errors": len(loop.records) - len(done) + len(loop.failures),
+        "chars_per_s": rnd(sum(len(text) for text, _ in done) / wall if wall > 0 else 0.0, 3),
+    }
 
 
 def _server_level(srv: LiveServer, concurrency: int, duration_s: float) -> dict:
     """N clients, one WebSocket session each; the server's own view of the level beside the figures."""
-    async def request(ws: WsSession, i: int, n: int) -> tuple[str, Timing]:
-        text = _text(i, n)
+    async def call(ws: WsSession, text: str) -> Timing:
         (t,) = await ws.synthesize([text], raise_on_error=False)
         if t.error:
             await asyncio.sleep(0.1)
-        return text, t
+        return t
 
     before = srv.scrape()
-    loop = asyncio.run(closed_loop(request, concurrency, duration_s=duration_s,
-                                   session=lambda _i: WsSession(srv.ws_url, voice=VOICE)))
-    return {**_level_stats(loop), "server_view": prom.server_view(before, srv.scrape())}
+    figures = _level(call, concurrency, duration_s, session=lambda _i: WsSession(srv.ws_url, voice=VOICE))
+    return {**figures, "server_view": prom.server_view(before, srv.scrape())}
 
 
 def _raw_level(raw: RawRuntime | None, concurrency: int, duration_s: float) -> dict:
     """One thread per client calling ``create()`` on the one shared runtime."""
     assert raw is not None
     with ThreadPoolExecutor(concurrency, thread_name_prefix="raw-client") as pool:
-        async def request(_s: None, i: int, n: int) -> tuple[str, Timing]:
-            text = _text(i, n)
-            return text, await asyncio.get_running_loop().run_in_executor(pool, raw.create, text)
-
-        return _level_stats(asyncio.run(closed_loop(request, concurrency, duration_s=duration_s)))
-
-
-def _level_stats(loop: Loop) -> dict:
-    done = [(text, t) for text, t in loop.records if not t.error]
-    audio = sum(t.audio_s for _, t in done)
-    firsts = [t.first_audio_s for _, t in done if t.first_audio_s is not None]
-    wall = loop.wall_s
-    return {
-        "wall_s": rnd(wall, 3),
-        "audio_s": rnd(audio, 3),
-        "requests": len(done),
-        "errors": len(loop.records) - len(done) + len(loop.failures),
-        "audio_hours_per_hour": rnd(audio / wall if wall > 0 else 0.0, 4),
-        "chars_per_s": rnd(sum(len(text) for text, _ in done) / wall if wall > 0 else 0.0, 3),
-        "first_audio_ms_p50": ms(median(firsts)),
-        "first_audio_ms_max": ms(max(firsts, default=None)),
-    }
+        return _level(lambda _s, text: asyncio.get_running_loop().run_in_executor(pool, raw.create, text),
+                      concurrency, duration_s)
 
 
 def torch_available(model_dir=None) -> tuple[bool, str]:
@@ -149,16 +138,13 @@ def _gain_at_4(table: dict[str, dict[str, float]]) -> tuple[str | None, float | 
 
 
 def summarize(result: Result) -> None:
-    audio: dict[str, dict[str, float]] = {}
-    chars: dict[str, dict[str, float]] = {}
-    for config in dict.fromkeys(s["config"] for s in result.samples):
-        by_level = medians_by([s for s in result.samples if s["config"] == config], "concurrency",
-                              {"audio_hours_per_hour": 4, "chars_per_s": 3})
-        audio[config] = {str(c): v["audio_hours_per_hour"] for c, v in by_level.items()}
-        chars[config] = {str(c): v["chars_per_s"] for c, v in by_level.items()}
-    result.medians = {"audio_hours_per_hour": audio, "chars_per_s": chars}
-    best_name, best4, raw4, gain = _gain_at_4(audio)
-    work_name, _, _, work_gain = _gain_at_4(chars)
+    digits = {"audio_hours_per_hour": 4, "chars_per_s": 3}
+    by_config = {config: medians_by([s for s in result.samples if s["config"] == config], "concurrency", digits)
+                 for config in dict.fromkeys(s["config"] for s in result.samples)}
+    result.medians = {figure: {config: {str(c): v[figure] for c, v in by_level.items()}
+                               for config, by_level in by_config.items()} for figure in digits}
+    best_name, best4, raw4, gain = _gain_at_4(result.medians["audio_hours_per_hour"])
+    work_name, _, _, work_gain = _gain_at_4(result.medians["chars_per_s"])
     result.summary.update({
         "best_at_4": best_name, "best_at_4_audio_hours_per_hour": best4, "raw_at_4": raw4, "gain_at_4": gain,
         "best_at_4_equal_work": work_name, "gain_at_4_equal_work": work_gain,
@@ -185,15 +171,10 @@ def body(data: dict[str, Any]) -> str:
     )
     detail = markdown_table(
         ["config", "c", "round", "requests", "errors", "chars/s", "first audio p50 ms", "server RTF mean", "batch size mean", "load 1m"],
-        [
-            [
-                x["config"], x["concurrency"], x.get("round", 1), x["requests"], x["errors"], x.get("chars_per_s"), x["first_audio_ms_p50"],
-                (x.get("server_view") or {}).get("realtime_factor", {}).get("mean"),
-                (x.get("server_view") or {}).get("batch_size", {}).get("mean"),
-                (x.get("load_before") or [None])[0],
-            ]
-            for x in data["samples"]
-        ],
+        [[x["config"], x["concurrency"], x.get("round", 1), x["requests"], x["errors"], x.get("chars_per_s"),
+          x["first_audio_ms_p50"], *((x.get("server_view") or {}).get(figure, {}).get("mean")
+                                     for figure in ("realtime_factor", "batch_size")),
+          (x.get("load_before") or [None])[0]] for x in data["samples"]],
     )
     out = f"{head}\n\n{table}\n\n{detail}"
     if data["summary"].get("listeners"):
