@@ -33,7 +33,7 @@ TEXTS = [
 #: For real inference on a small CPU: short texts, so a run of a few hundred requests takes minutes.
 SHORT_TEXTS = ["Short one.", "Hello there.", "Memory check.", "One more time.", "Still here."]
 BAD_POST = [b"{", b'{"text": ""}', b'{"text": "Hi.", "voice": "zz_nobody"}', b'{"text": "Hi.", "speed": 9}',
-            b'{"text": "\\u3053\\u3093\\u306b\\u3061\\u306f"}', b"\xff\xfe", b'{"text": "Hi.", "lang": "xx"}']
+            b'{"text": "\\u3053\\u3093\\u306b\\u3061\\u306f", "lang": "en-us"}', b"\xff\xfe", b'{"text": "Hi.", "lang": "xx"}']
 BAD_WS = ["{", '{"text": 5}', '{"text": "Hi.", "voice": "../x"}', '{"text": "   "}', '{"type": "dance"}']
 KINDS = ["ws"] * 8 + ["post"] * 6 + ["openai"] * 2 + ["bad_post"] * 2 + ["bad_ws"] + ["vanish"]
 
