@@ -69,9 +69,8 @@ async def server_buffer(ws_url: str) -> dict:
             elif json.loads(frame).get("type") == "Flushed":
                 break
         await feeder
-        end = time.perf_counter()
-    return {"first_audio_ms": ms(timing.first_audio_s), "end_ms": rnd((end - t0) * 1000),
-            "audio_s": round(timing.audio_s, 3)}  # no audio: no first audio (None), not 0 ms
+        return {"first_audio_ms": ms(timing.first_audio_s), "end_ms": ms(time.perf_counter() - t0),
+                "audio_s": round(timing.audio_s, 3)}  # no audio: no first audio (None), not 0 ms
 
 
 async def client_cut(ws_url: str) -> dict:
@@ -103,9 +102,8 @@ async def client_cut(ws_url: str) -> dict:
                 if feeder.done() and done == sent[0]:
                     break
         await feeder
-        end = time.perf_counter()
-    return {"first_audio_ms": rnd((timing.first_audio_s or 0.0) * 1000), "end_ms": rnd((end - t0) * 1000),
-            "audio_s": round(timing.audio_s, 3), "requests": sent[0]}
+        return {"first_audio_ms": ms(timing.first_audio_s), "end_ms": ms(time.perf_counter() - t0),
+                "audio_s": round(timing.audio_s, 3), "requests": sent[0]}
 
 
 async def clear(ws_url: str) -> dict:
@@ -128,8 +126,8 @@ async def clear(ws_url: str) -> dict:
                 cleared_at = time.perf_counter()
                 break
     assert t_clear is not None and cleared_at is not None
-    return {"clear_to_cleared_ms": rnd((cleared_at - t_clear) * 1000, 2),
-            "clear_to_last_audio_ms": rnd(((last_audio or t_clear) - t_clear) * 1000, 2),
+    return {"clear_to_cleared_ms": ms(cleared_at - t_clear, 2),
+            "clear_to_last_audio_ms": ms((last_audio or t_clear) - t_clear, 2),
             "frames_after_clear": frames_after, "audio_after_clear_s": round(bytes_after / 48_000, 3)}
 
 

@@ -7,12 +7,10 @@ at this client; an app that does not start gives a ``not_run`` result. Method: d
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,10 @@ import httpx
 
 from . import prom
 from .live import LiveServer, ServerFailed
-from .loop import in_rounds
 from .raw import VOICE
-from .results import Result, command_line, markdown_table, medians_by, ratio, rnd, save_plot, shown_command
+from .results import Result, command_line, markdown_table, medians_by, ms, ratio, rnd, shown_command
 from .texts import PARAGRAPH
+from .ttfa import first_audio_plot, rounds_over_http
 
 TOKENS_PER_SECOND = 30.0
 PROMPT = "Why does streaming speech feel faster?"
@@ -47,7 +45,7 @@ def _agent_command() -> list[str]:
 def _turn_stats(events: list[tuple[float, dict]], t0: float) -> dict:
     """Client-side milliseconds of the first/last text delta and the first audio chunk."""
     def first(kind: str) -> float | None:
-        return next((round((t - t0) * 1000, 1) for t, e in events if e.get("type") == kind), None)
+        return next((ms(t - t0) for t, e in events if e.get("type") == kind), None)
 
     texts = [t for t, e in events if e.get("type") == "text_delta"]
     audio_bytes = sum(len(e.get("audio", "")) * 3 // 4 for _, e in events if e.get("type") == "audio_chunk")
@@ -55,9 +53,9 @@ def _turn_stats(events: list[tuple[float, dict]], t0: float) -> dict:
     end = next((e for _, e in events if e.get("type") == "agent_end"), {})
     return {
         "first_text_ms": first("text_delta"),
-        "last_text_ms": round((texts[-1] - t0) * 1000, 1) if texts else None,
+        "last_text_ms": ms(texts[-1] - t0) if texts else None,
         "first_audio_ms": first("audio_chunk"),
-        "end_ms": round((events[-1][0] - t0) * 1000, 1) if events else None,
+        "end_ms": ms(events[-1][0] - t0) if events else None,
         "audio_s": round(audio_bytes / 48_000, 3),
         "agent_reported_first_audio_ms": end.get("first_audio_ms"),
         "errors": [f"{e.get('code')}: {e.get('message')}" for e in errors],
@@ -70,31 +68,30 @@ def sse_event(line: str) -> dict | None:
     return json.loads(payload) if payload else None
 
 
+def request(mode: str) -> dict[str, str]:
+    """The body of one turn: the prompt, in ``mode``, in the benchmark's voice."""
+    return {"prompt": PROMPT, "mode": mode, "voice": VOICE}
+
+
 async def sse_turn(client: httpx.AsyncClient, url: str, mode: str) -> dict:
     """One turn through an agent app's ``POST /invocations`` (SSE), as :func:`_turn_stats`."""
-    events: list[tuple[float, dict]] = []
     t0 = time.perf_counter()
-    async with client.stream("POST", f"{url}/invocations", json={"prompt": PROMPT, "mode": mode, "voice": VOICE}) as r:
+    async with client.stream("POST", f"{url}/invocations", json=request(mode)) as r:
         if r.status_code != 200:
             raise RuntimeError(f"agent answered HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        async for line in r.aiter_lines():
-            if (event := sse_event(line)) is not None:
-                events.append((time.perf_counter(), event))
+        events = [(time.perf_counter(), e) async for line in r.aiter_lines() if (e := sse_event(line)) is not None]
     return _turn_stats(events, t0)
 
 
-async def measure(turn: Callable[[str], Awaitable[dict]], runs: int, log, modes: tuple[str, ...] = MODES) -> list[dict]:
-    """``runs`` rounds of every mode's turn, the modes rotating round by round."""
-    return await in_rounds(modes, runs, turn, log=log, pause_s=0.3)
+def new_result(quick: bool, modes: tuple[str, ...], extra: list[str] | None = None, **config: Any) -> Result:
+    """An e2e result before its turns (``extra``: the command line's options past ``--quick``)."""
+    return Result("e2e", quick, command_line("e2e", quick, extra), config={
+        "prompt": PROMPT, **config, "voice": VOICE, "modes": list(modes), "runs_per_mode": 2 if quick else 5,
+        "aws_reference_speedup": AWS_REFERENCE_SPEEDUP})
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
-    runs = 2 if quick else 5
-    result = Result(
-        "e2e", quick, command_line("e2e", quick),
-        config={"prompt": PROMPT, "reply": REPLY, "tokens_per_second": TOKENS_PER_SECOND, "model": "scripted", "voice": VOICE,
-                "modes": list(MODES), "runs_per_mode": runs, "aws_reference_speedup": AWS_REFERENCE_SPEEDUP},
-    )
+    result = new_result(quick, MODES, reply=REPLY, tokens_per_second=TOKENS_PER_SECOND, model="scripted")
     with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
         before = tts.scrape()
         result.config["path"] = "AgentCore app subprocess, POST /invocations, SSE"
@@ -106,21 +103,17 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
             with LiveServer(argv=argv, name="kokoro-agent (scripted)", log=log, startup_timeout_s=120) as agent, \
                     LiveServer(argv=[*argv, "--first-clause-words", "0"], name="kokoro-agent (no early clause)",
                                log=log, startup_timeout_s=120) as plain:
-
-                async def main() -> list[dict]:
-                    async with httpx.AsyncClient(timeout=600) as client:
-                        urls = {True: agent.url, False: plain.url}
-                        return await measure(lambda m: sse_turn(client, urls[VARIANTS[m][1]], VARIANTS[m][0]), runs, log)
-
-                result.samples = asyncio.run(main())
+                urls = {True: agent.url, False: plain.url}
+                result.samples = rounds_over_http(
+                    result, lambda http, m: sse_turn(http, urls[VARIANTS[m][1]], VARIANTS[m][0]), log)
         except ServerFailed as e:
-            return _not_run(result, f"the agent app did not start: {str(e)[:600]}")
+            return not_run(result, f"the agent app did not start: {str(e)[:600]}")
         result.server_view = {"tts": prom.server_view(before, tts.scrape())}
     summarize(result)
     return result
 
 
-def _not_run(result: Result, why: str) -> Result:
+def not_run(result: Result, why: str) -> Result:
     result.status = "not_run"
     result.notes.append(why)
     result.target("bidi first audio before batch", f"batch/bidi first audio (AWS: {AWS_REFERENCE_SPEEDUP}x)", None, None)
@@ -147,34 +140,37 @@ def summarize(result: Result) -> None:
                   None if speedup is None else speedup > 1.0)
 
 
+#: The table's columns (figure: heading) for the local agent and for a deployed one (means beside medians).
+COLUMNS = {"first_text_ms": "first text ms", "last_text_ms": "last text ms", "first_audio_ms": "first audio ms",
+           "end_ms": "turn ends ms", "audio_s": "audio s", "runs": "runs"}
+DEPLOYED_COLUMNS = {"first_text_ms": "first text ms", "first_audio_ms": "first audio ms (median)",
+                    "first_audio_ms_mean": "first audio ms (mean)", "end_ms": "turn ends ms", "audio_s": "audio s",
+                    "runs": "runs"}
+
+
 def body(data: dict[str, Any]) -> str:
+    """The local agent's result or a deployed one's (it has the means, ``summary.speedup_of_means``)."""
     if data.get("status") == "not_run":
         return "**Not run.** " + " ".join(data["notes"])
-    m, s = data["medians"], data["summary"]
-    rows = [[mode, v["first_text_ms"], v["last_text_ms"], v["first_audio_ms"], v["end_ms"], v["audio_s"], v["runs"]]
-            for mode, v in m.items()]
-    table = markdown_table(["mode", "first text ms", "last text ms", "first audio ms", "turn ends ms", "audio s", "runs"], rows)
+    m, s, config = data["medians"], data["summary"], data["config"]
+    deployed = "speedup_of_means" in s
+    columns = DEPLOYED_COLUMNS if deployed else COLUMNS
+    table = markdown_table(["mode", *columns.values()], [[mode, *(v[k] for k in columns)] for mode, v in m.items()])
+    if deployed:
+        return (f"First audio through a deployed agent ({config['path']}; its own model and TTS server): "
+                f"bidi **{s['bidi_first_audio_ms']} ms** vs batch **{s['batch_first_audio_ms']} ms** median "
+                f"({s['speedup']}x), means {s['bidi_first_audio_ms_mean']} vs {s['batch_first_audio_ms_mean']} ms "
+                f"({s['speedup_of_means']}x; AWS reports {config['aws_reference_speedup']}x on AgentCore).\n\n{table}")
     return (
-        f"First audio through the agent ({data['config']['path']}; scripted model at "
-        f"{data['config']['tokens_per_second']:.0f} tokens/s): bidi **{s['bidi_first_audio_ms']} ms** vs batch "
-        f"**{s['batch_first_audio_ms']} ms** ({s['speedup']}x; AWS reports {data['config']['aws_reference_speedup']}x); "
+        f"First audio through the agent ({config['path']}; scripted model at "
+        f"{config['tokens_per_second']:.0f} tokens/s): bidi **{s['bidi_first_audio_ms']} ms** vs batch "
+        f"**{s['batch_first_audio_ms']} ms** ({s['speedup']}x; AWS reports {config['aws_reference_speedup']}x); "
         f"bidi without the early first clause **{s.get('bidi_no_early_clause_first_audio_ms')} ms**. "
         f"Medians.\n\n{table}"
     )
 
 
 def plot(data: dict[str, Any], path) -> None:
-    if data.get("status") == "not_run":
-        return
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 2.8))
-    for i, mode in enumerate(data["medians"]):
-        v = data["medians"][mode]
-        ax.barh(i, v["last_text_ms"] or 0, color="#d9d9d9", label="text generation" if i == 0 else None)
-        ax.scatter([v["first_audio_ms"]], [i], color="#3b7dd8", s=60, zorder=3, label="first audio" if i == 0 else None)
-    ax.set_yticks(range(len(data["medians"])), list(data["medians"]))
-    ax.set_xlabel("ms since the prompt was sent")
-    ax.set_title(f"Agent first audio ({data['command']})", fontsize=9)
-    ax.legend(fontsize=8)
-    save_plot(fig, path)
+    if data.get("status") != "not_run":
+        first_audio_plot(data, path, behind="last_text_ms", behind_label="text generation (median)",
+                         xlabel="ms since the prompt was sent", title=f"Agent first audio ({data['command']})")

@@ -42,15 +42,6 @@ def _encode(pcm: bytes) -> dict[str, int]:
     }
 
 
-async def _collect(srv: LiveServer, clips: tuple[str, ...], log) -> list[bytes]:
-    out = []
-    for i, clip in enumerate(clips, 1):
-        pcm = await ws_audio(srv.ws_url, clip, voice=VOICE)
-        log(f"  clip {i:>2}/{len(clips)}: {len(pcm) / BYTES_PER_SECOND:5.2f} s  {clip!r}")
-        out.append(pcm)
-    return out
-
-
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     clips = CLIPS[:8] if quick else CLIPS
     result = Result(
@@ -61,7 +52,10 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
     log(f"payload: {len(clips)} clips")
     with LiveServer(backend=backend, model_dir=model_dir, log=log) as srv:
         before = srv.scrape()
-        pcms = asyncio.run(_collect(srv, clips, log))
+        pcms = []
+        for i, clip in enumerate(clips, 1):
+            pcms.append(asyncio.run(ws_audio(srv.ws_url, clip, voice=VOICE)))
+            log(f"  clip {i:>2}/{len(clips)}: {len(pcms[-1]) / BYTES_PER_SECOND:5.2f} s  {clip!r}")
         result.server_view = {"default": prom.server_view(before, srv.scrape())}
     result.samples = [{"text": clip, "audio_s": rnd(len(pcm) / BYTES_PER_SECOND, 3), **_encode(pcm)}
                       for clip, pcm in zip(clips, pcms, strict=True)]

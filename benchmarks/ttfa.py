@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import importlib.util
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -64,9 +65,15 @@ async def _sample(mode: str, servers: dict[str, LiveServer], raw: RawRuntime | N
                     ws.connect_s, timings[0].server_ttfa_ms)
 
 
-async def _measure(modes: list[str], runs: int, servers: dict[str, LiveServer], raw: RawRuntime | None, log) -> list[dict]:
-    async with httpx.AsyncClient(timeout=600) as http:
-        return await in_rounds(modes, runs, lambda mode: _sample(mode, servers, raw, http), log=log, pause_s=0.3)
+def rounds_over_http(result: Result, sample: Callable[[httpx.AsyncClient, str], Awaitable[dict]], log) -> list[dict]:
+    """The result's ``runs_per_mode`` rounds of ``await sample(http, mode)`` for each of its ``modes``
+    (:func:`benchmarks.loop.in_rounds`, 0.3 s apart), on one HTTP client."""
+    async def main() -> list[dict]:
+        async with httpx.AsyncClient(timeout=600) as http:
+            return await in_rounds(result.config["modes"], result.config["runs_per_mode"],
+                                   lambda mode: sample(http, mode), log=log, pause_s=0.3)
+
+    return asyncio.run(main())
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
@@ -98,7 +105,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
                    for name, env in SERVERS.items()}
         before = {name: srv.scrape() for name, srv in servers.items()}
         t0 = time.perf_counter()
-        result.samples = asyncio.run(_measure(modes, runs, servers, raw, log))
+        result.samples = rounds_over_http(result, lambda http, mode: _sample(mode, servers, raw, http), log)
         result.config["wall_s"] = rnd(time.perf_counter() - t0, 1)
         result.server_view = {name: prom.server_view(before[name], srv.scrape()) for name, srv in servers.items()}
         result.config["server_startup_s"] = {name: rnd(srv.startup_s, 1) for name, srv in servers.items()}
@@ -179,20 +186,27 @@ def body(data: dict[str, Any]) -> str:
     return out
 
 
-def plot(data: dict[str, Any], path) -> None:
+def first_audio_plot(data: dict[str, Any], path, *, behind: str, behind_label: str, xlabel: str, title: str) -> None:
+    """Per mode: its median first audio over its median ``behind`` (grey), each run's first audio a dot."""
     import matplotlib.pyplot as plt
 
-    modes = list(data["medians"])
-    fig, ax = plt.subplots(figsize=(8, 0.55 * len(modes) + 1.5))
-    y = range(len(modes))
-    ax.barh(y, [data["medians"][m]["complete_ms"] for m in modes], color="#d9d9d9", label="complete (median)")
-    ax.barh(y, [data["medians"][m]["first_audio_ms"] for m in modes], color="#3b7dd8", height=0.5, label="first audio (median)")
-    for i, m in enumerate(modes):
-        xs = [s["first_audio_ms"] for s in data["samples"] if s["mode"] == m]
+    m = data["medians"]
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(m) + 1.5))
+    ax.barh(range(len(m)), [v[behind] or 0 for v in m.values()], color="#d9d9d9", label=behind_label)
+    ax.barh(range(len(m)), [v["first_audio_ms"] or 0 for v in m.values()], color="#3b7dd8", height=0.5,
+            label="first audio (median)")
+    for i, mode in enumerate(m):
+        xs = [s["first_audio_ms"] for s in data["samples"] if s["mode"] == mode]
         ax.scatter(xs, [i] * len(xs), color="black", s=8, zorder=3)
-    ax.set_yticks(list(y), modes)
+    ax.set_yticks(range(len(m)), list(m))
     ax.invert_yaxis()
-    ax.set_xlabel("milliseconds")
-    ax.set_title(f"Time to first audio, {data['config']['paragraph_chars']}-char paragraph ({data['command']})", fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=9)
     ax.legend(loc="best", fontsize=8)
     results.save_plot(fig, path)
+
+
+def plot(data: dict[str, Any], path) -> None:
+    title = f"Time to first audio, {data['config']['paragraph_chars']}-char paragraph ({data['command']})"
+    first_audio_plot(data, path, behind="complete_ms", behind_label="complete (median)", xlabel="milliseconds",
+                     title=title)
