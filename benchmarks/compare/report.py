@@ -24,13 +24,13 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 
 
 def _not_measured(xs: list[dict[str, Any]]) -> dict[str, str] | None:
-    """``{"unsupported": why}`` / ``{"error": why}`` when no sample of a row has figures."""
-    if any("unsupported" not in s and "error" not in s for s in xs):
-        return None
+    """``{"unsupported": why}`` / ``{"error": why}`` (the first sample's) when no sample of a row has figures."""
     if not xs:
         return {"error": "not run"}
-    first = xs[0]
-    return {"unsupported": first["unsupported"]} if "unsupported" in first else {"error": first["error"]}
+    if any(_why(s) is None for s in xs):
+        return None
+    key = "unsupported" if "unsupported" in xs[0] else "error"
+    return {key: xs[0][key]}
 
 
 def _request_row(xs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def _sweep_level(xs: list[dict[str, Any]]) -> dict[str, Any]:
     bad = _not_measured(xs)
     if bad:
         return bad
-    ok = [s for s in xs if "unsupported" not in s and "error" not in s]
+    ok = [s for s in xs if _why(s) is None]
     fa = [v for s in ok for v in s["first_audio_ms"]]
     rss = [s["rss_mib"] for s in ok if s.get("rss_mib")]
     loads = [s["load1"] for s in ok if s.get("load1") is not None]
@@ -130,11 +130,8 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _why(r: dict[str, Any]) -> str | None:
-    if "unsupported" in r:
-        return "unsupported"
-    if "error" in r:
-        return "failed"
-    return None
+    """What the table shows for a row (or a sample) without figures: ``unsupported`` or ``failed``."""
+    return "unsupported" if "unsupported" in r else "failed" if "error" in r else None
 
 
 def ratio(value: Any, base: Any) -> float | None:
@@ -224,10 +221,9 @@ def plot(data: dict[str, Any], path: Any) -> None:
         ax1.bar(np.arange(len(REQUEST_ROWS)) + i * width, vals, width, label=n, color=colours[i])
         sweep = data["summary"][n]["sweep"]
         levels = [int(k) for k, v in sweep.items() if v.get("first_audio_ms_p50") is not None]
-        ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p50"] for k in levels], marker="o", label=f"{n} p50",
-                 color=colours[i])
-        ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p95"] for k in levels], marker="x", linestyle="--",
-                 label=f"{n} p95", color=colours[i])
+        for stat, marker, style in (("p50", "o", "-"), ("p95", "x", "--")):
+            ax2.plot(levels, [sweep[str(k)][f"first_audio_ms_{stat}"] for k in levels], marker=marker,
+                     linestyle=style, label=f"{n} {stat}", color=colours[i])
     ax1.set_xticks(np.arange(len(REQUEST_ROWS)) + width * (len(names) - 1) / 2, list(REQUEST_ROWS.values()), fontsize=8)
     ax1.set_ylabel("first audio, ms (median)")
     ax1.legend(fontsize=8)
