@@ -109,7 +109,8 @@ class _HttpClient(Client):
 
     @property
     def speech_url(self) -> str:
-        raise NotImplementedError
+        """Where the POST goes: the target's URL (``/invocations``) unless the protocol says otherwise."""
+        return self.target.url
 
     def body(self, text: str, voice: str | None) -> dict[str, Any]:
         raise NotImplementedError
@@ -156,10 +157,6 @@ class _HttpClient(Client):
 
 class InvocationsClient(_HttpClient):
     """``http(s)://host:port/invocations``: the streamed POST contract, ``format=pcm`` (or ``wav``)."""
-
-    @property
-    def speech_url(self) -> str:
-        return self.target.url
 
     def body(self, text: str, voice: str | None) -> dict[str, Any]:
         return {"text": text, "format": self.audio_format, "stream": True, **({"voice": voice} if voice else {}),
