@@ -114,12 +114,11 @@ def _cpu_model() -> str:
 
 
 def _memory_gib() -> float | None:
-    try:
+    with contextlib.suppress(ImportError):
         import psutil
 
         return round(psutil.virtual_memory().total / (1 << 30), 1)
-    except ImportError:
-        return None
+    return None
 
 
 def machine_info() -> dict[str, Any]:
@@ -279,16 +278,9 @@ def markdown_doc(result: dict[str, Any], title: str, body: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(
-    result: Result,
-    *,
-    title: str,
-    body: Callable[[dict[str, Any]], str],
-    plot: Callable[[dict[str, Any], Path], None] | None = None,
-    out_dir: Path = RESULTS_DIR,
-    log=print,
-    stem: str | None = None,
-) -> dict[str, Any]:
+def write(result: Result, *, title: str, body: Callable[[dict[str, Any]], str],
+          plot: Callable[[dict[str, Any], Path], None] | None = None, out_dir: Path = RESULTS_DIR, log=print,
+          stem: str | None = None) -> dict[str, Any]:
     """Write ``<name>.json``, ``<name>.md`` and (with ``plot``) ``<name>.png`` (``stem`` instead of the
     benchmark's name where given); returns the dict."""
     data = result.to_dict()
