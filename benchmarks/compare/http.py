@@ -4,8 +4,7 @@
 a worker thread), with :class:`Client`, what every target's client shares.
 
 A request carries one text, so a session sends its texts one after another (``pipelines`` is False),
-times from the first send. Audio is asked as ``pcm`` unless the target says ``#format=wav``; a target
-that refuses ``pcm`` with a 400 is asked for ``wav`` from then on, whose header is read past.
+times from the first send; ``pcm``, or ``wav`` where the target asks or refuses pcm (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -193,8 +192,9 @@ class SageMakerInvocationsClient(InvocationsClient):
     def _invoke(self, body: bytes, t0: float, probe: bool) -> Timing:
         timing = Timing("sagemaker")
         reader = WavReader() if self.audio_format == "wav" and not probe else None
+        runtime = self._runtime  # Unsupported without boto3
         try:
-            resp = self._runtime.invoke_endpoint_with_response_stream(
+            resp = runtime.invoke_endpoint_with_response_stream(
                 EndpointName=self.target.host, ContentType="application/json", Body=body)
             for event in resp["Body"]:
                 part = event.get("PayloadPart")
@@ -205,8 +205,6 @@ class SageMakerInvocationsClient(InvocationsClient):
                 timing.heard(time.perf_counter() - t0, reader.feed(chunk) if reader else chunk)
                 if probe:
                     return timing
-        except Unsupported:
-            raise
         except Exception as exc:  # botocore ClientError (ValidationError, ModelError), connection errors
             timing.error = f"{type(exc).__name__}: {str(exc)[:200]}"
             return timing
