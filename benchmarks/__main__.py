@@ -157,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     suite_options, shown = _suite_options(parser, args)
     if args.name in OWN_OPTIONS:
         parser.error(f"{args.name} takes its own options first: python -m benchmarks {args.name} --help")
-    deployed = {k: v for k, v in (("agent_url", args.agent_url), ("agent_runtime_arn", args.agent_runtime_arn),
-                                  ("region", args.region)) if v}
+    deployed = {k: getattr(args, k) for k in ("agent_url", "agent_runtime_arn", "region") if getattr(args, k)}
     if deployed and args.name != "e2e":
         parser.error("--agent-url, --agent-runtime-arn and --region are options of e2e")
     if args.backend and args.name != "all" and not _takes_backend(args.name):
