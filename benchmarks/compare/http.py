@@ -122,14 +122,14 @@ class _HttpClient(Client):
 
     async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
         t0 = time.perf_counter()
-        return [await self.post(text, t0, self.target.voice) for text in texts]
+        return [await self.post(text, t0) for text in texts]
 
-    async def post(self, text: str, t0: float, voice: str | None) -> Timing:
-        timing = await self.send(self.body(text, voice), t0)
+    async def post(self, text: str, t0: float) -> Timing:
+        timing = await self.send(self.body(text, self.target.voice), t0)
         if timing.error and timing.error.startswith("HTTP 400") and self.audio_format == "pcm" \
                 and self.target.audio_format is None:
             self.audio_format = "wav"  # the target refuses pcm (the AWS sample's POST does): wav from now on
-            retry = await self.send(self.body(text, voice), t0)
+            retry = await self.send(self.body(text, self.target.voice), t0)
             if retry.error is None:
                 return retry
             self.audio_format = "pcm"
