@@ -269,13 +269,14 @@ def markdown_doc(result: dict[str, Any], title: str, body: str) -> str:
         f"Versions{' of ' + result['config']['versions_of'] if result['config'].get('versions_of') else ''}: "
         f"kokoro-onnx {v.get('kokoro-onnx')}, onnxruntime {v.get('onnxruntime')}, torch {v.get('torch')}.",
     ]
-    if result["targets"]:
-        lines += ["", "Targets:", ""]
-        for t in result["targets"]:
-            lines.append(f"- {t['name']}: goal {t['goal']}; measured {t['value']} — **{MET[t['met']]}**")
-    if result["notes"]:
-        lines += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
-    return "\n".join(lines) + "\n"
+    lines += bullets("Targets", [f"{t['name']}: goal {t['goal']}; measured {t['value']} — **{MET[t['met']]}**"
+                                 for t in result["targets"]])
+    return "\n".join(lines + bullets("Notes", result["notes"])) + "\n"
+
+
+def bullets(heading: str, items: list[str]) -> list[str]:
+    """A Markdown list of ``items`` under ``heading:``, after a blank line; nothing without items."""
+    return ["", f"{heading}:", "", *(f"- {item}" for item in items)] if items else []
 
 
 def write(result: Result, *, title: str, body: Callable[[dict[str, Any]], str],

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..results import markdown_table, mean, median, percentile, rnd, save_plot
+from ..results import bullets, markdown_table, mean, median, percentile, rnd, save_plot
 from .rows import ROWS
 from .targets import BAD_CASES
 
@@ -170,10 +170,7 @@ def body(data: dict[str, Any]) -> str:
         "6. Bad input — what each target answers, and whether its next normal request still works:", "",
         markdown_table(["input", *names], bad_rows),
     ]
-    for heading, items in (("Unsupported", reasons), ("Unreachable", unreachable)):
-        if items:
-            parts += ["", f"{heading}:", ""] + [f"- {item}" for item in items]
-    return "\n".join(parts)
+    return "\n".join(parts + bullets("Unsupported", reasons) + bullets("Unreachable", unreachable))
 
 
 def _bad_cell(r: dict[str, Any]) -> str:
