@@ -1,11 +1,8 @@
-"""The suite's clients, one per protocol, each returning one :class:`Timing` per request (sent, first
-audio, each chunk, end, audio seconds): the WebSocket contract (docs/wire-contract.md)
-over any of its transports (:class:`Burst`; :class:`WsSession` opens a WebSocket session for it
-through ``agent.ws_client``), a streamed HTTP POST (:func:`post`: ``/invocations`` or the OpenAI
-speech API, ``pcm`` or ``wav``) and a health route's GET (:class:`HealthProbe`). Times are
-``time.perf_counter()`` seconds from the moment the request (or the first of a pipelined burst) left
-the client. Cancelling a coroutine here closes its socket or response: the server takes the client
-as gone and aborts the remaining work.
+"""The suite's clients, one per protocol, each returning one :class:`Timing` per request: the contract
+(docs/wire-contract.md) over any of its transports (:class:`Burst`, :class:`WsSession`), a streamed
+HTTP POST (:func:`post`) and a health route's GET (:class:`HealthProbe`). Times are ``time.perf_counter()``
+seconds from the moment the request (or the first of a pipelined burst) left the client. Cancelling a
+coroutine here closes its socket or response: the server takes the client as gone and aborts the rest.
 """
 
 from __future__ import annotations

@@ -49,11 +49,9 @@ class Client:
         return await self._health()
 
     async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
-        """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S``, then
-        hanging up), and whether a normal request then gets audio: first on the same session where the
-        protocol has one (the contract keeps it open after an error); where that fails — the target
-        closed or broke the session — or over plain HTTP, on a new one, so the sample says which
-        failure was the target's."""
+        """What the target answers to one malformed request (within ``PROBE_TIMEOUT_S``), and whether a
+        normal request then gets audio: on the same session where the protocol has one, else (or where
+        the target broke it) on a new one — row 6 of docs/benchmarks.md."""
         async with self.session() as s:
             try:
                 answer = await asyncio.wait_for(self.probe(s, case, text), PROBE_TIMEOUT_S)
