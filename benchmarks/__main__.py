@@ -83,14 +83,14 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
 
 def _suite_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[dict, list[str]]:
     """The suite's own options given (for its ``run()``) and as they read on its command line."""
-    given = {flag: (suite, dest, getattr(args, dest)) for flag, (suite, dest, _o) in SUITE_OPTIONS.items()
-             if getattr(args, dest)}
-    for flag, (suite, _dest, _v) in given.items():
-        if args.name != suite:
-            parser.error(f"{flag} is an option of {suite}")
-    shown = [part for flag, (_s, _d, v) in given.items() for one in (v if isinstance(v, list) else [v])
-             for part in (flag, str(one))]
-    return {dest: v for _s, dest, v in given.values()}, shown
+    options, shown = {}, []
+    for flag, (suite, dest, _settings) in SUITE_OPTIONS.items():
+        if value := getattr(args, dest):
+            if args.name != suite:
+                parser.error(f"{flag} is an option of {suite}")
+            options[dest] = value
+            shown += [part for one in (value if isinstance(value, list) else [value]) for part in (flag, str(one))]
+    return options, shown
 
 
 def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, backend: str | None = None,
@@ -157,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     suite_options, shown = _suite_options(parser, args)
     if args.name in OWN_OPTIONS:
         parser.error(f"{args.name} takes its own options first: python -m benchmarks {args.name} --help")
-    deployed = {k: v for k, v in (("agent_url", args.agent_url), ("agent_runtime_arn", args.agent_runtime_arn),
-                                  ("region", args.region)) if v}
+    deployed = {k: getattr(args, k) for k in ("agent_url", "agent_runtime_arn", "region") if getattr(args, k)}
     if deployed and args.name != "e2e":
         parser.error("--agent-url, --agent-runtime-arn and --region are options of e2e")
     if args.backend and args.name != "all" and not _takes_backend(args.name):

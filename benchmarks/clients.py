@@ -1,11 +1,8 @@
-"""The suite's clients, one per protocol, each returning one :class:`Timing` per request (sent, first
-audio, each chunk, end, audio seconds): the WebSocket contract (docs/wire-contract.md)
-over any of its transports (:class:`Burst`; :class:`WsSession` opens a WebSocket session for it
-through ``agent.ws_client``), a streamed HTTP POST (:func:`post`: ``/invocations`` or the OpenAI
-speech API, ``pcm`` or ``wav``) and a health route's GET (:class:`HealthProbe`). Times are
-``time.perf_counter()`` seconds from the moment the request (or the first of a pipelined burst) left
-the client. Cancelling a coroutine here closes its socket or response: the server takes the client
-as gone and aborts the remaining work.
+"""The suite's clients, one per protocol, each returning one :class:`Timing` per request: the contract
+(docs/wire-contract.md) over any of its transports (:class:`Burst`, :class:`WsSession`), a streamed
+HTTP POST (:func:`post`) and a health route's GET (:class:`HealthProbe`). Times are ``time.perf_counter()``
+seconds from the moment the request (or the first of a pipelined burst) left the client. Cancelling a
+coroutine here closes its socket or response: the server takes the client as gone and aborts the rest.
 """
 
 from __future__ import annotations
@@ -98,44 +95,6 @@ class PlaybackClock:
         return self.plays_until is not None and now > self.plays_until
 
 
-class WsSession:
-    """One open ``/invocations-bidirectional-stream`` session, through the contract client
-    (:class:`agent.ws_client.ContractSession`; messages as text frames unless ``frames="binary"``,
-    which is what SageMaker delivers).
-
-    ``await session.synthesize([t1, t2, ...])`` sends every text at once (pipelined, as a sentence
-    chunker would) and returns one :class:`Timing` per text once the last one completed; times are
-    measured from the first send. Not safe to share between concurrent tasks.
-    """
-
-    def __init__(self, url: str, *, voice: str | None = None, speed: float = 1.0, api_key: str | None = None,
-                 frames: Literal["binary", "text"] = "text", open_timeout: float = 30.0):
-        self.url, self.voice, self.speed = url, voice, speed
-        self.api_key, self.frames, self.open_timeout = api_key, frames, open_timeout
-        self.session: ContractSession | None = None
-        self.burst: Burst | None = None
-        self.connect_s: float | None = None
-
-    async def __aenter__(self) -> WsSession:
-        t0 = time.perf_counter()
-        self.session = await ContractSession.connect(self.url, api_key=self.api_key, frames=self.frames, max_size=None,
-                                                     open_timeout=self.open_timeout)
-        self.connect_s = time.perf_counter() - t0
-        self.burst = Burst(self.session, voice=self.voice, speed=self.speed)
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        if self.session is not None:
-            await self.session.aclose()
-            self.session = None
-
-    async def synthesize(self, texts: list[str] | tuple[str, ...], *, raise_on_error: bool = True,
-                         on_audio: OnAudio | None = None) -> list[Timing]:
-        if self.burst is None:
-            raise RuntimeError("use `async with WsSession(...)`")
-        return await self.burst.synthesize(texts, raise_on_error=raise_on_error, on_audio=on_audio)
-
-
 class Burst:
     """Pipelined requests over any duplex :class:`agent.messages.Transport` of the contract (the
     WebSocket session, the SageMaker HTTP/2 stream): every text sent at once, then one
@@ -203,6 +162,38 @@ class Burst:
     async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
         """:meth:`synthesize` within ``timeout_s``, a refusal kept as its timing's ``error``."""
         return await asyncio.wait_for(self.synthesize(texts, raise_on_error=False), self.timeout_s)
+
+
+class WsSession(Burst):
+    """One open ``/invocations-bidirectional-stream`` session, through the contract client
+    (:class:`agent.ws_client.ContractSession`; messages as text frames unless ``frames="binary"``,
+    which is what SageMaker delivers), within ``async with``: a :class:`Burst` over it, so
+    ``await session.synthesize([t1, t2, ...])`` pipelines the texts. Not safe to share between tasks.
+    """
+
+    def __init__(self, url: str, *, voice: str | None = None, speed: float = 1.0, api_key: str | None = None,
+                 frames: Literal["binary", "text"] = "text", open_timeout: float = 30.0):
+        super().__init__(None, voice=voice, speed=speed)  # type: ignore[arg-type]  # the session, once open
+        self.url, self.api_key, self.frames, self.open_timeout = url, api_key, frames, open_timeout
+        self.session: ContractSession | None = None
+        self.connect_s: float | None = None
+
+    @property
+    def burst(self) -> Burst:
+        """What the session sent and was answered (``sent``, ``answered``, ``violations``)."""
+        return self
+
+    async def __aenter__(self) -> WsSession:
+        t0 = time.perf_counter()
+        self.session = self.transport = await ContractSession.connect(
+            self.url, api_key=self.api_key, frames=self.frames, max_size=None, open_timeout=self.open_timeout)
+        self.connect_s = time.perf_counter() - t0
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.session is not None:
+            await self.session.aclose()
+            self.session = None
 
 
 async def post(http: httpx.AsyncClient, url: str, body: Any, *, t0: float | None = None, wav: bool = False,

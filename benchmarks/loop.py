@@ -1,13 +1,5 @@
-"""The closed loop and the rotation that every suite runs its targets through.
-
-:func:`closed_loop`: ``clients`` clients at once, each sending its next request as soon as the
-previous one is answered (zero think time), for ``per_client`` requests or until ``duration_s`` (a
-request in flight at the deadline is finished and counted; the wall time runs until the last one is
-done), each on one session of its own where ``session`` is given; a client that fails stops, its
-failure kept, and the others go on. :func:`rotated`: the order of the targets in round ``k``, one
-further along each round, so no target always runs first or right after the same other one and load
-drift on shared cores hits all alike; :func:`in_rounds` measures variants one at a time in that
-order, round after round.
+"""The closed loop (:func:`closed_loop`) and the rotation (:func:`rotated`, :func:`in_rounds`) that every
+suite runs its targets through.
 """
 
 from __future__ import annotations
@@ -37,8 +29,11 @@ class Loop:
 async def closed_loop(request: Callable[[Any, int, int], Awaitable[Any]], clients: int, *,
                       per_client: int | None = None, duration_s: float | None = None,
                       session: Callable[[int], contextlib.AbstractAsyncContextManager[Any]] | None = None) -> Loop:
-    """``await request(s, c, r)`` is client ``c``'s ``r``-th request on its session ``s`` (``None``
-    without ``session``); at least one of ``per_client`` and ``duration_s`` bounds the loop."""
+    """``clients`` clients at once, each sending its next request as soon as the previous one is answered
+    (zero think time): ``await request(s, c, r)`` is client ``c``'s ``r``-th request on its own session
+    ``s`` (``None`` without ``session``), for ``per_client`` requests or until ``duration_s`` (at least one
+    of them; a request in flight at the deadline is finished and counted, the wall time runs until the
+    last one is done). A client that fails stops, its failure kept, and the others go on."""
     if per_client is None and duration_s is None:
         raise ValueError("closed_loop needs per_client or duration_s")
     loop = Loop()
@@ -61,7 +56,9 @@ async def closed_loop(request: Callable[[Any, int, int], Awaitable[Any]], client
 
 
 def rotated(items: Sequence[T], k: int) -> list[T]:
-    """``items`` in the order of round ``k`` (0-based): starting at ``items[k % len(items)]``."""
+    """``items`` in the order of round ``k`` (0-based): starting at ``items[k % len(items)]``, one further
+    along each round, so no target always runs first or right after the same other one and load drift
+    on shared cores hits all alike."""
     if not items:
         return []
     k %= len(items)

@@ -97,10 +97,8 @@ def _by(samples: Samples, name: str, *labels: str) -> dict[str, float]:
 
 
 def _summary(h: Histogram, scale: float = 1.0, digits: int = 3) -> dict[str, float | None]:
-    def r(x: float | None) -> float | None:
-        return None if x is None else round(x * scale, digits)
-
-    return {"count": h.count, "mean": r(h.mean), "p50": r(h.quantile(0.5)), "p90": r(h.quantile(0.9))}
+    figures = {"mean": h.mean, "p50": h.quantile(0.5), "p90": h.quantile(0.9)}
+    return {"count": h.count} | {k: None if v is None else round(v * scale, digits) for k, v in figures.items()}
 
 
 def server_view(before: Samples, after: Samples) -> dict:

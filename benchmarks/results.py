@@ -114,12 +114,11 @@ def _cpu_model() -> str:
 
 
 def _memory_gib() -> float | None:
-    try:
+    with contextlib.suppress(ImportError):
         import psutil
 
         return round(psutil.virtual_memory().total / (1 << 30), 1)
-    except ImportError:
-        return None
+    return None
 
 
 def machine_info() -> dict[str, Any]:
@@ -270,25 +269,19 @@ def markdown_doc(result: dict[str, Any], title: str, body: str) -> str:
         f"Versions{' of ' + result['config']['versions_of'] if result['config'].get('versions_of') else ''}: "
         f"kokoro-onnx {v.get('kokoro-onnx')}, onnxruntime {v.get('onnxruntime')}, torch {v.get('torch')}.",
     ]
-    if result["targets"]:
-        lines += ["", "Targets:", ""]
-        for t in result["targets"]:
-            lines.append(f"- {t['name']}: goal {t['goal']}; measured {t['value']} — **{MET[t['met']]}**")
-    if result["notes"]:
-        lines += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
-    return "\n".join(lines) + "\n"
+    lines += bullets("Targets", [f"{t['name']}: goal {t['goal']}; measured {t['value']} — **{MET[t['met']]}**"
+                                 for t in result["targets"]])
+    return "\n".join(lines + bullets("Notes", result["notes"])) + "\n"
 
 
-def write(
-    result: Result,
-    *,
-    title: str,
-    body: Callable[[dict[str, Any]], str],
-    plot: Callable[[dict[str, Any], Path], None] | None = None,
-    out_dir: Path = RESULTS_DIR,
-    log=print,
-    stem: str | None = None,
-) -> dict[str, Any]:
+def bullets(heading: str, items: list[str]) -> list[str]:
+    """A Markdown list of ``items`` under ``heading:``, after a blank line; nothing without items."""
+    return ["", f"{heading}:", "", *(f"- {item}" for item in items)] if items else []
+
+
+def write(result: Result, *, title: str, body: Callable[[dict[str, Any]], str],
+          plot: Callable[[dict[str, Any], Path], None] | None = None, out_dir: Path = RESULTS_DIR, log=print,
+          stem: str | None = None) -> dict[str, Any]:
     """Write ``<name>.json``, ``<name>.md`` and (with ``plot``) ``<name>.png`` (``stem`` instead of the
     benchmark's name where given); returns the dict."""
     data = result.to_dict()

@@ -1,19 +1,10 @@
-"""The texts every benchmark speaks. Fixed, so figures from different runs are comparable.
-
-* :data:`PARAGRAPH` — the time-to-first-audio paragraph: exactly 267 characters in 4 sentences,
-  the length and shape of the paragraph in AWS's bidirectional-streaming write-up (our own words).
-  Its first sentence has a comma after 8 words, so a clause-level first segment exists.
-* :data:`CLIPS` — 24 short utterances (one or two sentences each) for the payload table.
-* :data:`THROUGHPUT_TEXTS` — requests the throughput clients cycle through (two sentences each,
-  one server segment each when the first segment is not cut early).
-* :data:`QUALITY_TEXTS` — what the speech-quality benchmark reads whole and streamed: sentences
-  with and without an early clause mark, numbers, money and decimals (each within one model call).
-* :data:`PLAIN_SENTENCES`, :data:`WRITTEN_SENTENCES` — what the languages benchmark's recogniser
-  hears each English G2P read: plain sentences, and numbers, money, dates and abbreviations.
-"""
+"""The texts every benchmark speaks. Fixed, so figures from different runs are comparable."""
 
 from __future__ import annotations
 
+#: The time-to-first-audio paragraph: exactly 267 characters in 4 sentences, the length and shape of the
+#: paragraph in AWS's bidirectional-streaming write-up (our own words). Its first sentence has a comma
+#: after 8 words, so a clause-level first segment exists.
 PARAGRAPH = (
     "When you ask a voice assistant a question, the silence before it answers is what you notice most. "
     "Batch synthesis waits for the whole reply before it plays a sound. "
@@ -30,6 +21,7 @@ SENTENCES = (
     "The first words arrive in well under one second.",
 )
 
+#: 24 short utterances (one or two sentences each) for the payload table.
 CLIPS = (
     "Your table for two is ready.",
     "The train to Boston leaves from platform nine.",
@@ -57,6 +49,8 @@ CLIPS = (
     "Thanks for calling. Have a great day.",
 )
 
+#: Requests the throughput clients cycle through (two sentences each, one server segment each when the
+#: first segment is not cut early).
 THROUGHPUT_TEXTS = (
     "The committee met on Tuesday to review the budget. Most of the discussion was about travel costs.",
     "A light rain fell over the harbour all morning. By noon the boats had returned to the docks.",
@@ -69,6 +63,8 @@ THROUGHPUT_TEXTS = (
 )
 
 
+#: What the speech-quality benchmark reads whole and streamed: sentences with and without an early clause
+#: mark, numbers, money and decimals (each within one model call).
 QUALITY_TEXTS = (
     PARAGRAPH,
     "Kokoro is a small text to speech model. It runs well on an ordinary laptop without a graphics card.",
@@ -81,6 +77,8 @@ QUALITY_TEXTS = (
 )
 
 
+#: What the languages benchmark's recogniser hears each English G2P read: plain sentences, and (below)
+#: numbers, money, dates and abbreviations.
 PLAIN_SENTENCES = (
     "The garden looks lovely after the rain.",
     "Please remember to lock the back door tonight.",

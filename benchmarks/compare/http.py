@@ -4,8 +4,7 @@
 a worker thread), with :class:`Client`, what every target's client shares.
 
 A request carries one text, so a session sends its texts one after another (``pipelines`` is False),
-times from the first send. Audio is asked as ``pcm`` unless the target says ``#format=wav``; a target
-that refuses ``pcm`` with a 400 is asked for ``wav`` from then on, whose header is read past.
+times from the first send; ``pcm``, or ``wav`` where the target asks or refuses pcm (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -50,11 +49,9 @@ class Client:
         return await self._health()
 
     async def bad_input(self, case: str, text: str, next_text: str) -> dict[str, Any]:
-        """What the target answers to one malformed request (waiting at most ``PROBE_TIMEOUT_S``, then
-        hanging up), and whether a normal request then gets audio: first on the same session where the
-        protocol has one (the contract keeps it open after an error); where that fails — the target
-        closed or broke the session — or over plain HTTP, on a new one, so the sample says which
-        failure was the target's."""
+        """What the target answers to one malformed request (within ``PROBE_TIMEOUT_S``), and whether a
+        normal request then gets audio: on the same session where the protocol has one, else (or where
+        the target broke it) on a new one — row 6 of docs/benchmarks.md."""
         async with self.session() as s:
             try:
                 answer = await asyncio.wait_for(self.probe(s, case, text), PROBE_TIMEOUT_S)
@@ -109,7 +106,8 @@ class _HttpClient(Client):
 
     @property
     def speech_url(self) -> str:
-        raise NotImplementedError
+        """Where the POST goes: the target's URL (``/invocations``) unless the protocol says otherwise."""
+        return self.target.url
 
     def body(self, text: str, voice: str | None) -> dict[str, Any]:
         raise NotImplementedError
@@ -122,14 +120,14 @@ class _HttpClient(Client):
 
     async def request(self, texts: list[str] | tuple[str, ...]) -> list[Timing]:
         t0 = time.perf_counter()
-        return [await self.post(text, t0, self.target.voice) for text in texts]
+        return [await self.post(text, t0) for text in texts]
 
-    async def post(self, text: str, t0: float, voice: str | None) -> Timing:
-        timing = await self.send(self.body(text, voice), t0)
+    async def post(self, text: str, t0: float) -> Timing:
+        timing = await self.send(self.body(text, self.target.voice), t0)
         if timing.error and timing.error.startswith("HTTP 400") and self.audio_format == "pcm" \
                 and self.target.audio_format is None:
             self.audio_format = "wav"  # the target refuses pcm (the AWS sample's POST does): wav from now on
-            retry = await self.send(self.body(text, voice), t0)
+            retry = await self.send(self.body(text, self.target.voice), t0)
             if retry.error is None:
                 return retry
             self.audio_format = "pcm"
@@ -156,10 +154,6 @@ class _HttpClient(Client):
 
 class InvocationsClient(_HttpClient):
     """``http(s)://host:port/invocations``: the streamed POST contract, ``format=pcm`` (or ``wav``)."""
-
-    @property
-    def speech_url(self) -> str:
-        return self.target.url
 
     def body(self, text: str, voice: str | None) -> dict[str, Any]:
         return {"text": text, "format": self.audio_format, "stream": True, **({"voice": voice} if voice else {}),
@@ -196,8 +190,9 @@ class SageMakerInvocationsClient(InvocationsClient):
     def _invoke(self, body: bytes, t0: float, probe: bool) -> Timing:
         timing = Timing("sagemaker")
         reader = WavReader() if self.audio_format == "wav" and not probe else None
+        runtime = self._runtime  # Unsupported without boto3
         try:
-            resp = self._runtime.invoke_endpoint_with_response_stream(
+            resp = runtime.invoke_endpoint_with_response_stream(
                 EndpointName=self.target.host, ContentType="application/json", Body=body)
             for event in resp["Body"]:
                 part = event.get("PayloadPart")
@@ -208,8 +203,6 @@ class SageMakerInvocationsClient(InvocationsClient):
                 timing.heard(time.perf_counter() - t0, reader.feed(chunk) if reader else chunk)
                 if probe:
                     return timing
-        except Unsupported:
-            raise
         except Exception as exc:  # botocore ClientError (ValidationError, ModelError), connection errors
             timing.error = f"{type(exc).__name__}: {str(exc)[:200]}"
             return timing

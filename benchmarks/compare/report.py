@@ -1,15 +1,15 @@
 """``compare``'s figures: per-target summaries of the samples, the Markdown with the targets side by
-side (each figure's ratio to the first target) and the PNG, one colour per target. A request row
-whose audio is under :data:`SHORT_AUDIO_RATIO` of the other targets' median is failed, not fast.
+side (each figure's ratio to the first target) and the PNG, one colour per target.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..results import markdown_table, mean, median, percentile, rnd, save_plot
+from ..results import bullets, markdown_table, mean, median, percentile, rnd, save_plot
 from .rows import ROWS
 from .targets import BAD_CASES
 
@@ -23,20 +23,18 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     return {"median": rnd(median(values)), "mean": rnd(mean(values))}
 
 
-def _not_measured(xs: list[dict[str, Any]]) -> dict[str, str] | None:
-    """``{"unsupported": why}`` / ``{"error": why}`` when no sample of a row has figures."""
-    if any("unsupported" not in s and "error" not in s for s in xs):
-        return None
+def _row(xs: list[dict[str, Any]], summarise: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
+    """``summarise(xs)``, or ``{"unsupported": why}`` / ``{"error": why}`` (the first sample's) when no
+    sample of the row has figures."""
     if not xs:
         return {"error": "not run"}
-    first = xs[0]
-    return {"unsupported": first["unsupported"]} if "unsupported" in first else {"error": first["error"]}
+    if any(_why(s) is None for s in xs):
+        return summarise(xs)
+    key = "unsupported" if "unsupported" in xs[0] else "error"
+    return {key: xs[0][key]}
 
 
 def _request_row(xs: list[dict[str, Any]]) -> dict[str, Any]:
-    bad = _not_measured(xs)
-    if bad:
-        return bad
     ok = [s for s in xs if "first_audio_ms" in s]
     return {"first_audio_ms": _stats([s["first_audio_ms"] for s in ok]), "total_ms": _stats([s["total_ms"] for s in ok]),
             "audio_s": rnd(median(s["audio_s"] for s in ok), 3), "pipelined": ok[0]["pipelined"],
@@ -46,10 +44,7 @@ def _request_row(xs: list[dict[str, Any]]) -> dict[str, Any]:
 def _sweep_level(xs: list[dict[str, Any]]) -> dict[str, Any]:
     """One concurrency level over every round: first audio pooled, audio-seconds per second the
     median of the rounds', errors summed, memory the largest seen."""
-    bad = _not_measured(xs)
-    if bad:
-        return bad
-    ok = [s for s in xs if "unsupported" not in s and "error" not in s]
+    ok = [s for s in xs if _why(s) is None]
     fa = [v for s in ok for v in s["first_audio_ms"]]
     rss = [s["rss_mib"] for s in ok if s.get("rss_mib")]
     loads = [s["load1"] for s in ok if s.get("load1") is not None]
@@ -62,9 +57,6 @@ def _sweep_level(xs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _health(xs: list[dict[str, Any]]) -> dict[str, Any]:
-    bad = _not_measured(xs)
-    if bad:
-        return bad
     polls = [p for s in xs for p in s.get("polls", [])]
     ms = [p["ms"] for p in polls if "ms" in p]  # a timed-out poll has its timeout here
     return {"route": next((p["route"] for p in polls if "route" in p), None), "polls": len(polls),
@@ -90,11 +82,11 @@ def summarize(samples: list[dict[str, Any]], names: list[str]) -> dict[str, dict
     for name in names:
         mine = [s for s in samples if s["target"] == name]
         by_row = {row: [s for s in mine if s["row"] == row] for row in ROWS}
-        summary: dict[str, Any] = {row: _request_row(by_row[row]) for row in REQUEST_ROWS}
+        summary: dict[str, Any] = {row: _row(by_row[row], _request_row) for row in REQUEST_ROWS}
         levels = list(dict.fromkeys(s["concurrency"] for s in by_row["sweep"]))
-        summary["sweep"] = {str(lv): _sweep_level([s for s in by_row["sweep"] if s["concurrency"] == lv])
+        summary["sweep"] = {str(lv): _row([s for s in by_row["sweep"] if s["concurrency"] == lv], _sweep_level)
                             for lv in levels}
-        summary["health"] = _health(by_row["health"])
+        summary["health"] = _row(by_row["health"], _health)
         summary["bad_input"] = {s["case"]: {k: s[k] for k in ("answer", "next_ok", "next_error", "unsupported", "error",
                                                             "next_on_new_session", "same_session_error") if k in s}
                                 for s in by_row["bad_input"]}
@@ -130,11 +122,8 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _why(r: dict[str, Any]) -> str | None:
-    if "unsupported" in r:
-        return "unsupported"
-    if "error" in r:
-        return "failed"
-    return None
+    """What the table shows for a row (or a sample) without figures: ``unsupported`` or ``failed``."""
+    return "unsupported" if "unsupported" in r else "failed" if "error" in r else None
 
 
 def ratio(value: Any, base: Any) -> float | None:
@@ -181,11 +170,7 @@ def body(data: dict[str, Any]) -> str:
         "6. Bad input — what each target answers, and whether its next normal request still works:", "",
         markdown_table(["input", *names], bad_rows),
     ]
-    if reasons:
-        parts += ["", "Unsupported:", ""] + [f"- {r}" for r in reasons]
-    if unreachable:
-        parts += ["", "Unreachable:", ""] + [f"- {u}" for u in unreachable]
-    return "\n".join(parts)
+    return "\n".join(parts + bullets("Unsupported", reasons) + bullets("Unreachable", unreachable))
 
 
 def _bad_cell(r: dict[str, Any]) -> str:
@@ -224,10 +209,9 @@ def plot(data: dict[str, Any], path: Any) -> None:
         ax1.bar(np.arange(len(REQUEST_ROWS)) + i * width, vals, width, label=n, color=colours[i])
         sweep = data["summary"][n]["sweep"]
         levels = [int(k) for k, v in sweep.items() if v.get("first_audio_ms_p50") is not None]
-        ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p50"] for k in levels], marker="o", label=f"{n} p50",
-                 color=colours[i])
-        ax2.plot(levels, [sweep[str(k)]["first_audio_ms_p95"] for k in levels], marker="x", linestyle="--",
-                 label=f"{n} p95", color=colours[i])
+        for stat, marker, style in (("p50", "o", "-"), ("p95", "x", "--")):
+            ax2.plot(levels, [sweep[str(k)][f"first_audio_ms_{stat}"] for k in levels], marker=marker,
+                     linestyle=style, label=f"{n} {stat}", color=colours[i])
     ax1.set_xticks(np.arange(len(REQUEST_ROWS)) + width * (len(names) - 1) / 2, list(REQUEST_ROWS.values()), fontsize=8)
     ax1.set_ylabel("first audio, ms (median)")
     ax1.legend(fontsize=8)

@@ -54,9 +54,6 @@ class Runner:
         self.samples.append(sample)
         return sample
 
-    def _order(self, round_no: int) -> list[tuple[str, Any]]:
-        return rotated(list(self.clients.items()), round_no - 1)
-
     async def _guarded(self, name: str, row: str, coro_fn: Callable[[], Any], **tags: Any) -> None:
         """Run one measurement; an unsupported row, a failure or an unreachable target is a sample."""
         figures: dict[str, Any]
@@ -107,7 +104,7 @@ class Runner:
             await self._guarded(name, "warmup", lambda c=client: self._texts(c, (ONE_SENTENCE,)))
         for run in range(1, self.plan.runs + 1):
             self.log(f"round {run}/{self.plan.runs}: rows 1-3")
-            for name, client in self._order(run):
+            for name, client in rotated(list(self.clients.items()), run - 1):
                 for row, texts in (("one_sentence", (ONE_SENTENCE,)), ("paragraph", (PARAGRAPH,)),
                                    ("sentences", SENTENCES)):
                     await self._guarded(name, row, lambda c=client, t=texts: self._texts(c, t), run=run)
@@ -161,7 +158,7 @@ class Runner:
         for rnd in range(1, self.plan.sweep_rounds + 1):
             for level in self.plan.levels:
                 self.log(f"sweep round {rnd}/{self.plan.sweep_rounds}: {level} client(s) x {self.plan.per_client} requests")
-                for name, client in self._order(rnd):
+                for name, client in rotated(list(self.clients.items()), rnd - 1):
                     await self._guarded(name, "sweep", lambda c=client, n=name, lv=level: self._level(n, c, lv),
                                         concurrency=level, run=rnd)
                     if name in self.no_audio:  # no sweep to poll beside: the health route alone, briefly
