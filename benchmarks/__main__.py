@@ -95,9 +95,9 @@ def _suite_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, backend: str | None = None,
             deployed: dict | None = None, options: dict | None = None, shown: tuple[str, ...] = ()) -> dict:
-    """Run one benchmark; ``deployed`` (e2e's deployed agent) picks ``benchmarks.e2e_deployed``;
-    ``backend`` goes to the suites that take one, ``options`` (``shown`` on its command line) to the suite."""
-    module = importlib.import_module(f"benchmarks.{name}" + ("_deployed" if deployed else ""))
+    """Run one benchmark; ``deployed`` (e2e's deployed agent), ``backend`` (to the suites that take one)
+    and ``options`` (``shown`` on its command line) go to the suite."""
+    module = importlib.import_module(f"benchmarks.{name}")
     options = {**(deployed or {}), **(options or {})}
     if backend and _takes_backend(name):
         options["backend"] = backend

@@ -2,15 +2,20 @@
 /invocations`` with SSE) with a scripted model streaming a fixed reply at a fixed token rate, against
 a live TTS server: ``bidi`` vs ``batch`` vs ``bidi_no_early_clause`` (a second agent started with
 ``--first-clause-words 0``), taking turns run by run. First audio is the first ``audio_chunk`` event
-at this client; an app that does not start gives a ``not_run`` result. Method: docs/benchmarks.md.
+at this client; an app that does not start gives a ``not_run`` result. With ``--agent-url URL`` (a
+running agent app) or ``--agent-runtime-arn ARN`` (Bedrock AgentCore, ``invoke_agent_runtime``) it
+measures an agent it did not start instead: bidi vs batch, the means beside the medians; an agent
+that does not answer gives a ``not_run`` result. Method: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +24,7 @@ import httpx
 from . import prom
 from .live import LiveServer, ServerFailed
 from .raw import VOICE
-from .results import Result, command_line, markdown_table, medians_by, ms, ratio, rnd, shown_command
+from .results import Result, command_line, markdown_table, mean, medians_by, ms, ratio, rnd, shown_command
 from .texts import PARAGRAPH
 from .ttfa import first_audio_plot, rounds_over_http
 
@@ -28,6 +33,7 @@ PROMPT = "Why does streaming speech feel faster?"
 #: The scripted reply: the TTFA paragraph (267 characters, 4 sentences), so the two benchmarks compare.
 REPLY = PARAGRAPH
 MODES = ("bidi", "batch", "bidi_no_early_clause")
+DEPLOYED_MODES = ("bidi", "batch")
 #: The request mode each variant sends, and whether its agent cuts the first clause early.
 VARIANTS = {"bidi": ("bidi", True), "batch": ("batch", True), "bidi_no_early_clause": ("bidi", False)}
 AWS_REFERENCE_SPEEDUP = 2.4
@@ -90,7 +96,33 @@ def new_result(quick: bool, modes: tuple[str, ...], extra: list[str] | None = No
         "aws_reference_speedup": AWS_REFERENCE_SPEEDUP})
 
 
-def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
+class AgentCoreTurns:
+    """Turns through a Bedrock AgentCore runtime: ``invoke_agent_runtime`` with the prompt and mode, a
+    new runtime session each, the SSE response read line by line as it streams. Blocking (boto3): call
+    :meth:`turn` in a worker thread. ``client`` may be any ``bedrock-agentcore`` boto3 client."""
+
+    def __init__(self, arn: str, *, region: str | None = None, client: Any = None):
+        self.arn = arn
+        if client is None:
+            import boto3
+
+            client = boto3.client("bedrock-agentcore", region_name=region or arn.split(":")[3])
+        self.client = client
+
+    def turn(self, mode: str) -> dict:
+        t0 = time.perf_counter()
+        resp = self.client.invoke_agent_runtime(
+            agentRuntimeArn=self.arn, runtimeSessionId=f"kokoro-bench-{uuid.uuid4()}",
+            payload=json.dumps(request(mode)).encode(), contentType="application/json", accept="text/event-stream")
+        events = [(time.perf_counter(), e) for raw in resp["response"].iter_lines()
+                  if (e := sse_event(raw.decode("utf-8", errors="replace"))) is not None]
+        return _turn_stats(events, t0)
+
+
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx", agent_url: str | None = None,
+        agent_runtime_arn: str | None = None, region: str | None = None, agentcore_client: Any = None) -> Result:
+    if agent_url or agent_runtime_arn:
+        return _deployed(quick, log, agent_url, agent_runtime_arn, region, agentcore_client)
     result = new_result(quick, MODES, reply=REPLY, tokens_per_second=TOKENS_PER_SECOND, model="scripted")
     with LiveServer(backend=backend, model_dir=model_dir, log=log) as tts:
         before = tts.scrape()
@@ -110,6 +142,32 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
             return not_run(result, f"the agent app did not start: {str(e)[:600]}")
         result.server_view = {"tts": prom.server_view(before, tts.scrape())}
     summarize(result)
+    return result
+
+
+def _deployed(quick: bool, log, agent_url: str | None, arn: str | None, region: str | None, client: Any) -> Result:
+    """The turns through an agent this benchmark did not start, by URL or AgentCore runtime ARN."""
+    extra = ["--agent-url", agent_url] if agent_url else ["--agent-runtime-arn", arn or ""]
+    result = new_result(quick, DEPLOYED_MODES, extra, model="the deployed agent's", reply="the deployed agent's",
+                        tokens_per_second=None)
+    try:  # unreachable, refused, no credentials: a not_run result that says so
+        if agent_url:
+            url = agent_url.rstrip("/").removesuffix("/invocations")
+            result.config["path"] = f"running agent app at {url}, POST /invocations, SSE"
+            result.samples = rounds_over_http(result, lambda http, mode: sse_turn(http, url, mode), log)
+        else:
+            result.config["path"] = f"Bedrock AgentCore runtime {arn}, invoke_agent_runtime, SSE"
+            turns = AgentCoreTurns(arn or "", region=region, client=client)
+            result.samples = rounds_over_http(result, lambda _h, mode: asyncio.to_thread(turns.turn, mode), log)
+    except Exception as e:
+        return not_run(result, f"the agent did not answer: {type(e).__name__}: {str(e)[:600]}")
+    summarize(result)
+    for mode in DEPLOYED_MODES:  # the means beside the medians (AWS reports means)
+        result.medians[mode]["first_audio_ms_mean"] = rnd(mean(s["first_audio_ms"] for s in result.samples
+                                                              if s["mode"] == mode), 1)
+    bidi, batch = (result.medians[m]["first_audio_ms_mean"] for m in DEPLOYED_MODES)
+    result.summary.update(bidi_first_audio_ms_mean=bidi, batch_first_audio_ms_mean=batch,
+                          speedup_of_means=ratio(batch, bidi))
     return result
 
 

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from benchmarks import e2e, e2e_deployed
+from benchmarks import e2e
 from benchmarks.live import LiveServer
 from tests.support.live import ServerProcess, ThreadServer
 
@@ -43,10 +43,10 @@ def _summary_ok(result):
 
 
 def test_a_running_agent_app_by_url(agent):
-    result = e2e_deployed.run(quick=True, agent_url=agent.url + "/invocations", log=lambda _m: None)
+    result = e2e.run(quick=True, agent_url=agent.url + "/invocations", log=lambda _m: None)
     _summary_ok(result)
     assert result.config["path"].startswith(f"running agent app at {agent.url},")
-    assert "--agent-url" in result.command and "deployed agent" in e2e_deployed.body(result.to_dict())
+    assert "--agent-url" in result.command and "deployed agent" in e2e.body(result.to_dict())
 
 
 def test_an_agentcore_runtime_through_invoke_agent_runtime(agent):
@@ -68,12 +68,12 @@ def test_an_agentcore_runtime_through_invoke_agent_runtime(agent):
     with ThreadServer(relay) as srv:
         client = boto3.client("bedrock-agentcore", region_name="us-east-1", endpoint_url=srv.url,
                               aws_access_key_id="test", aws_secret_access_key="test")
-        result = e2e_deployed.run(quick=True, agent_runtime_arn=ARN, agentcore_client=client, log=lambda _m: None)
+        result = e2e.run(quick=True, agent_runtime_arn=ARN, agentcore_client=client, log=lambda _m: None)
     _summary_ok(result)
     assert len(seen) == 4 and all(arn == ARN for arn, _ in seen)
     assert len({sid for _, sid in seen}) == 4 and all(sid and len(sid) >= 33 for _, sid in seen)
 
 
 def test_an_agent_that_does_not_answer_is_a_not_run_result():
-    result = e2e_deployed.run(quick=True, agent_url="http://127.0.0.1:9", log=lambda _m: None)
+    result = e2e.run(quick=True, agent_url="http://127.0.0.1:9", log=lambda _m: None)
     assert result.status == "not_run" and "did not answer" in result.notes[0]
