@@ -1,5 +1,5 @@
 """``python -m benchmarks <suite> [--quick] [--backend fake|onnx|torch]``, the one entry point of the
-benchmarks (``--help`` lists every suite; compare, gpu and concurrent_probe take options of their own).
+benchmarks (``--help`` lists every suite; compare and gpu take options of their own).
 Each writes ``benchmarks/results/<name>.{json,md,png}`` (``--quick``: ``benchmarks/results/quick/``,
 which git ignores, so a short run never replaces the full results docs/benchmarks.md quotes); ``all``
 runs every suite in turn and carries on past one that fails (exit status 1 at the end).
@@ -35,6 +35,8 @@ TITLES = {
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",
     "load": "Load: pipelined sessions, ordering and /ping under load",
     "soak": "Soak: memory over 1,000 mixed requests",
+    "concurrent_probe": "The engine's configurations in process (mode, workers x intra-op threads): audio and CPU "
+                        "per audio second",
 }
 NAMES = tuple(TITLES)
 
@@ -45,8 +47,6 @@ OWN_OPTIONS = {
                 "python -m benchmarks compare --target NAME=URL ... (see its --help)"),
     "gpu": ("benchmarks.gpu", "the PyTorch runtime on one device (the GPU run): batched vs single, throughput and "
             "first audio through the server's concurrent mode"),
-    "concurrent_probe": ("benchmarks.concurrent_probe", "the engine's configurations (mode, workers x threads) in "
-                         "process, built by create_backend: audio per second, CPU per audio second"),
 }
 
 

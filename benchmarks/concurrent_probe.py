@@ -1,20 +1,15 @@
 """Throughput at N concurrent sessions, each sending its requests one after another, for the engine's
 configurations (``mode/workers x intra-op threads``; the torch runtime on CPU: one worker, single
-calls vs forced batching), each built in process by ``create_backend`` (:mod:`benchmarks.inprocess`).
-
-    python -m benchmarks concurrent_probe [--runtime onnx|torch|fake] [--out DIR] [--sessions 4] [--rounds 3] [--quick]
-
-The configurations take turns round after round (the first rotating); the rounds' medians of
-audio-seconds per wall-second and CPU-seconds per audio-second go to
-``benchmarks/results/concurrent_probe_<runtime>.{json,md}`` (``--quick``: under ``quick/``).
+calls vs forced batching), each built in process by ``create_backend`` (:mod:`benchmarks.inprocess`):
+``python -m benchmarks concurrent_probe [--quick] [--backend onnx|torch|fake]``. The configurations take
+turns round after round (the first rotating); the rounds' medians of audio-seconds per wall-second and
+CPU-seconds per audio-second go to ``benchmarks/results/concurrent_probe_<runtime>.{json,md}``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-from pathlib import Path
 from typing import Any
 
 from backends.config import BackendConfig
@@ -44,25 +39,26 @@ def configs(runtime: str, cpus: int, sessions: int) -> dict[str, tuple[str, int,
     }
 
 
-def probe(args: argparse.Namespace) -> results.Result:
+def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> results.Result:
+    """4 sessions, 2 requests each, 3 rounds (``quick``: 1 request, 1 round)."""
+    sessions, per_session, rounds = 4, 1 if quick else 2, 1 if quick else 3
     cpus = os.cpu_count() or 1
-    chosen = configs(args.runtime, cpus, args.sessions)
-    result = results.Result(f"concurrent_probe_{args.runtime}", args.quick, results.command_line(
-        "concurrent_probe", args.quick, ["--runtime", args.runtime]), config={
-        "runtime": args.runtime, "sessions": args.sessions, "per_session": args.per_session, "rounds": args.rounds,
+    chosen = configs(backend, cpus, sessions)
+    command = results.command_line("concurrent_probe", quick)
+    result = results.Result(f"concurrent_probe_{backend}", quick, command, config={
+        "runtime": backend, "sessions": sessions, "per_session": per_session, "rounds": rounds,
         "configs": {k: dict(zip(("mode", "workers", "threads", "max_batch_size"), v, strict=True))
                     for k, v in chosen.items()}})
-    model_dir = BackendConfig.from_env(os.environ).model_dir
 
     async def measure(name: str) -> dict[str, Any]:
         mode, workers, threads, batch = chosen[name]
         config = BackendConfig.defaults(
-            backend=args.runtime, mode=mode, device="cpu", threads=threads, workers=workers, max_batch_size=batch,
-            batch_on_cpu=args.runtime == "torch" and name.startswith("concurrent batch"), max_queue=256,
+            backend=backend, mode=mode, device="cpu", threads=threads, workers=workers, max_batch_size=batch,
+            batch_on_cpu=backend == "torch" and name.startswith("concurrent batch"), max_queue=256,
             request_timeout_s=None, model_dir=model_dir)
-        return (await sweep(config, TEXTS, (args.sessions,), args.per_session, voice="jm_kumo"))[0]
+        return (await sweep(config, TEXTS, (sessions,), per_session, voice="jm_kumo"))[0]
 
-    result.samples = asyncio.run(in_rounds(list(chosen), args.rounds, measure, key="config"))
+    result.samples = asyncio.run(in_rounds(list(chosen), rounds, measure, key="config", log=log))
     result.medians = results.medians_by(result.samples, "config", {
         "audio_s_per_s": 2, "cpu_s_per_audio_s": 3, "cores_used": 2, "first_audio_ms_p50": 1})
     result.notes.append("Medians over the rounds. CPU-s per audio-s is this process's CPU time (all threads) per "
@@ -78,26 +74,3 @@ def body(data: dict) -> str:
             f"rounds, {data['machine']['cpu_count']} CPUs.\n\n" + results.markdown_table(
                 ["configuration (workers x intra-op threads)", "audio-s per wall-s", "CPU-s per audio-s", "cores used",
                  "TTFA p50 (ms)"], rows))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks concurrent_probe", description=__doc__.splitlines()[0])
-    parser.add_argument("--runtime", "--backend", dest="runtime", choices=("onnx", "torch", "fake"), default="onnx")
-    parser.add_argument("--sessions", type=int, default=4)
-    parser.add_argument("--per-session", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="one round, one request per session")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where the result files go (default benchmarks/results, --quick: benchmarks/results/quick)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.per_session = 1, 1
-    out = args.out or (results.RESULTS_DIR / "quick" if args.quick else results.RESULTS_DIR)
-    result = probe(args)
-    results.write(result, title=f"concurrent_probe ({args.runtime}): the engine's configurations in process",
-                  body=body, out_dir=out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
