@@ -180,11 +180,11 @@ def table(sweep_data: dict[str, Any]) -> str:
     # a column of failed listeners only where some failed (a request over KOKORO_REQUEST_TIMEOUT_S)
     failures = any(v.get("errors") for row in sweep_data["summary"].values() for v in row["levels"].values())
     rows = [[name, int(n), v["first_audio_ms_median"], v["first_audio_ms_worst"], v["underrun_s"],
-             v["audio_hours_per_hour"], *([", ".join(v.get("error_codes", [])) or 0] if failures else [])]
+             v["audio_hours_per_hour"], *([f"{v['errors']} ({', '.join(v['error_codes'])})" if v.get("errors") else 0] if failures else [])]
             for name, row in sweep_data["summary"].items() for n, v in row["levels"].items()]
     levels = markdown_table(
         ["config", "listeners", "first audio median ms", "first audio worst ms", "underrun s", "audio-h/h",
-         *(["failed (code)"] if failures else [])], rows
+         *(["failed (codes)"] if failures else [])], rows
     )
     late_rows = [
         [name, row["late"]["late_first_audio_ms"], row["late"]["vs_alone"], row["late"]["streams_underrun_s"],
