@@ -14,9 +14,9 @@ from typing import Any
 
 from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed, Timing, WsSession
 from .live import LiveServer
-from .loop import closed_loop, rotated
+from .loop import audio_rate, closed_loop, rotated
 from .raw import VOICE
-from .results import at_least, at_most, markdown_table, median, ms, ratio, rnd
+from .results import at_least, at_most, markdown_table, ms, ratio, rnd
 from .texts import PARAGRAPH, THROUGHPUT_TEXTS
 
 CONFIGS = (("sequential", True), ("sequential", False), ("concurrent", True), ("concurrent", False))
@@ -78,15 +78,6 @@ async def level(url: str, n: int) -> dict[str, Any]:
     return {"listeners": n, **({"errors": len(failed), "error_codes": sorted(set(failed))} if failed else {}),
             **audio_rate(loop.records, loop.wall_s), "underrun_s": rnd(sum(h.underrun_s for h in loop.records), 3)}
 
-
-def audio_rate(timings: list[Timing], wall_s: float, first: tuple[str, str] = ("median", "worst")) -> dict[str, Any]:
-    """What a closed loop's answered requests add up to: audio seconds, and per hour of ``wall_s``,
-    and their first audio's median and latest (``first_audio_ms_<first>``)."""
-    audio = sum(t.audio_s for t in timings)
-    firsts = [t.first_audio_s for t in timings if t.first_audio_s is not None]
-    middle, worst = (f"first_audio_ms_{name}" for name in first)
-    return {middle: ms(median(firsts)), worst: ms(max(firsts, default=None)), "audio_s": rnd(audio, 3),
-            "wall_s": rnd(wall_s, 3), "audio_hours_per_hour": rnd(audio / wall_s if wall_s > 0 else 0.0, 4)}
 
 
 async def late_arrival(url: str, streams: int = 3, *, behind_wait_s: float = 0.0, after_s: float = 0.0,

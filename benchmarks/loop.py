@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .results import load_average
+from .results import load_average, median, ms, rnd
 
 T = TypeVar("T")
 
@@ -53,6 +53,16 @@ async def closed_loop(request: Callable[[Any, int, int], Awaitable[Any]], client
     await asyncio.gather(*(client(c) for c in range(clients)))
     loop.wall_s = time.perf_counter() - t0
     return loop
+
+
+def audio_rate(timings: Sequence[Any], wall_s: float, first: tuple[str, str] = ("median", "worst")) -> dict[str, Any]:
+    """What a closed loop's answered requests add up to: audio seconds, and per hour of ``wall_s``,
+    and their first audio's median and latest (``first_audio_ms_<first>``)."""
+    audio = sum(t.audio_s for t in timings)
+    firsts = [t.first_audio_s for t in timings if t.first_audio_s is not None]
+    middle, worst = (f"first_audio_ms_{name}" for name in first)
+    return {middle: ms(median(firsts)), worst: ms(max(firsts, default=None)), "audio_s": rnd(audio, 3),
+            "wall_s": rnd(wall_s, 3), "audio_hours_per_hour": rnd(audio / wall_s if wall_s > 0 else 0.0, 4)}
 
 
 def rotated(items: Sequence[T], k: int) -> list[T]:

@@ -15,7 +15,7 @@ from typing import Any
 from . import listeners, prom, results
 from .clients import Timing, WsSession
 from .live import LiveServer, ServerFailed
-from .loop import closed_loop, rotated
+from .loop import audio_rate, closed_loop, rotated
 from .raw import VOICE, RawRuntime, model_files
 from .results import Result, at_least, command_line, markdown_table, medians_by, ratio, rnd
 from .texts import THROUGHPUT_TEXTS
@@ -34,7 +34,7 @@ def _level(call, concurrency: int, duration_s: float, session=None) -> dict:
     done = [(text, t) for text, t in loop.records if not t.error]
     wall = loop.wall_s
     return {
-        **listeners.audio_rate([t for _, t in done], wall, first=("p50", "max")),
+        **audio_rate([t for _, t in done], wall, first=("p50", "max")),
         "requests": len(done),
         "errors": len(loop.records) - len(done) + len(loop.failures),
         "chars_per_s": rnd(sum(len(text) for text, _ in done) / wall if wall > 0 else 0.0, 3),
