@@ -29,7 +29,7 @@ from typing import Any
 from strands import Agent
 from strands.models.model import Model
 
-from backends.chunker import SentenceChunker
+from backends.text.chunker import SentenceChunker
 
 from .messages import (
     SAMPLE_RATE,

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from .envsettings import SHOWN_DEFAULT, EnvSettings
+from backends.envsettings import SHOWN_DEFAULT, EnvSettings
 
 ENV_PREFIX = "KOKORO_"
 
@@ -48,7 +48,7 @@ class BackendConfig(EnvSettings):
     backend: Literal["onnx", "torch", "fake"] = Field(
         "onnx",
         description="Runtime: `onnx` (CPU) or `torch` (CUDA/CPU); `fake` is a model-free stand-in for tests and "
-        "load/soak runs only (`backends/fake.py`).",
+        "load/soak runs only (`backends/runtimes/fake.py`).",
     )
     mode: Literal["sequential", "concurrent"] = Field(
         "sequential",
@@ -93,7 +93,7 @@ class BackendConfig(EnvSettings):
     due_together_ms: float = Field(
         500.0,
         ge=0,
-        description="Scheduling policy (`backends/policy.py`): segments due within this long of the earliest due "
+        description="Scheduling policy (`backends/engine/policy.py`): segments due within this long of the earliest due "
         "count as due together and go shortest first, so a short first segment is not kept behind a long one.",
     )
     overload: Literal["admit", "refuse"] = Field(
@@ -275,7 +275,7 @@ class BackendConfig(EnvSettings):
     @field_validator("default_lang")
     @classmethod
     def _check_lang(cls, value: str) -> str:
-        from .lang import canonical_lang
+        from backends.text.lang import canonical_lang
 
         try:
             return canonical_lang(value)

@@ -13,24 +13,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .assets import REBUILT_PTH, ModelFiles, default_model_dir
-from .base import Backend, BackendObserver
-from .config import BackendConfig
-from .g2p import G2P
-from .lexicon import Lexicon
-from .onnx_runtime import load_vocab
-from .text import TextPipeline
-from .voices import VoiceStore
+from backends.api.base import Backend, BackendObserver
+from backends.assets.build import REBUILT_PTH, ModelFiles, default_model_dir
+from backends.assets.voices import VoiceStore
+from backends.config import BackendConfig
+from backends.runtimes.onnx import load_vocab
+from backends.text.g2p.frontends import G2P
+from backends.text.lexicon import Lexicon
+from backends.text.planner import TextPipeline
 
 RUNTIMES = {
-    "onnx": "backends.onnx_runtime:OnnxSynthesizer",
-    "torch": "backends.torch_runtime:TorchSynthesizer",
-    # For tests, load and soak runs only: no model, tones with latency/failure knobs (backends/fake.py).
-    "fake": "backends.fake:FakeSynthesizer",
+    "onnx": "backends.runtimes.onnx:OnnxSynthesizer",
+    "torch": "backends.runtimes.torch:TorchSynthesizer",
+    # For tests, load and soak runs only: no model, tones with latency/failure knobs (backends/runtimes/fake.py).
+    "fake": "backends.runtimes.fake:FakeSynthesizer",
 }
 MODES = {
-    "sequential": "backends.sequential:SequentialBackend",
-    "concurrent": "backends.concurrent:BatchedBackend",
+    "sequential": "backends.engine.sequential:SequentialBackend",
+    "concurrent": "backends.engine.concurrent:BatchedBackend",
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.messages import AudioChunk, SynthesisComplete, SynthesisFailed
 from agent.ws_client import ContractSession
-from backends.chunker import SentenceChunker
+from backends.text.chunker import SentenceChunker
 
 from .clients import Timing
 from .live import LiveServer

@@ -74,7 +74,7 @@ OnAudio = Callable[[Timing, float, bytes], bool | None]
 
 class PlaybackClock:
     """A listener playing the audio in real time, on the client's own clock — written apart from
-    the server's scheduler (``backends.schedule``) so that the two can disagree. Playback starts
+    the server's scheduler (``backends.engine.schedule``) so that the two can disagree. Playback starts
     when the first audio arrives; audio that arrives after everything before it has finished
     playing leaves a gap, and the gaps are summed as underrun seconds."""
 

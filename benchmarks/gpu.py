@@ -159,13 +159,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from backends.assets import ModelFiles, default_model_dir
-    from backends.base import Segment
+    from backends.api.base import Segment
+    from backends.assets.build import ModelFiles, default_model_dir
+    from backends.assets.voices import VoiceStore
     from backends.config import BackendConfig
     from backends.factory import create_synthesizer
-    from backends.g2p import EspeakG2P
-    from backends.torch_runtime import resolve_device
-    from backends.voices import VoiceStore
+    from backends.runtimes.torch import resolve_device
+    from backends.text.g2p.frontends import EspeakG2P
 
     env_config = BackendConfig.from_env(os.environ)
     device = resolve_device(args.device)

@@ -1,9 +1,9 @@
 """Languages: what each G2P front end costs, and which English G2P the listener understands better.
 
-Front-end cost: a fresh Python process per front end (``backends.g2p.G2P``) imports it, builds it
+Front-end cost: a fresh Python process per front end (``backends.text.g2p.frontends.G2P``) imports it, builds it
 and phonemises one sentence (time, and growth of peak RSS). English intelligibility: a live server
 per ``KOKORO_ENGLISH_G2P`` reads the held-out sentences over ``POST /invocations`` and pocketsphinx
-transcribes each; the word error rate is against the sentence's spoken form (``backends.normalize``),
+transcribes each; the word error rate is against the sentence's spoken form (``backends.text.normalize``),
 for plain sentences and for numbers, money, dates and abbreviations. docs/languages.md explains
 the method and the results; what counts is the difference between the two G2Ps.
 """
@@ -40,7 +40,7 @@ SAMPLES = {"en-us": "The train leaves at seven.", "ja": "東京駅から新幹�
 _PROBE = """
 import json, resource, sys, time
 def rss(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-import backends.g2p as g
+import backends.text.g2p.frontends as g
 g2p = g.G2P(english=sys.argv[2], torch_free=True)  # as an ONNX server builds it
 g2p.phonemize("a", "fr-fr")  # espeak-ng itself, which every server loads: not the front end's cost
 base, t0 = rss(), time.perf_counter()
@@ -69,7 +69,7 @@ def _fold(words: str) -> list[str]:
 
 
 def spoken_words(sentence: str) -> list[str]:
-    from backends.normalize import normalize_english
+    from backends.text.normalize import normalize_english
 
     return _fold(" ".join(sm.words(normalize_english(sentence).replace("-", " "))))
 

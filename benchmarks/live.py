@@ -1,4 +1,4 @@
-"""A real ``kokoro-serve`` for a benchmark: :class:`server.live.ServerProcess` (a subprocess on a
+"""A real ``kokoro-serve`` for a benchmark: :class:`server.process.ServerProcess` (a subprocess on a
 free loopback port, waited on until ``/ping`` answers 200, stopped) plus what a measurement needs —
 a label, ``/metrics`` scraped, a wait until the server is idle, and its peak RSS.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from server.live import WS_PATH, ServerFailed, ServerProcess, free_port, peak_rss_kib
+from server.process import WS_PATH, ServerFailed, ServerProcess, free_port, peak_rss_kib
 
 from . import prom
 

@@ -1,5 +1,5 @@
 """Word timings on ONNX cost nothing: the timed model (the shipped export with its predicted
-durations as a second output, ``backends/onnx_timed.py``) against today's export.
+durations as a second output, ``backends/assets/onnx_timed.py``) against today's export.
 
 * speed — today's export, the timed model and a control (today's export again: the noise floor)
   in this process, one intra-op thread each (a spinning thread pool under contention adds CPU
@@ -47,11 +47,11 @@ def _wer(text: str, heard: list[str]) -> float | None:
 def _synthesizers(files) -> tuple[dict[str, Any], list[Any]]:
     """The ONNX runtimes (today's export, the timed model, today's export again), loaded, and the
     segments they speak."""
-    from backends.assets import OFFLINE_ONNX
+    from backends.assets.build import OFFLINE_ONNX
+    from backends.assets.voices import VoiceStore
     from backends.config import BackendConfig
     from backends.factory import create_pipeline
-    from backends.onnx_runtime import OnnxSynthesizer
-    from backends.voices import VoiceStore
+    from backends.runtimes.onnx import OnnxSynthesizer
 
     if not files.onnx_durations:
         raise RuntimeError(f"{files.root} has no timed model; run `kokoro-serve assets`")
@@ -126,7 +126,7 @@ def _server_clips(files, clips: list[str], log) -> list[dict]:
     """Today's export behind one server, the timed model behind another; the same clips to each."""
     import httpx
 
-    from backends.assets import CONFIG, OFFLINE_ONNX
+    from backends.assets.build import CONFIG, OFFLINE_ONNX
 
     from .live import LiveServer
 
@@ -172,7 +172,7 @@ def _server_clips(files, clips: list[str], log) -> list[dict]:
 
 
 def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
-    from backends.assets import OFFLINE_ONNX
+    from backends.assets.build import OFFLINE_ONNX
 
     files = model_files(model_dir)
     rounds = 2 if quick else 3

@@ -23,7 +23,7 @@ TARGET_MS, TARGET_RATIO = 10.0, 0.97
 
 
 def segments(quick: bool) -> list[str]:
-    from backends.text import split_sentences
+    from backends.text.planner import split_sentences
 
     pool = [s for text in THROUGHPUT_TEXTS for s in split_sentences(text)] + list(SENTENCES)
     return pool[:4] if quick else pool[:12]

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.joins import sound_extent
+from backends.engine.joins import sound_extent
 
 from . import speech_measures as sm
 from .raw import LANG, VOICE, model_files
@@ -90,7 +90,7 @@ def speech_span(audio: np.ndarray) -> float:
 
 
 async def _stream(backend: Any, text: str, session: str) -> tuple[list[tuple[np.ndarray, str]], float]:
-    from backends.base import SynthesisRequest
+    from backends.api.base import SynthesisRequest
 
     request = await backend.prepare(SynthesisRequest(text=text, voice=VOICE, lang=LANG, session=session))
     t0, first, chunks = time.perf_counter(), None, []
@@ -140,9 +140,9 @@ def summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _run(quick: bool, model_dir: Path | None, log) -> Result:
-    from backends.base import Segment
+    from backends.api.base import Segment
     from backends.config import BackendConfig
-    from backends.text import normalize
+    from backends.text.planner import normalize
 
     from .inprocess import started
 

@@ -18,8 +18,8 @@ LANG = "en-us"
 
 
 def model_files(model_dir: Path | None = None, *, torch: bool = False):
-    """Build/verify the offline assets (idempotent) and return :class:`backends.assets.ModelFiles`."""
-    from backends.assets import build_assets, default_model_dir
+    """Build/verify the offline assets (idempotent) and return :class:`backends.assets.build.ModelFiles`."""
+    from backends.assets.build import build_assets, default_model_dir
 
     return build_assets(Path(model_dir or default_model_dir()), torch=torch)
 

@@ -1,6 +1,6 @@
 """What the quality benchmarks measure in audio, as a listener would hear it: pure numpy, plus
 ``parselmouth`` for pitch and ``pocketsphinx`` for words (both imported when used). Frames are
-10 ms windows (:data:`backends.joins.WINDOW`): a DTW path between two readings of one text
+10 ms windows (:data:`backends.engine.joins.WINDOW`): a DTW path between two readings of one text
 (:func:`align`), runs of silence (:func:`silent_runs`, :func:`run_at`), F0 and the pitch before a
 cut (:func:`pitch`, :func:`cut_pitch`), 2–8 kHz energy across a join (:func:`band_db`), the
 log-spectral distance of two renderings, and what pocketsphinx hears (:class:`Transcriber`,
@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from backends.joins import SILENCE_DB, WINDOW, window_db
+from backends.engine.joins import SILENCE_DB, WINDOW, window_db
 
 SR = 24_000
 HOP_S = WINDOW / SR  # 10 ms

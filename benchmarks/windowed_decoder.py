@@ -9,7 +9,7 @@ log-spectral distance over its speech frames, pitch at the cut (at the same fram
 quality benchmark's DTW path, :func:`benchmarks.quality.measure`), 2–8 kHz energy at the join and
 its excess over the reference's there, and the CPU and wall time of the first call, interleaved in
 the same run. Each context tried is set as the runtime's ``window_context``. ``--quick``: the
-runtime's own (:data:`backends.windows.WINDOW_CONTEXT`), two timing rounds; the full run also
+runtime's own (:data:`backends.runtimes.windowing.WINDOW_CONTEXT`), two timing rounds; the full run also
 tries 0, 4 and 16 frames.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.windows import WINDOW_CONTEXT
+from backends.runtimes.windowing import WINDOW_CONTEXT
 
 from . import speech_measures as sm
 from .quality import cut_summary, measure, pitch_target
@@ -63,9 +63,9 @@ def summarise(samples: list[dict[str, Any]], contexts: tuple[int, ...]) -> dict[
 def _load(onnx: bool, model_dir: Path | None) -> tuple[Any, Any]:
     """The runtime, loaded, and its model files: ONNX on one thread, or torch on the CPU in float32
     with the deterministic source."""
-    from backends.onnx_runtime import OnnxSynthesizer
-    from backends.torch_runtime import TorchSynthesizer
-    from backends.voices import VoiceStore
+    from backends.assets.voices import VoiceStore
+    from backends.runtimes.onnx import OnnxSynthesizer
+    from backends.runtimes.torch import TorchSynthesizer
 
     files = model_files(model_dir, torch=not onnx)
     voices = VoiceStore.from_path(files.voices, VOICE)
@@ -80,10 +80,10 @@ def _load(onnx: bool, model_dir: Path | None) -> tuple[Any, Any]:
 
 
 def run(*, quick: bool, model_dir: Path | None = None, log=print, runtime: str | None = None, **_: Any) -> Result:
-    from backends.base import Segment
+    from backends.api.base import Segment
     from backends.config import BackendConfig
+    from backends.engine.joins import shape_segment
     from backends.factory import create_pipeline
-    from backends.joins import shape_segment
 
     result = Result("windowed_decoder", quick, command_line("windowed_decoder", quick))
     onnx = runtime == "onnx"

@@ -1,13 +1,13 @@
 """The app factory: ``create_app(settings, backend) -> Starlette`` — no globals.
 
 Routes (docs/wire-contract.md, docs/openai-api.md, docs/voice-agents.md): ``GET /ping`` (with
-``warnings`` while synthesis falls behind real time, ``server.realtime``), ``POST /invocations``, ``WS
+``warnings`` while synthesis falls behind real time, ``server.realtime_watch``), ``POST /invocations``, ``WS
 /invocations-bidirectional-stream``, ``GET /metrics``, the OpenAI-compatible routes and the
 voice-agent protocols (Deepgram's ``WS /v1/speak``, Cartesia's ``WS /tts/websocket``, ElevenLabs'
 ``WS /v1/text-to-speech/{voice}/stream-input`` and ``multi-stream-input``); every
-speech route goes through the one synthesis pipeline (``server.pipeline``). The app knows the
-backend only through the :class:`~backends.base.Backend` protocol. Middleware: ``x-request-id`` on
-every ``/v1/`` answer (``server.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
+speech route goes through the one synthesis pipeline (``server.pipeline.synthesis``). The app knows the
+backend only through the :class:`~backends.api.base.Backend` protocol. Middleware: ``x-request-id`` on
+every ``/v1/`` answer (``server.openai.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
 auth (when ``KOKORO_API_KEY`` is set; ``/ping`` stays open).
 
 Lifespan: the backend is loaded and warmed up (``backend.start()``, off the loop) in a background
@@ -33,24 +33,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
-from backends.base import Backend
+from backends.api.base import Backend
 from backends.startup import install_hint
-
-from .auth import BearerAuth
-from .cartesia import PATH as CARTESIA_PATH
-from .cartesia import cartesia_routes
-from .deepgram import PATH as DEEPGRAM_PATH
-from .deepgram import deepgram_routes
-from .elevenlabs import PATH_PREFIX as ELEVENLABS_PATHS
-from .elevenlabs import elevenlabs_routes
-from .invocations import invocations_endpoint
-from .metrics import Metrics
-from .openai_api import openai_routes
-from .realtime import default_advice
-from .request_id import RequestIdMiddleware
-from .settings import Settings
-from .state import ServerState
-from .ws import websocket_endpoint
+from server.auth import BearerAuth
+from server.metrics import Metrics
+from server.openai.request_id import RequestIdMiddleware
+from server.openai.routes import openai_routes
+from server.providers.cartesia import PATH as CARTESIA_PATH
+from server.providers.cartesia import cartesia_routes
+from server.providers.deepgram import PATH as DEEPGRAM_PATH
+from server.providers.deepgram import deepgram_routes
+from server.providers.elevenlabs import PATH_PREFIX as ELEVENLABS_PATHS
+from server.providers.elevenlabs import elevenlabs_routes
+from server.realtime_watch import default_advice
+from server.sagemaker.bidi import websocket_endpoint
+from server.sagemaker.invocations import invocations_endpoint
+from server.settings import Settings
+from server.state import ServerState
 
 log = logging.getLogger("kokoro.server")
 PING_HEALTH_TIMEOUT_S = 0.05
@@ -65,7 +64,7 @@ async def ping(request: Request) -> JSONResponse:
     if not state.ready:
         return JSONResponse(body, status_code=503)
     if warnings := state.metrics.realtime.warnings():
-        body["warnings"] = warnings  # still 200: the server works, only late (server.realtime)
+        body["warnings"] = warnings  # still 200: the server works, only late (server.realtime_watch)
     try:
         # A health check that is slow because every core is busy synthesising is not a failure.
         async with asyncio.timeout(PING_HEALTH_TIMEOUT_S):

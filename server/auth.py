@@ -9,7 +9,7 @@ response at the upgrade (the denial-response extension), or a 1008 close where t
 CORS preflight (``OPTIONS`` with ``Access-Control-Request-Method``) passes through to the CORS layer.
 WebSocket routes of other providers' protocols (``own_key_paths``: Deepgram's ``/v1/speak`` …) pass
 through too: their clients send the key their own way, and the route checks it with
-:func:`key_matches` (``server.stream_socket``).
+:func:`key_matches` (``server.websocket.stream_socket``).
 """
 
 from __future__ import annotations

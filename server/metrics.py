@@ -23,10 +23,10 @@ Series (all prefixed ``kokoro_``):
   /ping answers 200.
 * ``playback_underrun_seconds_total`` — how late segments were past their playback deadline,
   summed: the silence a client playing each request in real time hears between segments (the
-  backend's scheduler keeps it at zero when it can; see ``backends/policy.py``).
+  backend's scheduler keeps it at zero when it can; see ``backends/engine/policy.py``).
 * ``interrupted_calls_total`` / ``interrupted_seconds_total`` — runtime calls of later segments
   interrupted so that a listener who heard nothing yet got first audio sooner, and the runtime time
-  they had run (work done again; see ``backends/policy.py``).
+  they had run (work done again; see ``backends/engine/policy.py``).
 * ``audio_demanded_seconds_per_second`` / ``audio_delivered_seconds_per_second`` — what the
   requests in progress ask for (one audio-second per second each) against what the runtime made
   over the last ``KOKORO_LOAD_WINDOW_S``: demanded above delivered for a while means overload (an
@@ -35,7 +35,7 @@ Series (all prefixed ``kokoro_``):
   (prometheus-client's process collector, on this registry; Linux).
 
 The observer calls also feed :attr:`Metrics.realtime`, the slow-machine watch
-(``server.realtime``) behind ``/ping``'s ``warnings``.
+(``server.realtime_watch``) behind ``/ping``'s ``warnings``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .realtime import RealtimeWatch
+from server.realtime_watch import RealtimeWatch
 
 _LATENCY_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 _RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)

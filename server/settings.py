@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
+from backends.assets.official import OFFICIAL_BASE_URL
 from backends.config import BackendConfig
-from backends.official import OFFICIAL_BASE_URL
 
 
 class Settings(BackendConfig):

@@ -14,10 +14,9 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from backends.base import Backend, NotReady
-
-from .metrics import Metrics
-from .settings import Settings
+from backends.api.base import Backend, NotReady
+from server.metrics import Metrics
+from server.settings import Settings
 
 log = logging.getLogger("kokoro.server")
 

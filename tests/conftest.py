@@ -18,7 +18,7 @@ collect_ignore = ["agent_py312"] if sys.version_info < (3, 12) else []
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    from backends.assets import build_assets, default_model_dir
+    from backends.assets.build import build_assets, default_model_dir
 
     path = Path(os.environ.get("KOKORO_MODEL_DIR") or default_model_dir())
     build_assets(path, torch=False)
@@ -27,21 +27,21 @@ def model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def model_files(model_dir):
-    from backends.assets import ModelFiles
+    from backends.assets.build import ModelFiles
 
     return ModelFiles.discover(model_dir)
 
 
 @pytest.fixture(scope="session")
 def voices(model_files):
-    from backends.voices import VoiceStore
+    from backends.assets.voices import VoiceStore
 
     return VoiceStore.from_path(model_files.voices)
 
 
 @pytest.fixture(scope="session")
 def vocab(model_files):
-    from backends.onnx_runtime import load_vocab
+    from backends.runtimes.onnx import load_vocab
 
     return load_vocab(model_files.config)
 
@@ -49,7 +49,7 @@ def vocab(model_files):
 @pytest.fixture(scope="session")
 def g2p():
     """espeak-ng alone (the G2P of Spanish, French, Hindi, Italian, Portuguese)."""
-    from backends.g2p import EspeakG2P
+    from backends.text.g2p.frontends import EspeakG2P
 
     return EspeakG2P()
 
@@ -58,7 +58,7 @@ def g2p():
 def server_g2p():
     """The server's G2P with its default settings: every language's front end (espeak-ng for English), each built
     on first use."""
-    from backends.g2p import G2P
+    from backends.text.g2p.frontends import G2P
 
     return G2P()
 
@@ -66,14 +66,14 @@ def server_g2p():
 @pytest.fixture(scope="session")
 def pipeline(vocab, server_g2p):
     """The server's text pipeline."""
-    from backends.text import TextPipeline
+    from backends.text.planner import TextPipeline
 
     return TextPipeline(server_g2p.phonemize, vocab)
 
 
 @pytest.fixture(scope="session")
 def onnx_synth(model_files, voices):
-    from backends.onnx_runtime import OnnxSynthesizer
+    from backends.runtimes.onnx import OnnxSynthesizer
 
     synth = OnnxSynthesizer(model_files, voices)
     synth.load()

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from server.live import ServerProcess
+    from server.process import ServerProcess
 
 _FIELDS = ("voice", "speed", "sample_rate")
 
@@ -53,7 +53,7 @@ _FIELDS = ("voice", "speed", "sample_rate")
 def start_local_server(mode: str = "concurrent", start_timeout_s: float = 900.0) -> ServerProcess:
     """``kokoro-serve serve`` as a child process on 127.0.0.1, ready (``/ping`` answered). Blocking;
     call before the loop. Its output is the worker's own (RunPod shows it in the worker's log)."""
-    from server.live import ServerProcess
+    from server.process import ServerProcess
 
     return ServerProcess(env={"KOKORO_MODE": mode}, drop_env=("KOKORO_API_KEY",)).wait_ready(
         timeout=start_timeout_s)  # loopback only: nothing else can reach it, so no key

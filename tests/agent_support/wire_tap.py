@@ -1,7 +1,7 @@
 """The real TTS server for the agent's tests, and a tap on its WebSocket that records the frames.
 
 * :func:`fake_runtime_server` — ``python -m server serve`` with ``KOKORO_BACKEND=fake`` (the real app,
-  sessions, text pipeline and scheduler; only the model is the fake runtime of ``backends/fake.py``,
+  sessions, text pipeline and scheduler; only the model is the fake runtime of ``backends/runtimes/fake.py``,
   whose per-segment latency ``segment_s`` stands in for synthesis time), as a
   ``tests.support.live.ServerProcess``; the Python 3.12 SDK tests cannot import the server, so there it
   runs under the project's 3.11 interpreter: ``$SERVER_PYTHON``, by default ``.venv/bin/python`` of the

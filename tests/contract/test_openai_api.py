@@ -20,7 +20,7 @@ import openai
 import pytest
 import soundfile
 
-from backends.base import SAMPLE_RATE
+from backends.api.base import SAMPLE_RATE
 from server.settings import Settings
 from tests.support.app import LoadedRuntime, build_app
 from tests.support.live import ThreadServer
@@ -298,7 +298,7 @@ def test_a_clients_own_request_id_is_echoed(client, onnx_server):
 @pytest.mark.parametrize(("asked", "same_as"), [(0.25, 0.5), (4.0, 2.0)])
 def test_openai_speed_range_gives_audio(client, reference_pcm, asked, same_as):
     """OpenAI's ends of the range give speech, as Kokoro's own ends do (clamped to 0.5–2.0, where
-    Kokoro still sounds right: see server/openai_params.py)."""
+    Kokoro still sounds right: see server/openai/params.py)."""
     out = client.audio.speech.create(model="tts-1", voice="jm_kumo", input=TEXT, response_format="pcm", speed=asked)
     audio = decode(out.content, "pcm")[1]
     assert np.sqrt(np.mean(audio**2)) > 0.01  # speech, not silence
@@ -325,7 +325,7 @@ TIMED_TEXT = "Hello there, it costs 42 dollars."
 
 
 def torch_app(mode, model_dir, pipeline, voices):
-    from backends.torch_runtime import TorchSynthesizer
+    from backends.runtimes.torch import TorchSynthesizer
 
     synth = TorchSynthesizer(model_dir, voices, device="cpu", deterministic=True)
     return build_app(synth, mode, settings=SETTINGS, pipeline=pipeline, voices=voices)

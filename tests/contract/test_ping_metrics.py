@@ -7,7 +7,7 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from backends.sequential import SequentialBackend
+from backends.engine.sequential import SequentialBackend
 from server.app import create_app
 from server.metrics import Metrics
 

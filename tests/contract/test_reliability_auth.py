@@ -11,7 +11,7 @@ import pytest
 from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import WebSocketDenialResponse
 
-from server import auth
+import server.auth as auth
 from server.settings import Settings
 from tests.support.inproc import WS, answer, client, metric
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.base import KokoroError
-from server.params import decode_object, message_type, parse_http_options, parse_synthesis
+from backends.api.base import KokoroError
+from server.pipeline.params import decode_object, message_type, parse_http_options, parse_synthesis
 from tests.support.inproc import ERROR_CODES, WS, answer, audio_bytes, client, metric
 
 MAX_TEXT = 300

@@ -5,7 +5,7 @@ typed error on every route, never a 200 (or a ``synthesis_complete``) without sp
 The voice/language rule: a voice's language prefix (``jf_`` = Japanese) does *not* restrict the
 request's ``lang`` — Kokoro voices are style vectors that read any phonemes (accent transfer is a
 feature, and the offline default ``jm_kumo`` reads English); without a ``lang``, the text's script picks
-the language (``backends.lang.resolve_lang``). What is refused is what would come out
+the language (``backends.text.lang.resolve_lang``). What is refused is what would come out
 as garbage: letters the language's G2P can only spell out ("Japanese letter, Japanese letter").
 """
 
@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from backends.g2p import check_script
+from backends.text.g2p.frontends import check_script
 from tests.support.app import fake_synth
 from tests.support.inproc import WS, answer, audio_bytes, client
 

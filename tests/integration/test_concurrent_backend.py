@@ -1,6 +1,6 @@
 """The concurrent (batched) backend: ordering, batching, fairness, admission, cancellation, faults.
 
-Most tests drive the fake runtime (:class:`~backends.fake.FakeSynthesizer`: latency, gate and
+Most tests drive the fake runtime (:class:`~backends.runtimes.fake.FakeSynthesizer`: latency, gate and
 failure knobs; its audio encodes the segment, so a mixed-up chunk shows), configured as a batching
 runtime or as shipped; a few run the real ONNX runtime, and one runs the torch runtime's real
 ``synthesize_batch`` when that runtime is installed.
@@ -17,17 +17,17 @@ import time
 import numpy as np
 import pytest
 
-from backends.base import (
+from backends.api.base import (
     BackendFault,
     NotReady,
     Overloaded,
     SynthesisRequest,
     SynthesisTimeout,
 )
-from backends.concurrent import BatchedBackend
 from backends.config import BackendConfig
-from backends.fake import FakeSynthesizer
-from backends.joins import pause_for, shape
+from backends.engine.concurrent import BatchedBackend
+from backends.engine.joins import pause_for, shape
+from backends.runtimes.fake import FakeSynthesizer
 from tests.support.app import LoadedRuntime
 from tests.support.observer import Recorder
 
@@ -333,7 +333,7 @@ async def test_onnx_cancelled_request_never_synthesised(make_backend, onnx_synth
 # -- the torch runtime's real batch path ---------------------------------------------------------
 @pytest.mark.slow
 async def test_torch_batches_under_load(make_backend, model_dir, voices):
-    from backends.torch_runtime import TorchSynthesizer
+    from backends.runtimes.torch import TorchSynthesizer
 
     synth = TorchSynthesizer(model_dir, voices, device="cpu")  # rebuilds the checkpoint once if missing
     recorder = Recorder()

@@ -17,11 +17,11 @@ import time
 import numpy as np
 import pytest
 
-from backends.base import Interrupt, Interrupted, SynthesisRequest
-from backends.concurrent import BatchedBackend
+from backends.api.base import Interrupt, Interrupted, SynthesisRequest
 from backends.config import BackendConfig
-from backends.fake import FakeSynthesizer
-from backends.sequential import SequentialBackend
+from backends.engine.concurrent import BatchedBackend
+from backends.engine.sequential import SequentialBackend
+from backends.runtimes.fake import FakeSynthesizer
 from benchmarks import prom
 from server.metrics import Metrics
 from tests.support.observer import Recorder
@@ -145,7 +145,7 @@ async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_t
 
 
 def test_the_onnx_solo_session_speaks_like_the_shared_one(model_files, voices, pipeline):
-    from backends.onnx_runtime import OnnxSynthesizer
+    from backends.runtimes.onnx import OnnxSynthesizer
 
     synth = OnnxSynthesizer(model_files, voices)
     synth.set_threads(1, solo=2)
@@ -156,7 +156,7 @@ def test_the_onnx_solo_session_speaks_like_the_shared_one(model_files, voices, p
 
 
 def test_an_interrupted_onnx_call_stops_and_the_session_speaks_on(model_files, voices, pipeline):
-    from backends.onnx_runtime import OnnxSynthesizer
+    from backends.runtimes.onnx import OnnxSynthesizer
 
     synth = OnnxSynthesizer(model_files, voices, threads=1)
     synth.load()

@@ -1,7 +1,7 @@
 """The engine's single per-segment step, seen through both modes: the same segment comes out the
 same way whichever mode schedules it — clipped, empty audio refused, every call observed.
 
-The runtime is :class:`~backends.fake.FakeSynthesizer` with its tone made 20 times louder (peaks
+The runtime is :class:`~backends.runtimes.fake.FakeSynthesizer` with its tone made 20 times louder (peaks
 above 1: the model can peak above full scale), over the real text pipeline. The torch runtime's
 durations through both modes are in test_torch_runtime.py.
 """
@@ -14,11 +14,11 @@ import time
 import numpy as np
 import pytest
 
-from backends.base import BackendFault, SynthesisRequest
-from backends.concurrent import BatchedBackend
+from backends.api.base import BackendFault, SynthesisRequest
 from backends.config import BackendConfig
-from backends.fake import FakeSynthesizer
-from backends.sequential import SequentialBackend
+from backends.engine.concurrent import BatchedBackend
+from backends.engine.sequential import SequentialBackend
+from backends.runtimes.fake import FakeSynthesizer
 from tests.support.observer import Recorder
 
 GAIN = 20.0

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.base import SynthesisRequest
+from backends.api.base import SynthesisRequest
 from backends.config import BackendConfig
-from backends.joins import pause_for
-from backends.sequential import SequentialBackend
+from backends.engine.joins import pause_for
+from backends.engine.sequential import SequentialBackend
 from benchmarks import speech_measures as sm
 
 TEXT = "Kokoro is a small text to speech model, and it runs on a laptop. Try it."

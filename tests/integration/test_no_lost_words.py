@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.g2p_marks import MARKS, split_marks
-from backends.text import normalize
+from backends.text.g2p.marks import MARKS, split_marks
+from backends.text.planner import normalize
 
 #: What may differ between a segment and the whole text without a word being lost: pauses (marks,
 #: whitespace) and stress (espeak-ng weighs a word's stress against its neighbours).

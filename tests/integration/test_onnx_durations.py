@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import soundfile
 
-from backends import assets
-from backends.base import Interrupt, Segment, Unsupported
-from backends.onnx_runtime import OnnxSynthesizer
+import backends.assets.build as assets
+from backends.api.base import Interrupt, Segment, Unsupported
+from backends.runtimes.onnx import OnnxSynthesizer
 from server.settings import Settings
 from tests.support.app import LoadedRuntime, build_app, build_backend
 from tests.support.live import ThreadServer
 
-FRAME = 600  # samples per predicted frame (server/word_timings.py)
+FRAME = 600  # samples per predicted frame (server/pipeline/word_timings.py)
 TIMED_TEXT = "Hello there, it costs 42 dollars."
 
 

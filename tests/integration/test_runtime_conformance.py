@@ -1,13 +1,13 @@
-"""One conformance test of the runtime interface (:class:`~backends.base.Synthesizer`), passed by
+"""One conformance test of the runtime interface (:class:`~backends.api.base.Synthesizer`), passed by
 every runtime: ONNX, torch on the CPU, and the fake as shipped and with every capability on.
 
-Each runtime is loaded once here; what it declares (:class:`~backends.base.Capabilities`) is
+Each runtime is loaded once here; what it declares (:class:`~backends.api.base.Capabilities`) is
 checked against what it does: float32 audio at 24 kHz in [-1, 1]; frame durations that add up
 to the audio where it is ``timed``; batch outputs in input order where it has ``batch``; an
-:class:`~backends.base.Interrupt` that stops a call where it is ``interruptible`` (and the next
+:class:`~backends.api.base.Interrupt` that stops a call where it is ``interruptible`` (and the next
 call speaks as before), and that changes nothing where it is not; the same audio from calls on
 two threads at once where it is ``thread_safe``; threads settable before ``load()`` only. A
-method outside its capabilities raises :class:`~backends.base.Unsupported`. The real models say
+method outside its capabilities raises :class:`~backends.api.base.Unsupported`. The real models say
 one short sentence per check (two for a batch, a longer one to interrupt).
 """
 
@@ -19,8 +19,16 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from backends.base import SAMPLE_RATE, Capabilities, Interrupt, Interrupted, Segment, Synthesizer, Unsupported
-from backends.fake import FakeSynthesizer
+from backends.api.base import (
+    SAMPLE_RATE,
+    Capabilities,
+    Interrupt,
+    Interrupted,
+    Segment,
+    Synthesizer,
+    Unsupported,
+)
+from backends.runtimes.fake import FakeSynthesizer
 
 FRAME = 600  # samples per duration frame
 SHORT = ["Open the door.", "Turn on all the lights in the hall."]
@@ -31,11 +39,11 @@ LONG = ("Here is the long answer you asked for, and it goes on for a while, "
 def make(name: str, model_files, voices) -> Synthesizer:
     """A runtime of kind ``name``, not loaded."""
     if name == "onnx":
-        from backends.onnx_runtime import OnnxSynthesizer
+        from backends.runtimes.onnx import OnnxSynthesizer
 
         return OnnxSynthesizer(model_files, voices)
     if name == "torch":
-        from backends.torch_runtime import TorchSynthesizer
+        from backends.runtimes.torch import TorchSynthesizer
 
         # deterministic: no sine-source noise (as the ONNX export), so samples can be compared
         return TorchSynthesizer(model_files.root, voices, device="cpu", deterministic=True, warmup=False)

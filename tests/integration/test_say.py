@@ -1,4 +1,4 @@
-"""server/say.py over the real ONNX backend: files in any format, progress, nothing left on failure."""
+"""server/cli/say.py over the real ONNX backend: files in any format, progress, nothing left on failure."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import av
 import pytest
 import soundfile
 
-from backends.base import InvalidRequest, UnknownVoice
-from backends.sequential import SequentialBackend
-from backends.text import TextPipeline
-from server.say import format_for, say
+from backends.api.base import InvalidRequest, UnknownVoice
+from backends.engine.sequential import SequentialBackend
+from backends.text.planner import TextPipeline
+from server.cli.say import format_for, say
 
 TEXT = "One sentence here. And a second one."
 

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from backends.base import SynthesisRequest, TextTooLong, UnknownVoice
+from backends.api.base import SynthesisRequest, TextTooLong, UnknownVoice
 from backends.config import BackendConfig
-from backends.sequential import SequentialBackend
+from backends.engine.sequential import SequentialBackend
 from tests.support.app import LoadedRuntime
 
 TEXT = "Short start, then the rest of the first sentence. A second sentence follows."

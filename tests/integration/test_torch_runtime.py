@@ -28,13 +28,13 @@ import numpy as np
 import pytest
 import torch
 
-from backends.base import MAX_PHONEMES, SAMPLE_RATE, Segment, SynthesisRequest, Unsupported
-from backends.concurrent import BatchedBackend
+from backends.api.base import MAX_PHONEMES, SAMPLE_RATE, Segment, SynthesisRequest, Unsupported
 from backends.config import BackendConfig
-from backends.joins import pause_for, shape
-from backends.sequential import SequentialBackend
-from backends.torch_forward import forward_batch
-from backends.torch_runtime import TorchSynthesizer, reduced_precision_problem, resolve_dtype
+from backends.engine.concurrent import BatchedBackend
+from backends.engine.joins import pause_for, shape
+from backends.engine.sequential import SequentialBackend
+from backends.runtimes.torch import TorchSynthesizer, reduced_precision_problem, resolve_dtype
+from backends.runtimes.torch_forward import forward_batch
 from tests.support.observer import Recorder
 from tests.support.virtual_time import VirtualClock
 

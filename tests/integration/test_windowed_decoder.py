@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.base import Interrupt, Interrupted, Segment, SentenceContext, SynthesisRequest
+from backends.api.base import Interrupt, Interrupted, Segment, SentenceContext, SynthesisRequest
 from backends.config import BackendConfig
-from backends.joins import FRAME, sound_extent
-from backends.sequential import SequentialBackend
+from backends.engine.joins import FRAME, sound_extent
+from backends.engine.sequential import SequentialBackend
 from benchmarks import speech_measures as sm
 
 TEXT = "Kokoro is a small text to speech model."
@@ -25,7 +25,7 @@ TEXT = "Kokoro is a small text to speech model."
 
 @pytest.fixture(scope="module")
 def torch_synth(model_dir, voices):
-    from backends.torch_runtime import TorchSynthesizer
+    from backends.runtimes.torch import TorchSynthesizer
 
     synth = TorchSynthesizer(model_dir, voices, device="cpu", deterministic=True, warmup=False)
     synth.load()

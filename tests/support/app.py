@@ -1,6 +1,6 @@
 """The one in-process app builder: the real app (:func:`server.app.create_app`) over the real
 sequential or concurrent backend and text pipeline (every language's G2P, offline), around a given
-synthesizer — :class:`~backends.fake.FakeSynthesizer` (built by :func:`fake_synth`) or a real,
+synthesizer — :class:`~backends.runtimes.fake.FakeSynthesizer` (built by :func:`fake_synth`) or a real,
 already-loaded runtime wrapped in :class:`LoadedRuntime`.
 
 One :class:`~server.metrics.Metrics` object is both the app's metrics and the backend's observer,
@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 from starlette.applications import Starlette
 
-from backends.base import Capabilities, Segment, Synthesizer
-from backends.concurrent import BatchedBackend
+from backends.api.base import Capabilities, Segment, Synthesizer
+from backends.assets.voices import VoiceStore
 from backends.config import BackendConfig
-from backends.fake import FakeSynthesizer
-from backends.g2p import G2P
-from backends.onnx_runtime import load_vocab
-from backends.sequential import SequentialBackend
-from backends.text import TextPipeline
-from backends.voices import VoiceStore
+from backends.engine.concurrent import BatchedBackend
+from backends.engine.sequential import SequentialBackend
+from backends.runtimes.fake import FakeSynthesizer
+from backends.runtimes.onnx import load_vocab
+from backends.text.g2p.frontends import G2P
+from backends.text.planner import TextPipeline
 from server.app import create_app
 from server.metrics import Metrics
 from server.settings import Settings

@@ -1,5 +1,5 @@
 """The real app in process behind a Starlette ``TestClient`` (built by :mod:`tests.support.app`,
-over :class:`~backends.fake.FakeSynthesizer` unless a test brings its own synthesizer), and what
+over :class:`~backends.runtimes.fake.FakeSynthesizer` unless a test brings its own synthesizer), and what
 tests read from it: one WebSocket request's frames (:func:`answer`), the audio in them, one
 metric's value.
 """

@@ -1,6 +1,6 @@
 """Live servers on loopback and a raw WebSocket client.
 
-* :class:`ServerProcess` — the product's :class:`server.live.ServerProcess` (a server as a
+* :class:`ServerProcess` — the product's :class:`server.process.ServerProcess` (a server as a
   subprocess on a free loopback port): ``python -m server serve`` by default, or any entry that
   starts one (the SageMaker ``serve`` script, the RunPod worker), with the environment the test
   gives it on top of this one's, less every ``KOKORO_*``, ``SAGEMAKER_*``, ``RUNPOD_*`` and
@@ -8,7 +8,7 @@
 * :class:`ThreadServer` — an ASGI app under a real uvicorn in a thread of this process, so a test
   can look inside (its event loop's tasks, this process's threads) after real TCP traffic.
 * :func:`wait_ready` — the one wait until a server answers; :func:`free_port` (both from
-  :mod:`server.live`).
+  :mod:`server.process`).
 * :class:`RawWS` — a WebSocket client on a bare socket: the handshake and frames written by hand,
   so it can send what no library would (bad opcodes, reserved bits, unmasked frames, lies about
   lengths) and disconnect abruptly (RST).
@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from server.live import WS_PATH as WS
-from server.live import ServerProcess as _ServerProcess
-from server.live import free_port, wait_ready
+from server.process import WS_PATH as WS
+from server.process import ServerProcess as _ServerProcess
+from server.process import free_port, wait_ready
 
 __all__ = ["REPO", "WS", "Closed", "RawWS", "ServerProcess", "ThreadServer", "free_port", "wait_ready"]
 
@@ -90,7 +90,7 @@ class ThreadServer:
 
 
 class ServerProcess(_ServerProcess):
-    """A server process on a free loopback port (:class:`server.live.ServerProcess`) with the
+    """A server process on a free loopback port (:class:`server.process.ServerProcess`) with the
     environment the test gives it, none of the shell's configuration, this interpreter's folder
     first on ``PATH`` and the repository as its working directory. ``ServerProcess(log_path,
     KOKORO_MODE="concurrent").wait_ready()``; ``argv`` runs another entry (it learns its port

@@ -133,7 +133,7 @@ async def test_page_and_assets_are_served():
 
 
 def test_default_reply_has_several_sentences():
-    from backends.chunker import SentenceChunker
+    from backends.text.chunker import SentenceChunker
 
     chunker = SentenceChunker()
     assert len(chunker.push(DEFAULT_REPLY) + chunker.flush()) >= 3

@@ -135,10 +135,10 @@ def test_agent_imports_no_server_and_no_runtime():
     """The agent may use the pure-Python sentence rules, streaming chunker, settings base, log format and
     start-up messages of backends, nothing else of it."""
     code = (
-        "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, backends.chunker, "
+        "import sys, agent.app, agent.cli, agent.agent, agent.tts_client, agent.sagemaker_transport, backends.text.chunker, "
         "agent.messages, agent.ws_client, agent.settings; "
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('server', 'onnxruntime', 'torch', 'numpy') "
-        "or (m.startswith('backends.') and m not in ('backends.sentences', 'backends.chunker', 'backends.envsettings', "
+        "or (m.startswith('backends.') and m not in ('backends.text', 'backends.text.sentences', 'backends.text.chunker', 'backends.envsettings', "
         "'backends.logs', "
         "'backends.startup'))]; "
         "print(heavy); sys.exit(1 if heavy else 0)"

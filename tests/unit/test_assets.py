@@ -10,8 +10,8 @@ from functools import partial
 import numpy as np
 import pytest
 
-from backends import assets
-from backends.assets import AssetError, ModelFiles, build_assets, fetch_assets
+import backends.assets.build as assets
+from backends.assets.build import AssetError, ModelFiles, build_assets, fetch_assets
 
 
 def test_build_produces_a_verified_model_dir(model_dir):
@@ -98,7 +98,7 @@ def test_fetch_over_http_verifies_checksums(official_site, tmp_path):
     dest.mkdir()
     assert sorted(fetch_assets(url, dest)) == ["config.json", "voices-v1.0.bin"]
     files = build_assets(dest, torch=False)
-    from backends.voices import VoiceStore
+    from backends.assets.voices import VoiceStore
 
     store = VoiceStore.from_path(files.voices)
     assert {"af_heart", "am_adam", "jm_kumo"} <= set(store.names())

@@ -13,9 +13,10 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from backends import assets, official
-from backends.official import ReleaseFile, download
-from server.cli import main
+import backends.assets.build as assets
+import backends.assets.official as official
+from backends.assets.official import ReleaseFile, download
+from server.cli.main import main
 
 PACK = (510, 1, 256)
 RELEASE_PATH = "/releases/download/model-files-v1.0"
@@ -155,7 +156,7 @@ def test_a_refusal_is_not_retried(upstream, tmp_path):
 
 
 def test_assets_torch_rebuilds_the_checkpoint_only_when_asked(tmp_path, monkeypatch):
-    import backends.torch_convert as convert
+    import backends.assets.torch_convert as convert
 
     calls = []
     monkeypatch.setattr(convert, "rebuild_checkpoint", lambda onnx, config, out: calls.append(out) or

@@ -10,6 +10,7 @@ import av
 import numpy as np
 import pytest
 
+from backends.api.base import InvalidRequest
 from backends.audio import (
     FORMATS,
     SUPPORTED_RATES,
@@ -21,7 +22,6 @@ from backends.audio import (
     to_pcm16,
     wav_header,
 )
-from backends.base import InvalidRequest
 
 SR = 24_000
 

@@ -9,9 +9,9 @@ import asyncio
 
 import numpy as np
 
-from backends.base import Segment
+from backends.api.base import Segment
 from backends.config import BackendConfig
-from backends.fake import FakeSynthesizer
+from backends.runtimes.fake import FakeSynthesizer
 from benchmarks.gpu import check_batched_vs_single
 from benchmarks.inprocess import sweep
 

@@ -1,6 +1,6 @@
 """The benchmark's fixed texts are what the results claim they are."""
 
-from backends.text import normalize, split_sentences
+from backends.text.planner import normalize, split_sentences
 from benchmarks.texts import (
     CLIPS,
     PARAGRAPH,

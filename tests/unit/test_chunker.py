@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.chunker import SentenceChunker, chunk_stream
-from backends.sentences import split_sentences
+from backends.text.chunker import SentenceChunker, chunk_stream
+from backends.text.sentences import split_sentences
 
 
 def chunks_of(text: str, *, step: int = 1, **kw) -> list[str]:
@@ -224,7 +224,7 @@ def test_importing_the_chunker_loads_no_numerical_or_model_runtime():
     import subprocess
     import sys
 
-    code = ("import sys, backends.chunker; heavy = {'numpy', 'onnxruntime', 'torch'} & set(sys.modules); "
+    code = ("import sys, backends.text.chunker; heavy = {'numpy', 'onnxruntime', 'torch'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
 

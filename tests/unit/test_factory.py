@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from backends.base import SynthesisRequest
+from backends.api.base import SynthesisRequest
 from backends.config import BackendConfig
 from backends.factory import create_backend
-from server.cli import build_backend
+from server.cli.main import build_backend
 from server.settings import Settings
 from tests.support.observer import Recorder
 

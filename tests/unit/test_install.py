@@ -26,7 +26,7 @@ def test_misaki_english_works_offline_with_its_espeak_fallback(monkeypatch):
     it comes from the registry's repack and is never fetched."""
     import spacy.cli
 
-    from backends.g2p_misaki import MisakiEnglish
+    from backends.text.g2p.misaki import MisakiEnglish
 
     def no_download(*args, **kwargs):
         raise AssertionError(f"spaCy tried to download {args}")
@@ -38,7 +38,7 @@ def test_misaki_english_works_offline_with_its_espeak_fallback(monkeypatch):
 
 
 def test_japanese_readings_need_no_sudachi_dictionary():
-    from backends.g2p_ja import JapaneseG2P
+    from backends.text.g2p.ja import JapaneseG2P
 
     assert importlib.util.find_spec("sudachidict_core") is None  # pyopenjtalk-plus is installed --no-deps
     assert JapaneseG2P()("東京へ行きます。") == "toːkʲoː e ikʲimasɨ."

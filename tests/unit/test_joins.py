@@ -6,8 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.joins import FRAME, MARGIN_S, PAUSES, SILENCE_DB, pause_for, shape, shift_durations, window_db
-from server.word_timings import char_times
+from backends.engine.joins import (
+    FRAME,
+    MARGIN_S,
+    PAUSES,
+    SILENCE_DB,
+    pause_for,
+    shape,
+    shift_durations,
+    window_db,
+)
+from server.pipeline.word_timings import char_times
 
 SR = 24_000
 
@@ -80,8 +89,8 @@ def test_every_kind_of_boundary_has_a_pause_and_longer_marks_pause_longer():
 
 
 def test_windows_of_one_sentence_meet_as_decoded_with_only_a_fade():
-    from backends.base import Segment, SentenceContext
-    from backends.joins import FADE_S, shape_segment, sound_extent
+    from backends.api.base import Segment, SentenceContext
+    from backends.engine.joins import FADE_S, shape_segment, sound_extent
 
     sentence = SentenceContext("abc def", 0, 4)
     speech = utterance(lead_s=0.0, tail_s=0.0)

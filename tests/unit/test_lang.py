@@ -1,12 +1,12 @@
 """The language of a request: explicit ``lang``, else the voice's language when the text is in its
-script, else the text's script — one rule (``backends.lang.resolve_lang``) for every route."""
+script, else the text's script — one rule (``backends.text.lang.resolve_lang``) for every route."""
 
 from __future__ import annotations
 
 import pytest
 
-from backends.base import InvalidRequest
-from backends.lang import canonical_lang, resolve_lang, voice_language
+from backends.api.base import InvalidRequest
+from backends.text.lang import canonical_lang, resolve_lang, voice_language
 
 CASES = [
     # (text, lang, voice, default, expected)
@@ -54,7 +54,7 @@ def test_an_unknown_language_is_a_typed_error():
 def test_the_voice_store_lists_each_voice_language():
     import numpy as np
 
-    from backends.voices import VoiceStore
+    from backends.assets.voices import VoiceStore
 
     pack = np.zeros((510, 1, 256), np.float32)
     store = VoiceStore({"jf_alpha": pack, "af_heart": pack, "custom": pack}, "af_heart", {"nova": "jf_alpha"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.normalize import normalize_english
+from backends.text.normalize import normalize_english
 
 CASES = [
     # cardinals, thousands separators, signs
@@ -76,7 +76,7 @@ INVOICE = "The invoice lists 1,250 units at $12.50 each, and ships today."
 def test_no_words_are_lost_after_a_number_with_a_comma(english, server_g2p):
     """espeak-ng cut "1,250" at its comma and the rest of the clause was lost
     ("The invoice lists one,"): numbers are written out before they reach the G2P."""
-    from backends.g2p import G2P
+    from backends.text.g2p.frontends import G2P
 
     g2p = server_g2p if english == server_g2p.english else G2P(english=english)
     phonemes = g2p.phonemize(INVOICE, "en-us")

@@ -13,9 +13,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from backends import assets
-from backends.assets import ModelFiles, build_assets, sha256_file
-from backends.onnx_timed import (
+import backends.assets.build as assets
+from backends.assets.build import ModelFiles, build_assets, sha256_file
+from backends.assets.onnx_timed import (
     DURATIONS_OUTPUT,
     GraphSurgeryError,
     add_duration_output,
@@ -135,7 +135,7 @@ def test_without_the_onnx_package_the_plain_model_is_served(tmp_path, monkeypatc
 
 
 def test_a_file_that_is_no_onnx_graph_gets_no_twin_and_a_clear_reason(tmp_path):
-    from backends.onnx_timed import GraphSurgeryError, add_duration_output
+    from backends.assets.onnx_timed import GraphSurgeryError, add_duration_output
 
     src = tmp_path / "kokoro-v1.0.onnx"
     src.write_bytes(b"\x0f\xff not a protobuf at all")

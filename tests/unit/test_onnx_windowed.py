@@ -11,11 +11,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from backends import assets
-from backends.assets import ModelFiles, build_assets, sha256_file
-from backends.onnx_timed import GraphSurgeryError
-from backends.onnx_windowed import decode_name, find_decoder_inputs, predict_name, split_model
-from server.cli import main
+import backends.assets.build as assets
+from backends.assets.build import ModelFiles, build_assets, sha256_file
+from backends.assets.onnx_timed import GraphSurgeryError
+from backends.assets.onnx_windowed import decode_name, find_decoder_inputs, predict_name, split_model
+from server.cli.main import main
 
 PREDICT, DECODE = predict_name(assets.OFFLINE_ONNX), decode_name(assets.OFFLINE_ONNX)
 

@@ -1,12 +1,12 @@
-"""server/openai_params: what a speech request may carry, and the errors it gets (OpenAI's statuses)."""
+"""server.openai.params: what a speech request may carry, and the errors it gets (OpenAI's statuses)."""
 
 from __future__ import annotations
 
 import pytest
 
-from backends.base import KokoroError, TextTooLong, UnknownVoice
-from server.http import BodyTooLarge
-from server.openai_params import APIError, parse_speech
+from backends.api.base import KokoroError, TextTooLong, UnknownVoice
+from server.openai.params import APIError, parse_speech
+from server.pipeline.http import BodyTooLarge
 
 MODELS = {"kokoro", "tts-1"}
 LOADED = {"jm_kumo", "jf_alpha", "alloy"}  # "alloy": an alias the server was given

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backends.base import Overloaded, Segment, SynthesisRequest
+from backends.api.base import Overloaded, Segment, SynthesisRequest
 from backends.config import BackendConfig
-from backends.policy import CostModel, LoadMeter, SchedulingPolicy, input_tokens
-from backends.schedule import Playout
+from backends.engine.policy import CostModel, LoadMeter, SchedulingPolicy, input_tokens
+from backends.engine.schedule import Playout
 from tests.support.observer import Recorder
 
 #: phonemes per second of runtime in the simulator (cost and work left are counted in phonemes)

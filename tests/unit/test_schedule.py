@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backends.base import Interrupt
+from backends.api.base import Interrupt
 from backends.config import BackendConfig
-from backends.policy import SchedulingPolicy
-from backends.schedule import Listeners, Playout, Preemption, RunningCall, SegmentQueue
+from backends.engine.policy import SchedulingPolicy
+from backends.engine.schedule import Listeners, Playout, Preemption, RunningCall, SegmentQueue
 from tests.support.observer import Recorder
 
 

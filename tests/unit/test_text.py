@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.base import MAX_PHONEMES, EmptyText
-from backends.text import TextPipeline, normalize, phrase_boundaries, split_sentences
+from backends.api.base import MAX_PHONEMES, EmptyText
+from backends.text.planner import TextPipeline, normalize, phrase_boundaries, split_sentences
 
 
 def words(text: str) -> list[str]:

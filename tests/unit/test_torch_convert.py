@@ -1,4 +1,4 @@
-"""Rebuilding the KModel checkpoint from the int8 ONNX export (backends/torch_convert.py).
+"""Rebuilding the KModel checkpoint from the int8 ONNX export (backends/assets/torch_convert.py).
 
 The pure mapping rules are tested on synthetic data; the rebuild itself runs once on the real
 export (about 15 s) and its result is checked the way the runtime uses it: a strict load.
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from backends import torch_convert
-from backends.torch_convert import _lstm_gates, _module_path, _weight_norm, rebuild_checkpoint
-from backends.torch_model import REBUILT_PTH, build_kmodel, load_checkpoint, read_config
+import backends.assets.torch_convert as torch_convert
+from backends.assets.torch_convert import _lstm_gates, _module_path, _weight_norm, rebuild_checkpoint
+from backends.runtimes.torch_model import REBUILT_PTH, build_kmodel, load_checkpoint, read_config
 
 ONNX = "kokoro-v1.0.int8.onnx"
 
@@ -180,7 +180,7 @@ def no_network(*a, **k):
     raise RuntimeError("network access attempted")
 socket.socket.connect = no_network
 socket.create_connection = no_network
-from backends.torch_model import build_kmodel, load_checkpoint, read_config
+from backends.runtimes.torch_model import build_kmodel, load_checkpoint, read_config
 model = build_kmodel(read_config({str(model_dir / "config.json")!r}))
 load_checkpoint(model, {str(rebuilt[0])!r})
 print(json.dumps({{"pipeline": "kokoro.pipeline" in sys.modules, "model": "kokoro.model" in sys.modules}}))

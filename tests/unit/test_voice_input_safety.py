@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.base import InvalidRequest, UnknownVoice
-from backends.voices import MAX_BLEND_PARTS, VoiceStore
+from backends.api.base import InvalidRequest, UnknownVoice
+from backends.assets.voices import MAX_BLEND_PARTS, VoiceStore
 
 NAMES = ("af_one", "am_two", "jf_three")
 
@@ -85,7 +85,7 @@ def test_any_voice_string_is_a_typed_error_or_a_finite_loaded_voice(store, spec)
 
 def test_distinct_blends_do_not_grow_memory_without_bound(store):
     """Each distinct blend is a new 0.5 MB pack; the cache used to keep every one a client asked for."""
-    from backends.voices import MAX_CACHED_BLENDS
+    from backends.assets.voices import MAX_CACHED_BLENDS
 
     for i in range(MAX_CACHED_BLENDS * 4):
         store.get(f"af_one({i + 1})+am_two(1)")

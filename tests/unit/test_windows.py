@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.base import Segment, SentenceContext
-from backends.windows import boundary_frame, decode_range, fold_durations, token_range
+from backends.api.base import Segment, SentenceContext
+from backends.runtimes.windowing import boundary_frame, decode_range, fold_durations, token_range
 
 
 def test_a_window_is_cut_at_the_quietest_frame_of_the_space_before_the_next_word():

@@ -1,11 +1,11 @@
-"""server/word_timings.py: words from Kokoro's per-token frame durations (600 samples a frame)."""
+"""server/pipeline/word_timings.py: words from Kokoro's per-token frame durations (600 samples a frame)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from server.word_timings import FRAME_SAMPLES, SAMPLE_RATE, char_times, segment_word_timings
+from server.pipeline.word_timings import FRAME_SAMPLES, SAMPLE_RATE, char_times, segment_word_timings
 
 TEXT = "Hello there, this is a short test of the speech server."
 PHONEMES = "həlˈoʊ ðˈɛɹ, ðɪs ɪz ɐ ʃˈɔːɹt tˈɛst ʌvðə spˈiːtʃ sˈɜːvɚ."  # espeak-ng, as the pipeline makes it

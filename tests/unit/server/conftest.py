@@ -1,5 +1,5 @@
 """Fixtures for the server's fast tests: the real app, the real sequential backend and text pipeline
-(espeak-ng G2P, offline), over the fake runtime (:class:`backends.fake.FakeSynthesizer`), whose
+(espeak-ng G2P, offline), over the fake runtime (:class:`backends.runtimes.fake.FakeSynthesizer`), whose
 knobs these tests turn: ``gate`` holds a segment mid-synthesis, ``fail_on`` makes a chosen segment
 fail, ``load_gate`` keeps the model "loading". The real runtime is exercised in tests/contract and
 tests/e2e.
@@ -14,7 +14,7 @@ from functools import partial
 import pytest
 from starlette.testclient import TestClient
 
-from backends.fake import FakeSynthesizer
+from backends.runtimes.fake import FakeSynthesizer
 from server.settings import Settings
 from tests.support.app import build_app, fake_synth, wait_for
 from tests.support.inproc import answer, client

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from backends.g2p import EspeakG2P
 from backends.logs import JsonFormatter
-from server.cli import _parser, main
+from backends.text.g2p.frontends import EspeakG2P
+from server.cli.main import _parser, main
 
 
 def test_version(capsys):
@@ -64,7 +64,7 @@ def test_missing_assets_name_the_flag_the_variable_and_the_command(tmp_path, cap
     assert "--model-dir" in err and "KOKORO_MODEL_DIR" in err and "kokoro-serve assets" in err
 
 
-NO_TORCH = "import sys; sys.modules['torch'] = None; from server.cli import main; sys.exit(main(sys.argv[1:]))"
+NO_TORCH = "import sys; sys.modules['torch'] = None; from server.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def test_a_missing_torch_gives_the_install_command_not_a_traceback(model_dir, tmp_path):
@@ -82,7 +82,7 @@ def test_a_missing_torch_gives_the_install_command_not_a_traceback(model_dir, tm
 
 
 LOG_AFTER_MAIN = (
-    "import logging, sys; from server.cli import main; main(sys.argv[1:]); "
+    "import logging, sys; from server.cli.main import main; main(sys.argv[1:]); "
     "logging.getLogger('uvicorn.error').info('from uvicorn'); logging.getLogger('kokoro.x').info('ours')"
 )
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from server.realtime import CODE, RealtimeWatch, default_advice
+from server.realtime_watch import CODE, RealtimeWatch, default_advice
 from tests.support.app import fake_synth
 from tests.support.inproc import client
 

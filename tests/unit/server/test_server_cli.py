@@ -7,7 +7,7 @@ import subprocess
 import sys
 import wave
 
-from server.cli import _parser, main
+from server.cli.main import _parser, main
 
 
 def test_serve_is_the_default_command():

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import EmptyText, InvalidJSON, InvalidRequest, TextTooLong
-from server.params import decode_object, message_type, parse_http_options, parse_synthesis, request_id_of
+from backends.api.base import EmptyText, InvalidJSON, InvalidRequest, TextTooLong
+from server.pipeline.params import (
+    decode_object,
+    message_type,
+    parse_http_options,
+    parse_synthesis,
+    request_id_of,
+)
 
 
 def test_text_and_binary_frames_decode_alike():

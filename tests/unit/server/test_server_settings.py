@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from backends.config import BackendConfig
-from server.cli import _parser, _settings
+from server.cli.main import _parser, _settings
 from server.settings import Settings
 from settings_table import table
 from tests.support.live import REPO

@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from server.stream_wire import char_alignment, estimate_words, joined, words_of
-from server.text_stream import Audio
-from server.word_timings import WordTiming
+from server.pipeline.word_timings import WordTiming
+from server.providers.alignment import char_alignment, estimate_words, joined, words_of
+from server.streaming.text_stream import Audio
 
 
 @pytest.mark.parametrize(("tail", "text", "want"), [

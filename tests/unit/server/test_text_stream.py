@@ -1,4 +1,4 @@
-"""The streaming-input core (``server.text_stream``, ``server.stream_set``) over the real sequential
+"""The streaming-input core (``server.streaming.text_stream``, ``server.streaming.stream_set``) over the real sequential
 backend and text pipeline (fake runtime): order, word timings on the turn's clock, clear, contexts."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import itertools
 
 import pytest
 
-from backends.base import Overloaded, TextTooLong
-from backends.fake import FakeSynthesizer
+from backends.api.base import Overloaded, TextTooLong
+from backends.runtimes.fake import FakeSynthesizer
 from server.metrics import Metrics
 from server.settings import Settings
 from server.state import ServerState
-from server.stream_set import StreamSet
-from server.text_stream import Audio, Cleared, Done, Flushed, StreamOptions, TextStream
+from server.streaming.stream_set import StreamSet
+from server.streaming.text_stream import Audio, Cleared, Done, Flushed, StreamOptions, TextStream
 from tests.support.app import build_backend
 
 

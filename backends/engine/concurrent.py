@@ -1,0 +1,361 @@
+"""The concurrent backend: one scheduler over every session, forming micro-batches (docs/runtimes.md).
+
+Shape (vLLM's per-request collectors fed by one background loop; LitServe's batch filling):
+
+* ``stream(request)`` admits the request (or raises :class:`Overloaded`), registers a *job* with a
+  per-request collector (an ``asyncio.Queue``) and yields from it, one :class:`AudioChunk` per
+  segment, in text order.
+* Each job offers the scheduler **one segment at a time**: segment ``i + 1`` becomes ready only when
+  segment ``i`` is synthesised, and only while fewer than ``max_ahead`` of its chunks wait unread in
+  the collector (back-pressure against slow readers). So a batch never holds two segments of one
+  request, a request's short first segment never waits behind its own long second one, and a long
+  text cannot crowd out a short one.
+* One background task (on the event loop; it does no inference) forms batches: when a worker slot is
+  free and segments are ready, it waits up to ``max_wait_ms`` for the batch to fill to
+  ``max_batch_size``, then takes segments from a :class:`~backends.engine.schedule.SegmentQueue` in the
+  order of the engine's :class:`~backends.engine.policy.SchedulingPolicy` (with ``deadlines`` off:
+  round-robin across sessions, ``request.session`` falling back to ``request_id``), and hands them
+  to a worker thread. Which segments fill a batch, when a free worker is held for urgent work, when
+  a call runs solo and when a running call is interrupted are the policy's rules too (6, 7, 8, 5).
+* Runtimes with a batch path (``capabilities.batch``, e.g. torch on CUDA) get one worker and
+  whole batches. Others fall back to per-segment calls: one segment per worker
+  call, so the scheduler decides with the freshest queue at every step; a ``thread_safe`` runtime
+  (ONNX) gets ``workers`` parallel calls (default: 2 on a machine with 2+ cores) and, when it has
+  not been loaded yet and no thread count was chosen, ``cpu_count // workers`` intra-op threads per
+  call (measured here: one intra-op thread costs ~0.5 CPU-s per audio-s, two cost ~0.75, so two
+  1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``). A call the policy
+  lets run alone runs with ``solo=True`` when the runtime has ``solo_calls`` (ONNX: a second
+  session with every core), so one listener never gets less than the sequential mode gives it.
+* A batch runtime on a CPU device (``capabilities.device == "cpu"``) gets single calls too unless
+  ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
+  same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
+* Each batch goes through the engine's single per-segment step
+  (:meth:`~backends.engine.core.Engine.run_segments`), as the sequential mode's segments do: the
+  runtime's frame durations kept (word timings work in both modes), audio clipped, and a failed
+  batch retried one segment at a time, so one bad segment fails only its own request
+  (:class:`BackendFault`). The scheduler loop survives everything but ``aclose()``.
+
+Admission: ``max_queue`` bounds the requests admitted at once (being answered or waiting). Each
+admitted request holds at most one queued segment and ``max_ahead`` unread chunks, so memory is
+bounded. Beyond it, or when the policy refuses a newcomer under overload (``overload=refuse``),
+``stream()`` raises :class:`Overloaded` (503 / ``overloaded`` error event).
+
+Threading: all scheduler state lives on the event loop; worker threads only run the synthesizer and
+call the observer's ``segment_done`` / ``batch_done`` (``queue_depth`` is called from the loop).
+For a batch, ``segment_done`` gets each segment's share of the call's time (the runtime cost) and
+``AudioChunk.synth_seconds`` the whole call's time (what that segment waited for).
+Cancellation: closing or cancelling ``stream()``, or the request timeout, drops the job: its queued
+segment leaves the queue at once and its later segments are never synthesised; a single call of
+its segment already running is interrupted where the runtime can be (the policy's rule 5), a
+segment inside a running batch finishes; either way the result is discarded. ``aclose()`` fails every open stream with
+:class:`NotReady`, drops the queue and stops the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from backends.api.base import AudioChunk, Interrupted, NotReady, Overloaded, Segment, SynthesisRequest
+from backends.engine.core import Engine, SegmentResult
+from backends.engine.policy import input_tokens
+from backends.engine.schedule import Entry, Playout, RunningCall
+
+log = logging.getLogger("kokoro.backend")
+
+
+@dataclass(eq=False)
+class _Job:
+    """One admitted request: its unsubmitted segments and the collector its stream reads."""
+
+    request: SynthesisRequest
+    key: str
+    seq: int
+    pending: deque[Segment]
+    playout: Playout
+    outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    busy: bool = False  # a segment of this job is queued or being synthesised
+    cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    job: _Job
+    segment: Segment
+
+
+def _segment_of(entry: Entry) -> Segment:
+    item: _Item = entry.item
+    return item.segment
+
+
+def _tokens(entry: Entry) -> int:
+    return input_tokens(entry.item.segment)
+
+
+class BatchedBackend(Engine):
+    """Cross-session micro-batching scheduler (mode ``concurrent``)."""
+
+    mode = "concurrent"
+    plain_order = "round_robin"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        config = self.config
+        self.max_batch_size = config.max_batch_size
+        self.max_wait_s = config.max_wait_ms / 1000.0
+        self.max_ahead = config.max_ahead
+        self.batch_on_cpu = config.batch_on_cpu
+        workers = config.workers
+        if workers is None:
+            parallel = self.runtime_capabilities.thread_safe and not self.has_batch_path
+            workers = min(2, os.cpu_count() or 1) if parallel else 1
+        self.workers = workers
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
+        self._free = self.workers
+        self._queue = self.policy.new_queue()
+        self._queued = 0
+        self._jobs: set[_Job] = set()
+        self._seq = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def batched(self) -> bool:
+        """Whether whole batches go to ``synthesize_batch``: when the runtime has it, except on a
+        CPU device (a batched forward there costs more CPU per audio second than single calls and
+        pads short segments to long ones; see the module docstring) unless ``batch_on_cpu``."""
+        if not self.has_batch_path:
+            return False
+        return self.batch_on_cpu or self.runtime_capabilities.device != "cpu"
+
+    @property
+    def parallel_calls(self) -> bool:
+        return self.workers > 1 and not self.batched
+
+    @property
+    def queue_depth(self) -> int:
+        """Segments ready and waiting for a worker (not counting those being synthesised)."""
+        return self._queued
+
+    @property
+    def active_requests(self) -> int:
+        """Requests admitted and not yet finished (what ``max_queue`` bounds)."""
+        return len(self._jobs)
+
+    async def start(self) -> None:
+        self._tune_threads()
+        await super().start()
+
+    def _tune_threads(self) -> None:
+        """Give each parallel call its share of the cores, unless the user chose a thread count
+        or the runtime is already loaded (then its own setting stands)."""
+        synth, caps, cores = self.synthesizer, self.runtime_capabilities, os.cpu_count() or 1
+        if self.workers > 1 and caps.threads_settable and not synth.loaded and synth.threads is None:
+            threads = max(1, cores // self.workers)
+            solo = cores if self.config.solo_calls and caps.solo_calls and cores > threads else None
+            synth.set_threads(threads, solo=solo)
+            log.info("concurrent mode: %d parallel calls x %d intra-op threads", self.workers, threads)
+            if solo is not None:
+                log.info("concurrent mode: a call that runs alone uses %d intra-op threads", solo)
+
+    async def aclose(self) -> None:
+        self._closing = True
+        for job in list(self._jobs):
+            self._drop(job)
+            job.outbox.put_nowait(NotReady("server is shutting down"))
+        self._queue.clear()
+        self._set_queued(0)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        await super().aclose()
+
+    async def check_health(self) -> None:
+        await super().check_health()
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            raise NotReady("the batch scheduler stopped")  # a bug; the next request restarts it
+
+    def _ensure_loop(self) -> None:
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._schedule(), name="kokoro-scheduler")
+
+    # -- requests -------------------------------------------------------------------------------
+    async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
+        """Yield one chunk per segment of a prepared request, in order (see the module docstring
+        for admission, ordering and cancellation)."""
+        if self._closing:
+            raise NotReady("server is shutting down")
+        if len(self._jobs) >= self.config.max_queue:
+            raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
+        policy = self.policy
+        policy.admit(self._queue, request)
+        seq = next(self._seq)
+        job = _Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
+                   playout=policy.playout(request))
+        self._jobs.add(job)
+        deadline = self._timeout_at(request)
+        with policy.tracked(request, job.playout):
+            try:
+                self._ensure_loop()
+                for _ in range(len(request.segments)):
+                    self._submit_next(job)
+                    out = await self._until(deadline, job.outbox.get())
+                    if isinstance(out, BaseException):
+                        raise out
+                    self._submit_next(job)  # room in the collector again: let it run ahead
+                    yield out
+            finally:
+                self._drop(job)
+
+    def _submit_next(self, job: _Job) -> None:
+        if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
+            return
+        job.busy = True
+        self._enqueue(_Item(job, job.pending.popleft()))
+
+    def _enqueue(self, item: _Item, entry: Entry | None = None) -> None:
+        """Queue a job's segment (``entry``: one taken before, whose call was interrupted)."""
+        job = item.job
+        if entry is not None:
+            self._queue.requeue(entry)
+        else:
+            left = len(item.segment.phonemes) + sum(len(s.phonemes) for s in job.pending)
+            self.policy.offer(self._queue, item, item.segment, job.playout, session=job.key, request_seq=job.seq,
+                              remaining=left, busy=not self._free, interrupts=self.interrupts)
+        self._set_queued(self._queued + 1)
+        if self._wake is not None:
+            self._wake.set()
+
+    def _drop(self, job: _Job) -> None:
+        """Forget a finished, failed or abandoned job; its queued segment leaves the queue now."""
+        if job.cancelled:
+            return
+        job.cancelled = True
+        job.pending.clear()
+        self._jobs.discard(job)
+        dropped = self._queue.remove(lambda it: it.job is job)
+        if dropped:
+            self._set_queued(self._queued - dropped)
+        self.policy.abandon(lambda it: it.job is job)  # closed mid-call (cancel, barge-in): stop that call
+
+    def _set_queued(self, n: int) -> None:
+        self._queued = n
+        self._observer.queue_depth(n)
+
+    # -- the scheduler loop ---------------------------------------------------------------------
+    async def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        while True:
+            while not (self._queued and self._free):
+                self._wake.clear()
+                await self._wake.wait()
+            hold = self.policy.hold_s(self._queue, _segment_of, free=self._free, workers=self.workers)
+            if hold > 0:  # rule 6: everything queued has slack and a call is running: keep this worker
+                await self._nap(hold)
+                continue
+            if self.batched and self._queued < self.max_batch_size and self.max_wait_s > 0:
+                await self._fill(loop)  # LitServe's collate: up to a size or a timeout
+            entries = self._take(self.max_batch_size if self.batched else 1)
+            if not entries:
+                continue
+            solo = self.policy.runs_alone(self._queue, _segment_of, taken=len(entries), free=self._free,
+                                          workers=self.workers)  # rule 7
+            self._launch(loop, entries, solo=solo)
+
+    def _launch(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], *, solo: bool) -> None:
+        """Hand the entries' segments to a worker thread (a single call may be interrupted)."""
+        items: list[_Item] = [e.item for e in entries]
+        interruptible = self.interrupts and len(entries) == 1
+        kind = self.call_kind(solo) if len(entries) == 1 else "batch"
+        call = self.policy.call_started(entries[0], items[0].job.playout, items[0].segment, kind,
+                                        interruptible=interruptible)
+        self._free -= 1
+        try:
+            future = loop.run_in_executor(
+                self._executor, partial(self.run_segments, solo=solo, interrupt=call.interrupt if interruptible else None),
+                [it.segment for it in items], lambda i: items[i].job.cancelled)
+            future.add_done_callback(lambda f: self._batch_done(entries, call, f))
+        except Exception as e:  # e.g. the executor is shut down: fail these, the loop goes on
+            self._free += 1
+            self.policy.call_ended(call)
+            self._finish(entries, [SegmentResult(error=e)] * len(items))
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep until ``seconds`` pass or the queue or the workers change."""
+        assert self._wake is not None
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+
+    async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._wake is not None
+        deadline = loop.time() + self.max_wait_s
+        while self._queued < self.max_batch_size:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._wake.wait()
+            except TimeoutError:
+                return
+
+    def _take(self, n: int) -> list[Entry]:
+        """Up to ``n`` ready segments in the policy's order; beyond the head, only those that fit
+        the batch (the policy's rule 8). A segment passed over keeps its place."""
+
+        def fits(taken: list[Entry], entry: Entry) -> bool:
+            return self.policy.fits(taken, entry, _tokens)
+
+        taken = self._queue.take(n, fits)
+        if taken:
+            self._set_queued(self._queued - len(taken))
+        return taken
+
+    def _batch_done(self, entries: list[Entry], call: RunningCall, future: asyncio.Future[Any]) -> None:
+        self._free += 1
+        self.policy.call_ended(call)
+        if future.cancelled():
+            results = [SegmentResult(error=NotReady("server is shutting down"))] * len(entries)
+        elif future.exception() is not None:
+            results = [SegmentResult(error=future.exception())] * len(entries)
+        else:
+            results = future.result()
+        self._finish(entries, results)
+
+    def _finish(self, entries: list[Entry], results: Sequence[SegmentResult]) -> None:
+        for entry, result in zip(entries, results, strict=True):
+            item: _Item = entry.item
+            job = item.job
+            if job.cancelled:
+                job.busy = False
+                continue
+            if isinstance(result.error, Interrupted):  # for a newcomer's first segment: runs again after it
+                self._enqueue(item, entry)
+                continue
+            job.busy = False
+            if result.error is not None:
+                job.outbox.put_nowait(self._as_error(result.error, job.request))
+                job.pending.clear()
+                continue
+            self.policy.segment_ready(job.playout, result.audio, job.request)
+            job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
+            self._submit_next(job)
+        if self._wake is not None:
+            self._wake.set()
+

@@ -1,0 +1,357 @@
+"""The scheduling policy: every rule that decides what runs next, for both modes (docs/runtimes.md).
+
+Read it top to bottom. Both modes keep a queue of runnable segments (one per request at a time: a
+request offers its next segment when the previous one is done) and ask this policy what to do.
+
+1. **Playback deadlines.** Each request gets a playback clock (:class:`~backends.engine.schedule.Playout`):
+   its first segment is due when it arrived, each later one ``deadline_margin_ms`` before the audio
+   already delivered runs out. Lateness is reported as an underrun.
+2. **Short first segment.** A listener who hears nothing yet gets a first segment of at most
+   ``short_first_segment_words`` words (``short_first_segment``).
+3. **Order** (:meth:`SchedulingPolicy.rank`). Earliest due first, ties round-robin by session.
+   Segments due within ``due_together_ms`` of the earliest count as due together and go shortest
+   first (a newcomer's short first segment is not kept behind a long one; a long one is passed over
+   only by segments due at most that much after it, so it cannot starve).
+4. **Overload** (a later segment, queued or running, is past its due: listeners ask for more audio
+   than the runtime makes). Then first segments go before later segments (first audio at once) —
+   but a queued later segment gives way to at most ``overload_yields`` first segments due after
+   it and then runs first (by its due), so no stream starves under a flood of newcomers — and the
+   late streams go by least work left (the phonemes their request still has),
+   ties in arrival order: a short request finishes instead of waiting behind long streams, and of
+   equal streams the oldest plays on while the newer wait, so less silence is heard in all than if
+   every stream were served in turn. A client that does not read stops offering segments (its
+   stream waits for it), so it never holds a newcomer up for longer than its backlog of queued work.
+   ``overload`` says what a newcomer (a listener who hears nothing) meets: ``admit`` serves its first
+   segment at once, interrupting a running later call however far it has run (the late streams pay
+   one short segment's time, and the lost work, per newcomer); ``refuse`` answers it
+   :class:`~backends.api.base.Overloaded` at once. Either way the load is reported (demanded vs
+   delivered audio-seconds per second) and logged when overload begins and ends.
+5. **Interruption** (``interrupt_for_first_audio``; single calls of an ``interruptible`` runtime).
+   A newcomer's first segment that finds no worker free interrupts a call of a later segment the
+   queue would take after it, if that call has run less than ``interrupt_before_fraction`` of its
+   expected time (any such call under overload with ``admit``); the interrupted segment is queued
+   again with its own due and runs after it; a request's segment is interrupted at most once.
+   A request closed while its segment runs (a client's cancel, a voice agent's Clear or barge-in)
+   has that call interrupted too (:meth:`SchedulingPolicy.abandon`): nobody waits for its result.
+6. **Holding a worker** (parallel single calls, concurrent mode). While a call runs, a free worker
+   takes the queue's head only once some queued segment must start: its due less ``hold_factor``
+   times its expected time beside another call. Until then it waits for urgent work (a newcomer's
+   first segment). A held segment starts by its start-by time at the latest.
+7. **Solo calls** (concurrent mode, a runtime with ``solo_calls``). A call runs alone, with every
+   core, when no other call is running and nothing queued must start yet (rule 6's
+   start-by time): segments may still be queued, and wait their start-by time for a free worker.
+8. **Batches** (a batching runtime). A batch takes segments in rank order, a session's second only
+   after every session's first; beside its head only segments within ``batch_length_ratio`` of
+   its phoneme lengths, except that a listener's first segment always joins a batch led by a later
+   segment (it is never left for the next batch while a later one runs).
+
+The cost of a call (:class:`CostModel`) is measured per kind — alone (every core), beside other
+calls (a share of the cores), a batch of ``n`` — as a running average of seconds per input token
+(``cost_smoothing``); rule 5 uses the kind the call runs as, rule 6 the kind "beside".
+
+With ``deadlines`` off, rules 1-8 give way to the mode's plain order (sequential: first in, first
+out; concurrent: round-robin by session) and the usual first cut; the load is still reported.
+
+Threading: everything here runs on the event loop, except :meth:`CostModel.measured` (worker
+threads; one float store per kind). The clock is injected (``clock``), so the rules can be run in
+virtual time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+from backends.api.base import BackendObserver, Interrupt, Overloaded, Segment, SynthesisRequest
+from backends.config import BackendConfig
+from backends.engine.schedule import Entry, Listeners, Playout, Preemption, RunningCall, SegmentQueue
+
+log = logging.getLogger("kokoro.backend")
+
+Order = Literal["deadline", "round_robin", "fifo"]
+#: How a call runs: alone with every core, beside other calls, or as one batch of segments.
+CallKind = Literal["solo", "shared", "batch"]
+
+
+def input_tokens(segment: Segment) -> int:
+    """The model's input length for ``segment`` (its phonemes plus the start and end tokens)."""
+    return len(segment.phonemes) + 2
+
+
+class CostModel:
+    """Seconds per input token, a running average per call kind (and batch size) of measured calls."""
+
+    def __init__(self, smoothing: float = 0.2):
+        self.smoothing = smoothing
+        self._rate: dict[tuple[CallKind, int], float] = {}
+
+    def measured(self, kind: CallKind, seconds: float, tokens: int, n: int = 1) -> None:
+        """Fold in a finished call of ``kind`` over ``tokens`` input tokens (``n`` segments)."""
+        if tokens <= 0:
+            return
+        key = (kind, n if kind == "batch" else 1)
+        rate, known = seconds / tokens, self._rate.get(key)
+        self._rate[key] = rate if known is None else known + self.smoothing * (rate - known)
+
+    def rate(self, kind: CallKind, n: int = 1) -> float:
+        """Seconds per token of ``kind``; of the nearest kind measured when this one is not yet
+        (solo, shared, any batch); 0 when nothing is measured."""
+        key = (kind, n if kind == "batch" else 1)
+        if key in self._rate:
+            return self._rate[key]
+        for other in (("shared", 1), ("solo", 1)) if kind != "solo" else (("solo", 1), ("shared", 1)):
+            if other in self._rate:
+                return self._rate[other]
+        return next(iter(self._rate.values()), 0.0)
+
+    def expected_s(self, segment: Segment, kind: CallKind = "solo") -> float:
+        """How long a call of ``kind`` for ``segment`` is expected to take (0 until one is measured)."""
+        return self.rate(kind) * input_tokens(segment)
+
+    def snapshot(self) -> dict[str, float]:
+        """Seconds per token by kind, e.g. ``{"solo": ..., "batch_4": ...}``."""
+        return {(k if k != "batch" else f"batch_{n}"): v for (k, n), v in list(self._rate.items())}
+
+
+class LoadMeter:
+    """Audio-seconds per second: demanded (one per request in progress: a listener plays in real
+    time) against delivered (audio made over the last ``window_s``)."""
+
+    def __init__(self, window_s: float, clock: Callable[[], float]):
+        self.window_s = window_s
+        self._clock = clock
+        self._made: deque[tuple[float, float]] = deque()
+        self._made_s = 0.0
+        self.streams = 0
+
+    def made(self, audio_seconds: float) -> None:
+        self._made.append((self._clock(), audio_seconds))
+        self._made_s += audio_seconds
+
+    @property
+    def demanded(self) -> float:
+        return float(self.streams)
+
+    @property
+    def delivered(self) -> float:
+        cutoff = self._clock() - self.window_s
+        while self._made and self._made[0][0] < cutoff:
+            self._made_s -= self._made.popleft()[1]
+        if not self._made:
+            self._made_s = 0.0  # (no drift from the float sums)
+        return max(0.0, self._made_s) / self.window_s
+
+
+class SchedulingPolicy:
+    """The rules of the module docstring, for one engine. ``observer`` hears of underruns and the
+    load; ``clock`` is "now" (``time.perf_counter`` unless a test injects one)."""
+
+    def __init__(self, config: BackendConfig, *, plain_order: Order, sample_rate: int,
+                 observer: BackendObserver, clock: Callable[[], float] = time.perf_counter):
+        self.config = config
+        self.plain_order: Order = plain_order
+        self.sample_rate = sample_rate
+        self.clock = clock
+        self.cost = CostModel(config.cost_smoothing)
+        self.load = LoadMeter(config.load_window_s, clock)
+        self._observer = observer
+        self._listeners = Listeners()
+        self._preemption = Preemption()
+        self._running: list[RunningCall] = []
+        self._overloaded = False
+
+    # -- rule 1, 2: playback deadlines, short first segments -------------------------------------
+    @staticmethod
+    def session_of(request: SynthesisRequest) -> str:
+        return request.session or request.request_id or f"request-{id(request)}"
+
+    @contextlib.contextmanager
+    def tracked(self, request: SynthesisRequest, playout: Playout | None = None) -> Iterator[None]:
+        """Count ``request`` as in progress for its session and, given its ``playout`` (while the
+        mode streams it; not while it is planned), as a stream that demands audio; when the block
+        ends, a call of it still running no longer counts as a late stream."""
+        stream = playout is not None
+        self.load.streams += stream
+        if stream:
+            self._observer.load(self.load.demanded, self.load.delivered)
+        try:
+            with self._listeners.serving(self.session_of(request)):
+                yield
+        finally:
+            self.load.streams -= stream
+            if playout is not None:
+                playout.ended = True
+                self._observer.load(self.load.demanded, self.load.delivered)  # the gauges never stay stale
+
+    def short_first(self, request: SynthesisRequest) -> bool:
+        """Whether ``request``'s first segment is cut short: only while its listener hears nothing,
+        and with ``busy`` only while other sessions are served."""
+        when, session = self.config.short_first_segment, self.session_of(request)
+        if when == "never" or not self.config.deadlines:
+            return False
+        if self._listeners.hears_something(session, self.clock()):
+            return False  # this request's audio follows audio still playing: no hurry
+        return when == "always" or self._listeners.others_served(session)
+
+    def playout(self, request: SynthesisRequest) -> Playout:
+        """The request's playback clock (call it before the request is ``tracked``)."""
+        heard = self._listeners.hears_something(self.session_of(request), self.clock())
+        return Playout(request.created, self.config.deadline_margin_ms / 1000.0, heard_before=heard)
+
+    def segment_ready(self, playout: Playout, audio: Any, request: SynthesisRequest) -> None:
+        """A segment is ready now (``audio``, None when it failed): advance the playback, report a
+        late segment and the load, note until when the session's listener has audio to play."""
+        if audio is None:
+            return
+        seconds = len(audio) / self.sample_rate
+        late = playout.delivered(self.clock(), seconds)
+        if late > 0:
+            self._observer.underrun(late)
+        self.load.made(seconds)
+        self._observer.load(self.load.demanded, self.load.delivered)
+        if playout.runs_out is not None:
+            self._listeners.played(self.session_of(request), playout.runs_out)
+
+    # -- rule 3, 4: the order, overload ---------------------------------------------------------
+    def new_queue(self) -> SegmentQueue:
+        return SegmentQueue(self.rank, served=self._served)
+
+    def _served(self, taken: list[Entry], left: list[Entry]) -> None:
+        """Count, for each queued later segment, the first segments taken ahead of it while
+        overloaded that were due after it (those earliest-due-first would not have run first)."""
+        if not self._overloaded:
+            return
+        for entry in left:
+            if entry.playing:
+                entry.passed += sum(not t.playing and t.due > entry.due for t in taken)
+
+    @property
+    def order(self) -> Order:
+        return "deadline" if self.config.deadlines else self.plain_order
+
+    def rank(self, queue: SegmentQueue) -> Callable[[Entry], tuple[Any, ...]]:
+        """The sort key of the queue's order for the entries queued now (smaller runs sooner)."""
+        if self.order == "fifo":
+            return lambda e: (e.seq,)
+        if self.order == "round_robin":
+            return queue.turn
+        if self.overloaded(queue):
+            yields = self.config.overload_yields
+
+            def overloaded(e: Entry) -> tuple[Any, ...]:
+                if not e.playing:
+                    return (1, e.cost, e.due, *queue.turn(e))  # first audio at once, shortest first
+                if e.passed >= yields:
+                    return (0, e.due, e.request_seq, e.seq)  # gave way often enough: runs now
+                return (2, e.remaining, e.request_seq, e.seq)  # the late streams, least work left first
+
+            return overloaded
+        window = self.config.due_together_ms / 1000.0
+        together = min((e.due for e in queue.entries), default=0.0) + window
+
+        def deadline(e: Entry) -> tuple[Any, ...]:
+            if window > 0 and e.due <= together:
+                return (0, e.cost, e.due, *queue.turn(e))
+            return (1, 0.0, e.due, *queue.turn(e))
+
+        return deadline
+
+    def overloaded(self, queue: SegmentQueue) -> bool:
+        """Whether a later segment, queued or running, is past its due (deadlines on). Logs when
+        that begins and ends."""
+        if not self.config.deadlines:
+            return False
+        now = self.clock()
+        behind = any(e.playing and e.due < now for e in queue.entries) or any(
+            c.entry.playing and c.entry.due < now and not c.playout.ended for c in self._running)
+        if behind != self._overloaded:
+            self._overloaded = behind
+            demanded, delivered = self.load.demanded, self.load.delivered
+            if behind:
+                log.warning("overloaded: %d listeners ask for %.1f audio-s/s, the runtime made %.1f over the last %g s; "
+                            "newcomers are %s", self.load.streams, demanded, delivered, self.load.window_s,
+                            "served first" if self.config.overload == "admit" else "refused (overloaded)")
+            else:
+                log.info("no longer overloaded: every stream is on time")
+        return behind
+
+    def admit(self, queue: SegmentQueue, request: SynthesisRequest) -> None:
+        """Rule 4 for a newcomer: with ``overload=refuse``, raise :class:`Overloaded` while a stream
+        is behind and the request's listener hears nothing yet."""
+        if self.config.overload != "refuse" or not self.overloaded(queue):
+            return
+        if self._listeners.hears_something(self.session_of(request), self.clock()):
+            return  # a session's next sentence belongs to a stream already admitted
+        raise Overloaded(f"the server is overloaded: {self.load.streams} listeners ask for more audio than it makes "
+                         f"({self.load.delivered:.1f} audio-s/s); try another instance or again shortly")
+
+    def offer(self, queue: SegmentQueue, item: Any, segment: Segment, playout: Playout, *, session: str,
+              request_seq: int, remaining: float, busy: bool, interrupts: bool) -> None:
+        """Queue ``item``, a request's next runnable ``segment``; when no worker is free (``busy``),
+        interrupt a running call for it if rule 5 allows."""
+        entry = queue.push(item, session=session, request_seq=request_seq, due=playout.due,
+                           cost=len(segment.phonemes), playing=playout.runs_out is not None, remaining=remaining)
+        if not busy or not interrupts:
+            return
+        any_later = self.config.overload == "admit" and self.overloaded(queue)
+        call = self._preemption.victim(queue, entry, playout, self.clock(),
+                                       before_fraction=self.config.interrupt_before_fraction, any_later=any_later)
+        if call is not None:
+            call.playout.interrupted = True
+            call.interrupt.set()
+
+    # -- rule 5: interruption -------------------------------------------------------------------
+    def interrupts(self, *, batched: bool, interruptible: bool) -> bool:
+        """Whether a running single call may be interrupted for first audio."""
+        return self.config.deadlines and self.config.interrupt_for_first_audio and not batched and interruptible
+
+    def call_started(self, entry: Entry, playout: Playout, segment: Segment, kind: CallKind, *,
+                     interruptible: bool) -> RunningCall:
+        """A call for ``entry`` begins; its ``interrupt`` is set when rule 5 picks it."""
+        call = RunningCall(entry, playout, self.clock(), self.cost.expected_s(segment, kind), Interrupt())
+        self._running.append(call)
+        if interruptible:
+            self._preemption.started(call)
+        return call
+
+    def abandon(self, match: Callable[[Any], bool]) -> None:
+        """A request was closed (a client's cancel or barge-in) while a call of its segment runs:
+        interrupt the interruptible running calls whose queue item ``match`` es, as nobody waits
+        for what they compute (its result is discarded, not queued again)."""
+        self._preemption.abandon(match)
+
+    def call_ended(self, call: RunningCall) -> None:
+        with contextlib.suppress(ValueError):
+            self._running.remove(call)
+        self._preemption.ended(call)
+
+    # -- rule 6, 7: holding a worker, solo calls ------------------------------------------------
+    def start_by(self, entry: Entry, segment: Segment) -> float:
+        """When ``entry`` must start beside another call to be ready by its due."""
+        return entry.due - self.config.hold_factor * self.cost.expected_s(segment, "shared")
+
+    def hold_s(self, queue: SegmentQueue, segment_of: Callable[[Entry], Segment], *, free: int, workers: int) -> float:
+        """How long a free worker waits for urgent work before taking the queue's head (0: now)."""
+        if not self.config.deadlines or workers < 2 or free == workers:
+            return 0.0
+        start_by = min((self.start_by(e, segment_of(e)) for e in queue), default=None)
+        return 0.0 if start_by is None else max(0.0, start_by - self.clock())
+
+    def runs_alone(self, queue: SegmentQueue, segment_of: Callable[[Entry], Segment], *, taken: int, free: int,
+                   workers: int) -> bool:
+        """Whether a call of ``taken`` segments runs solo: one segment, no other call running, and
+        nothing queued that must start now."""
+        now = self.clock()
+        return taken == 1 and free == workers and not any(self.start_by(e, segment_of(e)) <= now for e in queue)
+
+    # -- rule 8: batches ------------------------------------------------------------------------
+    def fits(self, taken: list[Entry], entry: Entry, tokens: Callable[[Entry], int]) -> bool:
+        """Whether ``entry`` joins the batch ``taken`` (its head first)."""
+        if self.config.deadlines and not entry.playing and taken[0].playing:
+            return True  # a listener's first segment never waits for the next batch behind a later one
+        lengths = [tokens(e) for e in taken] + [tokens(entry)]
+        return max(lengths) <= self.config.batch_length_ratio * min(lengths)

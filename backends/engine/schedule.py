@@ -1,0 +1,261 @@
+"""The scheduler's data: playback clocks, the queue of runnable segments, listeners, running calls.
+
+The rules that decide what runs next are :mod:`backends.engine.policy`'s; this module holds the state they
+read and keep:
+
+* :class:`Playout` follows one request as a client playing in real time would hear it: the first
+  segment is due when the request arrived; when a segment is ready at ``t``, its playback starts at
+  ``max(t, runs_out)`` (a late segment is a gap, an *underrun*, of ``t - runs_out`` seconds) and
+  the audio then runs out ``audio_seconds`` later; the next segment is due ``margin`` before that.
+* :class:`SegmentQueue` holds runnable segments (:class:`Entry`) and hands them out in the order of
+  a *rank* the policy gives it (a function of the queue as it is now), a session's second entry in
+  a batch only after every session's first, with the round each session is at (``turn``).
+* :class:`Listeners` knows, per session, whether its listener hears anything (a request in progress
+  or audio delivered that has not run out yet).
+* :class:`Preemption` holds the single calls running now and picks the one to interrupt for a
+  listener who hears nothing yet, by the policy's thresholds.
+
+Pure logic, no threads, no clock of its own (times are passed in): the modes call it from the event
+loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per pick is cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The policy's order for the entries queued now: a sort key (smaller runs sooner).
+Rank = Callable[["SegmentQueue"], Callable[["Entry"], tuple[Any, ...]]]
+
+
+class Playout:
+    """One request's playback as a real-time client hears it (see the module docstring).
+    ``heard_before``: its listener had audio playing or another request in progress when it arrived."""
+
+    def __init__(self, arrived: float, margin_s: float = 0.0, *, heard_before: bool = False):
+        self.arrived = arrived
+        self.margin_s = margin_s
+        self.heard_before = heard_before
+        self.first_ready: float | None = None
+        self.runs_out: float | None = None  # when the audio delivered so far stops playing
+        self.underrun_s = 0.0
+        self.interrupted = False  # its segment in progress was interrupted once (never twice)
+        self.ended = False  # its request finished, failed or was dropped (a call still running is work lost)
+
+    @property
+    def silent(self) -> bool:
+        """Whether its listener hears nothing until its next segment is ready (a first segment
+        that ends a silence, not one that follows audio)."""
+        return self.runs_out is None and not self.heard_before
+
+    @property
+    def due(self) -> float:
+        """When the next segment must be ready."""
+        if self.runs_out is None:
+            return self.arrived
+        return self.runs_out - self.margin_s
+
+    def delivered(self, at: float, audio_seconds: float) -> float:
+        """A segment of ``audio_seconds`` became ready at ``at``; returns how late it was (seconds
+        of silence the listener heard before it, 0 when on time)."""
+        self.interrupted = False
+        if self.runs_out is None:
+            self.first_ready = at
+            self.runs_out = at + audio_seconds
+            return 0.0
+        late = max(0.0, at - self.runs_out)
+        self.runs_out = max(self.runs_out, at) + audio_seconds
+        self.underrun_s += late
+        return late
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    """A runnable segment in the queue; ``item`` is the mode's own (what it runs)."""
+
+    item: Any
+    session: str
+    request_seq: int
+    due: float
+    seq: int = 0
+    cost: float = 0.0
+    playing: bool = False  # a later segment: its request's audio already plays
+    remaining: float = 0.0  # phonemes its request has left, this segment's included
+    passed: int = 0  # first segments taken ahead of it while the server was overloaded
+
+
+@dataclass
+class SegmentQueue:
+    """Runnable segments, picked in the order of ``rank`` (the policy's). Event loop only."""
+
+    rank: Rank
+    #: Told of every take: the entries taken and those left queued (the policy counts passes).
+    served: Callable[[list[Entry], list[Entry]], None] | None = None
+    _entries: list[Entry] = field(default_factory=list)
+    _turn: dict[str, int] = field(default_factory=dict)  # session -> when it last joined or was served
+    _clock: Iterator[int] = field(default_factory=itertools.count)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(sorted(self._entries, key=self.rank(self)))
+
+    @property
+    def entries(self) -> list[Entry]:
+        """The queued entries, in no particular order."""
+        return list(self._entries)
+
+    def turn(self, entry: Entry) -> tuple[Any, ...]:
+        """Round-robin by session (the session served or joined longest ago first), then the
+        session's oldest request, then the order of arrival."""
+        return (self._turn.get(entry.session, 0), entry.request_seq, entry.seq)
+
+    def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, cost: float = 0.0,
+             playing: bool = False, remaining: float = 0.0) -> Entry:
+        if not any(e.session == session for e in self._entries):
+            self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
+        entry = Entry(item, session, request_seq, due, next(self._clock), cost, playing, remaining)
+        self._entries.append(entry)
+        return entry
+
+    def pop(self) -> Entry | None:
+        """The next segment to run, or None when nothing is runnable."""
+        taken = self.take(1)
+        return taken[0] if taken else None
+
+    def take(self, n: int, fits: Callable[[list[Entry], Entry], bool] | None = None) -> list[Entry]:
+        """Up to ``n`` entries in order, a session's second entry only after every session's
+        first (a batch spreads over sessions); the first always goes, each later one only when
+        ``fits(taken, entry)``. Entries passed over keep their place."""
+        ranked: list[tuple[int, tuple[Any, ...], Entry]] = []
+        per_session: dict[str, int] = {}
+        key = self.rank(self)
+        for entry in sorted(self._entries, key=key):
+            rank = per_session[entry.session] = per_session.get(entry.session, -1) + 1
+            ranked.append((rank, key(entry), entry))
+        ranked.sort(key=lambda r: r[:2])
+        taken: list[Entry] = []
+        for _, _, entry in ranked:
+            if len(taken) >= n:
+                break
+            if taken and fits is not None and not fits(taken, entry):
+                continue
+            taken.append(entry)
+        for entry in taken:
+            self._entries.remove(entry)
+            self._turn[entry.session] = next(self._clock)  # served: to the end of the round
+        if taken and self.served is not None:
+            self.served(taken, self._entries)
+        return taken
+
+    def requeue(self, entry: Entry) -> None:
+        """Put back an entry that was taken (its call was interrupted): same due, same place."""
+        self._entries.append(entry)
+
+    def outranks(self, entry: Entry, other: Entry) -> bool:
+        """Whether queued ``entry`` would be taken before ``other`` if that were queued too."""
+        self._entries.append(other)
+        try:
+            key = self.rank(self)
+            return key(entry) < key(other)
+        finally:
+            self._entries.remove(other)
+
+    def remove(self, match: Callable[[Any], bool]) -> int:
+        """Drop every entry whose item matches; returns how many."""
+        kept = [e for e in self._entries if not match(e.item)]
+        dropped = len(self._entries) - len(kept)
+        self._entries = kept
+        return dropped
+
+    def clear(self) -> list[Entry]:
+        entries, self._entries = self._entries, []
+        return entries
+
+
+class Listeners:
+    """Per session: requests in progress and when the audio delivered to it runs out."""
+
+    def __init__(self) -> None:
+        self._active: Counter[str] = Counter()
+        self._playing: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def serving(self, session: str) -> Iterator[None]:
+        """Count one request of ``session`` as in progress while the block runs."""
+        self._active[session] += 1
+        try:
+            yield
+        finally:
+            self._active[session] -= 1
+            if self._active[session] <= 0:
+                del self._active[session]
+
+    def played(self, session: str, runs_out: float) -> None:
+        """The audio delivered to ``session`` so far runs out at ``runs_out``."""
+        self._playing[session] = runs_out
+
+    def hears_something(self, session: str, now: float) -> bool:
+        """Whether ``session`` has a request in progress or audio still playing at ``now``."""
+        for other, until in list(self._playing.items()):  # forget sessions whose audio ran out
+            if until <= now and other not in self._active:
+                del self._playing[other]
+        return session in self._active or session in self._playing
+
+    def others_served(self, session: str) -> bool:
+        """Whether requests of sessions other than ``session`` are in progress."""
+        return any(other != session for other in self._active)
+
+
+@dataclass(eq=False, slots=True)
+class RunningCall:
+    """A single runtime call in progress: the segment's queue entry and request playback, when it
+    started, how long it is expected to take, and how to interrupt it."""
+
+    entry: Entry
+    playout: Playout
+    started: float
+    expected_s: float
+    interrupt: Any  # backends.api.base.Interrupt
+
+
+class Preemption:
+    """The running calls that may be interrupted, and which one to interrupt for a segment whose
+    listener hears nothing yet (see the module docstring). Event loop only."""
+
+    def __init__(self) -> None:
+        self._calls: list[RunningCall] = []
+
+    def started(self, call: RunningCall) -> None:
+        self._calls.append(call)
+
+    def ended(self, call: RunningCall) -> None:
+        with contextlib.suppress(ValueError):
+            self._calls.remove(call)
+
+    def abandon(self, match: Callable[[Any], bool]) -> None:
+        """Interrupt the running calls whose queue item ``match`` es: their request was closed
+        (a client's cancel or barge-in), so nobody waits for what they compute."""
+        for call in self._calls:
+            if match(call.entry.item) and not call.interrupt.is_set:
+                call.interrupt.set()
+
+    def victim(self, queue: SegmentQueue, entry: Entry, playout: Playout, now: float, *,
+               before_fraction: float = 0.5, any_later: bool = False) -> RunningCall | None:
+        """The call to interrupt so that ``entry`` (queued) runs now, or None. Only for a silent
+        listener's segment; only a call whose listener hears something, not interrupted before,
+        that the queue would take after ``entry`` and (unless ``any_later``) that has run less than
+        ``before_fraction`` of its expected time. Of those, the one with the most left."""
+        if not playout.silent:
+            return None
+        candidates = [
+            c for c in self._calls
+            if not c.playout.silent and not c.playout.interrupted and not c.interrupt.is_set
+            and (any_later or now - c.started < c.expected_s * before_fraction) and queue.outranks(entry, c.entry)
+        ]
+        return max(candidates, key=lambda c: c.started + c.expected_s, default=None)

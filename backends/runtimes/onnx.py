@@ -1,0 +1,247 @@
+"""ONNX Runtime synthesizer (CPU by default): the offline default runtime.
+
+We own the ``InferenceSession`` (rather than going through ``kokoro_onnx.Kokoro``) so thread counts
+and providers are settable; the vocabulary comes from the Kokoro config that ships in
+``kokoro_onnx``. ``InferenceSession.run`` is thread-safe, so ``thread_safe`` is True; the
+sequential backend still runs one synthesis at a time by design. Blocking: call from a thread.
+Its :class:`~backends.api.base.Capabilities`: no batch path, timed with a timed model (below),
+interruptible, solo calls, thread-safe, threads settable before ``load()``; ``cpu`` unless the
+first provider is CUDA's.
+
+ONNX Runtime fixes a session's intra-op threads when it is built. The concurrent mode runs parallel
+calls with a share of the cores each, which leaves cores idle when only one call is runnable; with
+``solo_threads`` set before ``load()``, a second session of the same model with that many threads
+serves ``synthesize(segment, solo=True)`` (a call that runs alone; set by
+``set_threads(threads, solo=n)``). Measured here: a session of the int8 model holds about
+200-250 MiB of resident memory, so the second one costs that much.
+
+A call can be stopped while it runs (``interruptible``): an :class:`~backends.api.base.Interrupt` set from
+another thread sets the call's ``RunOptions.terminate``, and ONNX Runtime stops at its next node
+(within ~50 ms here); the call raises :class:`~backends.api.base.Interrupted` and the session serves
+the next call as before.
+
+Word timings: with a timed twin of the model (``*.timed.onnx``, written by ``kokoro-serve assets``;
+see :mod:`backends.assets.onnx_timed`), ``synthesize_timed`` returns the audio and the per-token frame
+durations the graph predicted (``<bos>``, each phoneme, ``<eos>``; 600 samples a frame), from the
+same single run that makes the audio — the audio is the plain model's, bit for bit.
+``reports_durations`` (``capabilities.timed``) says whether the model has them; without, the
+engine calls ``synthesize``.
+
+Windows of a sentence (``capabilities.windowed``): with the model's predict and decode graphs
+beside it (``<name>.predict.onnx``, ``<name>.decode.onnx``; :mod:`backends.assets.onnx_windowed`), a
+segment that carries its sentence (:attr:`~backends.api.base.Segment.sentence`) runs the predict graph
+over the whole sentence (durations, aligned features, F0, energy, harmonic source) and the decode
+graph over the segment's frames and ``window_context`` more on each side (default
+:data:`~backends.runtimes.windowing.WINDOW_CONTEXT`), cropped after; its durations are the window's frames
+per token of the segment (:mod:`backends.runtimes.windowing`, as on torch). Without both graphs nothing
+changes: ``windowed`` is False and the planner gives no segment its sentence. The two graphs hold
+the model's weights again: their sessions cost about as much memory as the model's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.api.base import (
+    MAX_PHONEMES,
+    SAMPLE_RATE,
+    BackendFault,
+    Capabilities,
+    Interrupt,
+    Interrupted,
+    Segment,
+    Synthesizer,
+    clip_audio,
+)
+from backends.assets.build import ModelFiles
+from backends.assets.onnx_timed import DURATIONS_OUTPUT
+from backends.assets.onnx_windowed import DURATIONS, FRAME_SAMPLES, WINDOW_TENSORS
+from backends.assets.voices import VoiceStore
+from backends.runtimes.windowing import (
+    WINDOW_CONTEXT,
+    boundary_frame,
+    decode_range,
+    fold_durations,
+    token_range,
+)
+
+log = logging.getLogger(__name__)
+
+
+def load_vocab(config_path: Path) -> dict[str, int]:
+    vocab: dict[str, int] = json.loads(Path(config_path).read_text(encoding="utf-8"))["vocab"]
+    return vocab
+
+
+class OnnxSynthesizer(Synthesizer):
+    """Kokoro-82M on ONNX Runtime (see the module docstring)."""
+
+    name = "onnx"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(
+        self,
+        files: ModelFiles,
+        voices: VoiceStore,
+        *,
+        threads: int | None = None,
+        providers: list[str] | None = None,
+    ):
+        if files.onnx is None:
+            raise FileNotFoundError(f"no ONNX model in {files.root}")
+        self.files = files
+        self.voices = voices
+        self.vocab = load_vocab(files.config)
+        self.threads = threads
+        #: Intra-op threads of a second session for calls that run alone (None: no second session).
+        self.solo_threads: int | None = None
+        self.providers = providers or ["CPUExecutionProvider"]
+        self.model_name = files.model_name
+        #: The model reports per-token durations (a timed twin): ``synthesize_timed`` works.
+        self.reports_durations = files.onnx_durations
+        self._audio_output = "audio"
+        self._session: Any = None  # onnxruntime.InferenceSession, once loaded
+        self._solo_session: Any = None
+        self._onnx: Path = files.onnx
+        #: The predict and decode graphs (windows of a sentence), when the model has them.
+        self.window_graphs = files.onnx_windowed
+        self._windows: dict[bool, tuple[Any, Any]] = {}  # solo? -> (predict, decode) sessions
+        #: Frames a window decodes on each side of the segment's (and crops after).
+        self.window_context = WINDOW_CONTEXT
+
+    def load(self) -> None:
+        threads = self.threads or (os.cpu_count() or 1)
+        self._session = self._open(threads)
+        solo = bool(self.solo_threads and self.solo_threads != self.threads)
+        if solo:
+            self._solo_session = self._open(self.solo_threads or threads)
+        if self.window_graphs is not None:
+            predict, decode = self.window_graphs
+            self._windows[False] = (self._open(threads, predict), self._open(threads, decode))
+            if solo:
+                self._windows[True] = (self._open(self.solo_threads or threads, predict),
+                                       self._open(self.solo_threads or threads, decode))
+            names = {o.name for o in self._windows[False][0].get_outputs()}
+            if names != {DURATIONS, *WINDOW_TENSORS}:
+                raise BackendFault(f"{predict.name} has outputs {sorted(names)}; "
+                                   "rerun `kokoro-serve assets`")
+        inputs = {i.name: i for i in self._session.get_inputs()}
+        self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
+        self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
+        outputs = [o.name for o in self._session.get_outputs()]
+        self._audio_output = next((n for n in outputs if n != DURATIONS_OUTPUT), outputs[0])
+        if self.reports_durations and DURATIONS_OUTPUT not in outputs:
+            raise BackendFault(f"{self._onnx.name} has no {DURATIONS_OUTPUT!r} output; rerun `kokoro-serve assets`")
+        if not self.reports_durations:
+            log.warning("%s has no timed twin in %s: no word timings on onnx; `kokoro-serve assets` writes it",
+                        self._onnx.name, self.files.root)
+
+    def _open(self, threads: int, path: Path | None = None) -> Any:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Memory patterns are planned per input shape, and every text length is a new shape: with
+        # them on, RSS climbed ~50 MB over the first hundred texts; off, it stays flat, at no cost
+        # in speed (measured; see benchmarks/results/soak.md).
+        opts.enable_mem_pattern = False
+        return ort.InferenceSession(str(path or self._onnx), sess_options=opts, providers=self.providers)
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.providers[0].startswith("CUDA") else "cpu"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(timed=self.reports_durations, interruptible=True, solo_calls=True, thread_safe=True,
+                            threads_settable=True, windowed=self.window_graphs is not None, device=self.device)
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    def tokens(self, phonemes: str) -> list[int]:
+        return [self.vocab[c] for c in phonemes if c in self.vocab]
+
+    def synthesize(self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False) -> np.ndarray:
+        """float32 audio in [-1, 1] at 24 kHz (empty when no phoneme is in the vocabulary);
+        ``solo``: on the every-core session when there is one."""
+        return self._run(segment, solo, interrupt, timed=False)[0]
+
+    def synthesize_timed(
+        self, segment: Segment, *, interrupt: Interrupt | None = None, solo: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(audio, int64 frame durations per token: bos, each phoneme, eos). Needs a timed model
+        (``reports_durations``: ``capabilities.timed``); the same single run as :meth:`synthesize`."""
+        if not self.reports_durations:
+            return super().synthesize_timed(segment)
+        audio, durations = self._run(segment, solo, interrupt, timed=True)
+        assert durations is not None
+        return audio, durations
+
+    def _run(
+        self, segment: Segment, solo: bool, interrupt: Interrupt | None, *, timed: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        session = (self._solo_session if solo else None) or self._session
+        if session is None:
+            raise BackendFault("ONNX runtime used before load()")
+        tokens = self.tokens(segment.phonemes)[:MAX_PHONEMES]
+        if not tokens:
+            return np.zeros(0, dtype=np.float32), (np.zeros(0, dtype=np.int64) if timed else None)
+        if segment.sentence is not None and self.window_graphs is not None:
+            return self._window(segment, solo, interrupt)
+        style = self.voices.style(segment.voice, len(tokens)).reshape(1, -1).astype(np.float32)
+        speed = np.array([segment.speed], dtype=self._speed_dtype)
+        inputs = {self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64), "style": style, "speed": speed}
+        names = [self._audio_output, DURATIONS_OUTPUT] if timed else [self._audio_output]
+        out = self._call(session, names, inputs, interrupt)
+        durations = np.asarray(out[1], dtype=np.int64).reshape(-1) if timed else None
+        return clip_audio(out[0]), durations
+
+    def _window(self, segment: Segment, solo: bool, interrupt: Interrupt | None) -> tuple[np.ndarray, np.ndarray]:
+        """A segment that is a window of its sentence: the predict graph over the whole sentence,
+        the decode graph over the segment's frames (and context, cropped after); durations per
+        token of the segment (bos and eos take the window's frames of the sentence's tokens on
+        either side of it)."""
+        predict, decode = self._windows.get(solo) or self._windows[False]
+        span = token_range(segment, lambda p: self.tokens(p)[:MAX_PHONEMES])
+        n_tokens = len(span.tokens)
+        style = self.voices.style(segment.voice, n_tokens).reshape(1, -1).astype(np.float32)
+        inputs = {self._tokens_input: np.array([[0, *span.tokens, 0]], dtype=np.int64), "style": style,
+                  "speed": np.array([segment.speed], dtype=self._speed_dtype)}
+        names = [DURATIONS, *WINDOW_TENSORS]
+        p = dict(zip(names, self._call(predict, names, inputs, interrupt), strict=True))
+        per_token = np.asarray(p[DURATIONS], dtype=np.int64).reshape(-1)
+        energy = np.asarray(p["n"]).reshape(-1)
+        start = boundary_frame(per_token, energy, span.first, n_tokens)
+        stop = boundary_frame(per_token, energy, span.end, n_tokens)
+        lo, hi = decode_range(start, stop, int(p["asr"].shape[-1]), self.window_context)
+        window = {"asr": p["asr"][:, :, lo:hi], "f0": p["f0"][:, 2 * lo : 2 * hi], "n": p["n"][:, 2 * lo : 2 * hi],
+                  "source": p["source"][:, lo * FRAME_SAMPLES : hi * FRAME_SAMPLES], "style": style}
+        audio = np.asarray(self._call(decode, ["audio"], window, interrupt)[0]).reshape(-1)
+        audio = audio[(start - lo) * FRAME_SAMPLES : (stop - lo) * FRAME_SAMPLES]
+        return clip_audio(audio), fold_durations(per_token, start, stop, span.first, span.own)
+
+    @staticmethod
+    def _call(session: Any, names: list[str], inputs: dict[str, Any], interrupt: Interrupt | None) -> Any:
+        """``session.run``, stopped at its next node once ``interrupt`` is set."""
+        options = None
+        if interrupt is not None:
+            import onnxruntime as ort
+
+            options = ort.RunOptions()
+            interrupt.on_set(lambda: setattr(options, "terminate", True))
+        try:
+            return session.run(names, inputs, options)
+        except Exception as e:
+            if interrupt is not None and interrupt.is_set:
+                raise Interrupted("the call was interrupted") from e
+            raise

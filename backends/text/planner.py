@@ -1,0 +1,350 @@
+"""Text -> segments: normalise, split into sentences, keep every segment within the model's phoneme
+limit, and cut the first segment early so first audio comes soon.
+
+Rules (docs/runtimes.md states them for users):
+
+* Sentences end where :mod:`backends.text.sentences` says (the rules the agent's chunker follows too):
+  at ``. ! ? …`` before a word that starts a sentence, at CJK full stops and at newlines; never
+  after abbreviations (``Dr.``, ``e.g.``, ``U.S.``), initials, decimals (``3.14``) or times (``2:30``).
+* Japanese and Mandarin clauses end at their own marks (``、，；：``) as well, and their words are
+  counted by characters (two to a word: :func:`count_words`), so their first segment is cut early
+  too.
+* No segment exceeds :data:`~backends.api.base.MAX_PHONEMES` phonemes: a long sentence is cut at clause
+  punctuation (``, ; : —``) first, then between words, and only as a last resort inside a word.
+* The first segment of a request may stop at a clause boundary after a few words
+  (``first_segment_words`` .. ``first_segment_max_words``). When no clause mark comes within that
+  window, it may stop at a word boundary that keeps a natural phrase (:func:`phrase_boundaries`):
+  before a preposition, a conjunction or a relative word, never after a determiner, possessive or
+  intensifier (inside a noun phrase), never before ``of`` or ``to`` (they bind to the word before),
+  before ``and``/``or``/``but`` only when a new clause or noun phrase follows, and only with at
+  least three words left for the rest. For a short first segment (``short_first_words``: the
+  engine asks for one when the listener hears nothing yet) the window shrinks to that many words
+  and, when no clause mark or phrase boundary comes within it, the cut may fall at a word
+  boundary that is not inside a noun phrase nor after a word that needs what follows it, such as
+  a subject pronoun or an auxiliary (:func:`word_boundaries`); with no such cut in the short
+  window, the usual one applies. After a short cut, the rest of that
+  sentence is cut at its clause marks too, so the segments after the short first one grow step by
+  step. The first sentence (or clause, or phrase) always stands alone, and later segments pack
+  whole sentences, each segment at most twice the size of the one before, up to
+  ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
+* Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
+  whitespace), and their phonemes, joined, are the whole text's (up to pauses and stress).
+* Each segment says where it ends (:attr:`~backends.api.base.Segment.ends`): ``sentence`` (the last
+  piece of a sentence), ``clause`` (at ``, ; : —``) or ``phrase`` (a cut between words inside a
+  clause); the engine puts the reading's pause for that kind after it (:mod:`backends.engine.joins`). A
+  ``phrase`` segment's phonemes end with ``phrase_end_mark`` when one is set, so the model reads
+  the fragment as going on.
+* For a runtime that decodes windows of a sentence (``windowed``), the segments of a first
+  sentence cut early each carry that sentence (:attr:`~backends.api.base.Segment.sentence`: its
+  segments' phonemes joined by spaces, and each one's share): the runtime reads the sentence as one
+  utterance and sends it piece by piece, so the early cut keeps the sentence's intonation. Those
+  segments are not packed with the next sentence (and take no ``phrase_end_mark``).
+
+Pure Python plus the G2P callable; call from a worker thread (phonemisation is CPU work).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from backends.api.base import MAX_PHONEMES, EmptyText, Segment, SentenceContext
+from backends.text.sentences import split_sentences
+
+__all__ = [
+    "SegmentPlan", "TextPipeline", "boundary_kind", "clause_boundaries", "count_words", "normalize",
+    "phrase_boundaries", "split_sentences",
+    "word_boundaries",
+]
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u2028\u2029\ufeff]")
+_CLAUSE = re.compile(r"[,;:]+[\"'”’)\]]*(?=\s)|\s[—–-]{1,2}(?=\s)|—|[、，；：]+[」』”’）)]*(?=.)")
+#: Han, kana and Hangul characters: CJK text has no spaces, so its "words" are counted by characters.
+_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+#: CJK characters per word, for the first segment's word window (a Japanese or Chinese word is
+#: about two characters).
+CJK_CHARS_PER_WORD = 2
+
+
+def count_words(text: str) -> int:
+    """Words in ``text``: whitespace-separated words, with CJK characters counted two to a word."""
+    cjk = len(_CJK_CHAR.findall(text))
+    if not cjk:
+        return len(text.split())
+    return cjk // CJK_CHARS_PER_WORD + len(_CJK_CHAR.sub(" ", text).split())
+
+
+def normalize(text: str) -> str:
+    """NFC, control characters dropped, runs of spaces folded; newlines kept (they end sentences)."""
+    text = unicodedata.normalize("NFC", text)
+    text = _CONTROL.sub(" ", text).replace("\r\n", "\n").replace("\r", "\n")
+    lines = [" ".join(line.split()) for line in text.split("\n")]
+    return "\n".join(line for line in lines if line).strip()
+
+
+def clause_boundaries(sentence: str) -> list[int]:
+    """Offsets just after each clause mark, where a sentence may be cut."""
+    return [m.end() for m in _CLAUSE.finditer(sentence) if 0 < m.end() < len(sentence)]
+
+
+#: Words that open a phrase of their own: prepositions, conjunctions, relative words. ``of`` and
+#: ``to`` are left out: they bind to the word before ("a cup of tea", "want to go").
+PHRASE_OPENERS = frozenset(
+    "about above across after against along although among around as at because before behind below "
+    "beneath beside besides between beyond by despite during except for from if in inside into like near "
+    "once onto over past since than that though through throughout toward towards under underneath unless until upon "
+    "when whenever where whereas wherever whether which while who whom whose why with within without".split()
+)
+#: Coordinators: a phrase boundary only when a new clause or noun phrase follows them.
+COORDINATORS = frozenset("and or but nor yet so".split())
+#: Words that open a clause or a noun phrase (what must follow a coordinator for a cut before it).
+CLAUSE_OPENERS = frozenset(
+    "i you he she it we they there this that these those the a an my your his her its our their "
+    "some many most all each every no".split()
+)
+#: Words a first segment never ends with: a determiner, possessive or intensifier needs what comes
+#: after it (a cut there is inside a noun phrase), and a phrase word needs its object.
+BOUND_TO_NEXT = frozenset(
+    "a an the my your his her its our their this that these those some any no every each very such "
+    "quite rather too so not of to more less much soon well".split()
+) | PHRASE_OPENERS | COORDINATORS
+_WORD = re.compile(r"\S+")
+
+
+def _bare(word: str) -> str:
+    return word.strip("\"'“”‘’()[]{}«»").lower()
+
+
+def phrase_boundaries(sentence: str) -> list[int]:
+    """Offsets before words where a sentence may be cut without breaking a phrase (see the module
+    docstring), in order."""
+    words = [(m.start(), _bare(m.group())) for m in _WORD.finditer(sentence)]
+    cuts = []
+    for i in range(1, len(words) - 1):
+        start, word = words[i]
+        before, after = words[i - 1][1], words[i + 1][1]
+        if before in BOUND_TO_NEXT or not before.isalpha():
+            continue
+        if word in PHRASE_OPENERS or (word in COORDINATORS and after in CLAUSE_OPENERS):
+            cuts.append(start)
+    return cuts
+
+
+#: Words a short first segment never ends with either: subject pronouns, question words and
+#: auxiliaries need the verb or clause after them.
+NEEDS_WHAT_FOLLOWS = BOUND_TO_NEXT | frozenset(
+    "i you he she we they how what who whom whose why where when "
+    "am is are was were be been being will would can could shall should may might must do does did "
+    "have has had isn't aren't wasn't weren't don't doesn't didn't won't can't couldn't".split()
+)
+
+
+def word_boundaries(sentence: str) -> list[int]:
+    """Offsets before words where a sentence may be cut when a short first segment matters more
+    than the phrase: after a word that ends in a letter and needs nothing after it (not in
+    :data:`NEEDS_WHAT_FOLLOWS`), before any word but ``of``, ``to`` and a coordinator (a cut
+    before ``and`` is :func:`phrase_boundaries`' to make)."""
+    words = [(m.start(), _bare(m.group()), m.group()) for m in _WORD.finditer(sentence)]
+    return [
+        start for i, (start, word, _) in enumerate(words[1:], 1)
+        if word not in ("of", "to", *COORDINATORS) and words[i - 1][2][-1:].isalpha() and words[i - 1][1] not in NEEDS_WHAT_FOLLOWS
+    ]
+
+
+def _split_at(sentence: str, cuts: list[int]) -> list[str]:
+    pieces, prev = [], 0
+    for cut in [*cuts, len(sentence)]:
+        piece = sentence[prev:cut].strip()
+        if piece:
+            pieces.append(piece)
+        prev = cut
+    return pieces
+
+
+_SENTENCE_END = frozenset(".!?…。！？")
+_CLAUSE_END = frozenset(",;:—–-、，；：")
+
+
+def boundary_kind(text: str) -> str:
+    """The kind of boundary a piece of a sentence ends at, by its last mark (closing quotes and
+    brackets aside): ``sentence``, ``clause`` or ``phrase`` (no mark: a cut between words)."""
+    last = text.rstrip().rstrip("\"'”’)]}»")[-1:]
+    return "sentence" if last in _SENTENCE_END else "clause" if last and last in _CLAUSE_END else "phrase"
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    text: str
+    phonemes: str
+    ends: str = "sentence"
+    sentence: SentenceContext | None = None
+
+
+class TextPipeline:
+    """Plans the segments of a request. ``phonemize(text, lang) -> str``; ``vocab`` filters phonemes
+    to what the model knows, so ``len(segment.phonemes)`` is its token count."""
+
+    def __init__(
+        self,
+        phonemize: Callable[[str, str], str],
+        vocab: dict[str, int],
+        *,
+        first_segment_words: int = 3,
+        first_segment_max_words: int = 12,
+        segment_phonemes: int = 300,
+        max_phonemes: int = MAX_PHONEMES,
+        preload: Callable[[str], None] | None = None,
+        phrase_end_mark: str = "",
+    ):
+        self._phonemize = phonemize
+        self._preload = preload
+        #: Put after the phonemes of a segment cut between words inside a clause (``phrase``), so
+        #: the model reads it as going on rather than ending (docs/speech-quality.md measures it).
+        self.phrase_end_mark = "".join(c for c in phrase_end_mark if c in vocab)
+        self._vocab = vocab
+        self.first_segment_words = first_segment_words
+        self.first_segment_max_words = first_segment_max_words
+        self.segment_phonemes = min(segment_phonemes, max_phonemes)
+        self.max_phonemes = max_phonemes
+        #: Later segments may always grow to this many phonemes, however short the one before.
+        self.min_pack = 64
+
+    def preload(self, lang: str) -> None:
+        """Build ``lang``'s G2P front end now (blocking; the engine does it while the model loads)."""
+        if self._preload is not None:
+            self._preload(lang)
+
+    def phonemes(self, text: str, lang: str) -> str:
+        ph = self._phonemize(text, lang)
+        return "".join(c for c in ph if c in self._vocab).strip()
+
+    # -- budget ---------------------------------------------------------------------------------
+    def _fit(self, text: str, lang: str) -> list[SegmentPlan]:
+        """Pieces of ``text`` each within the phoneme limit: clauses, then words, then characters."""
+        ph = self.phonemes(text, lang)
+        if len(ph) <= self.max_phonemes:
+            return [SegmentPlan(text, ph)]
+        clauses = _split_at(text, clause_boundaries(text))
+        if len(clauses) == 1:
+            words = text.split()
+            if len(words) == 1:  # one enormous "word": cut by characters
+                half = len(text) // 2
+                return self._fit(text[:half], lang) + self._fit(text[half:], lang)
+            clauses = [" ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :])]
+        out: list[SegmentPlan] = []
+        for clause in clauses:
+            out.extend(self._fit(clause, lang))
+        return self._pack(out, self.max_phonemes)
+
+    @staticmethod
+    def _pack(pieces: list[SegmentPlan], budget: int) -> list[SegmentPlan]:
+        out: list[SegmentPlan] = []
+        for piece in pieces:
+            if out and len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
+                last = out[-1]
+                out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}", piece.ends)
+            else:
+                out.append(piece)
+        return out
+
+    # -- first segment --------------------------------------------------------------------------
+    def _first_cut(self, sentence: str, short_words: int | None = None) -> int | None:
+        """Where the first segment ends: the first clause mark in the word window, else the first
+        phrase boundary in it (with three words or more left), else None (the whole sentence).
+        ``short_words``: a short first segment; first try a window ending there, where a word boundary
+        outside a noun phrase may serve too, then the usual window."""
+        rules: list[tuple[Callable[[str], list[int]], int]] = [(clause_boundaries, 2), (phrase_boundaries, 3)]
+        windows = [(rules, self.first_segment_max_words)]
+        if short_words:
+            short = min(self.first_segment_max_words, max(short_words, self.first_segment_words))
+            windows.insert(0, ([*rules, (word_boundaries, 3)], short))
+        for window_rules, max_words in windows:
+            for boundaries, rest in window_rules:
+                cut = self._cut_in_window(sentence, boundaries(sentence), rest, max_words)
+                if cut is not None:
+                    return cut
+        return None
+
+    def _cut_in_window(self, sentence: str, cuts: list[int], rest: int, max_words: int) -> int | None:
+        n_words = count_words(sentence)
+        for cut in cuts:
+            before = count_words(sentence[:cut])
+            if before < self.first_segment_words:
+                continue
+            if before > max_words:
+                break
+            if n_words - before >= rest:
+                return cut
+        return None
+
+    def plan(
+        self, text: str, *, voice: str, speed: float = 1.0, lang: str = "en-us", fast_first: bool = True,
+        short_first_words: int | None = None, windowed: bool = False,
+    ) -> list[Segment]:
+        """The request's segments (see the module docstring). ``short_first_words``: cut the first
+        segment short, after at most this many words where a cut can go. ``windowed``: the runtime
+        decodes windows of a sentence, so the segments of a first sentence cut early carry it
+        (:class:`~backends.api.base.SentenceContext`) and are not packed with other sentences."""
+        text = normalize(text)
+        units = [(sentence, True) for sentence in split_sentences(text)]  # (text, ends its sentence)
+        first_units = 1
+        if fast_first and units:
+            cut = self._first_cut(units[0][0], short_first_words)
+            if cut is not None:
+                first, *rest = _split_at(units[0][0], [cut])
+                if short_first_words and rest:
+                    rest = _split_at(rest[0], clause_boundaries(rest[0]))
+                units[:1] = [(first, not rest), *((r, i == len(rest) - 1) for i, r in enumerate(rest))]
+                first_units = 1 + len(rest)
+        pieces: list[SegmentPlan] = []
+        for u, (unit, closes) in enumerate(units):
+            fitted = self._fit(unit, lang)
+            ends = [boundary_kind(p.text) for p in fitted[:-1]] + ["sentence" if closes else boundary_kind(unit)]
+            pieces.extend(SegmentPlan(p.text, p.phonemes, end) for p, end in zip(fitted, ends, strict=True) if p.phonemes)
+            if u == first_units - 1:
+                first_pieces = len(pieces)
+        if not any(any(c.isalpha() for c in p.phonemes) for p in pieces):
+            raise EmptyText("text has nothing to pronounce")
+        if windowed and first_units > 1:
+            pieces[:first_pieces] = self._windows(pieces[:first_pieces])
+        mark = self.phrase_end_mark
+        return [
+            Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and p.sentence is None
+                    and len(p.phonemes) < self.max_phonemes else p.phonemes,
+                    voice=voice, speed=speed, index=i, lang=lang, ends=p.ends, sentence=p.sentence)
+            for i, p in enumerate(self._grow(pieces))
+        ]
+
+    def _windows(self, pieces: list[SegmentPlan]) -> list[SegmentPlan]:
+        """The pieces of one sentence, each with its share of the sentence (its phonemes and the
+        space after them); as they are when the sentence is too long for one model call."""
+        sentence = " ".join(p.phonemes for p in pieces)
+        if len(pieces) < 2 or len(sentence) > self.max_phonemes:
+            return pieces
+        out, at = [], 0
+        for p in pieces:
+            end = min(len(sentence), at + len(p.phonemes) + 1)
+            out.append(SegmentPlan(p.text, p.phonemes, p.ends, SentenceContext(sentence, at, end)))
+            at = end
+        return out
+
+    def _grow(self, pieces: list[SegmentPlan]) -> list[SegmentPlan]:
+        """Pack pieces into segments that at most double in size, up to ``segment_phonemes``.
+
+        The first piece always stands alone (first audio), and each later segment may hold at most
+        twice the phonemes of the one before it: its synthesis then takes about as long as the
+        previous segment plays (at a real-time factor up to ~0.5), so playback has no gaps, while
+        short sentences still share a segment once the stream is under way.
+        """
+        out: list[SegmentPlan] = []
+        for piece in pieces:
+            if len(out) >= 2 and out[-1].sentence is None and piece.sentence is None:
+                budget = min(self.segment_phonemes, max(2 * len(out[-2].phonemes), self.min_pack))
+                if len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
+                    last = out[-1]
+                    out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}", piece.ends)
+                    continue
+            out.append(piece)
+        return out

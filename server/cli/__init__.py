@@ -1,0 +1,1 @@
+"""The kokoro-serve command: serve, assets, voices, say."""

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible speech API: its routes, its request parameters and errors, and x-request-id."""

@@ -1,0 +1,261 @@
+"""ElevenLabs' input-streaming WebSockets — ``/v1/text-to-speech/{voice_id}/stream-input`` (one
+stream per socket) and ``/v1/text-to-speech/{voice_id}/multi-stream-input`` (contexts) — as wire
+mappers onto the streaming text buffer (``server.streaming.text_stream``) and the one synthesis pipeline, for
+ElevenLabs' clients (Pipecat's ``ElevenLabsTTSService``, LiveKit's ElevenLabs plugin, the SDKs).
+
+Connection: ``voice_id`` in the path is a Kokoro voice, a blend or an alias of
+``KOKORO_VOICE_ALIASES``; the query's ``output_format=pcm_<rate>`` sets the rate (default
+``pcm_24000``; other formats are refused), ``model_id`` is accepted and not used. The key
+goes in the ``xi-api-key`` header (or ``Authorization: Bearer``) or as ``xi_api_key`` in the first
+message, checked against ``KOKORO_API_KEY`` (any key passes where none is configured).
+
+Client -> server, one JSON object per message:
+
+* ``{"text": " ", "voice_settings": {...}, "generation_config": {...}, "xi_api_key": ...}`` — opens
+  the stream (multi: ``context_id`` names the context; its first message opens it). Of
+  ``voice_settings`` only ``speed`` is used (Kokoro's speed, 0.5-2.0).
+* ``{"text": "Hello "}`` — text in pieces of any size, cut at sentence ends server-side (the first
+  clause early); ``"flush": true`` speaks whatever is buffered.
+* single stream: ``{"text": ""}`` ends the input: the rest is spoken, ``isFinal`` follows, the
+  socket closes 1000. Multi: ``{"text": ""}`` is a keep-alive; ``{"context_id", "flush": true}``;
+  ``{"context_id", "close_context": true}`` ends the context: text sent up to its last flush is
+  spoken to the end, text after it dropped (a barge-in closes a context it never flushed, so that
+  stops at once); a second close stops it at once. ``isFinal`` follows its last audio.
+  ``{"close_socket": true}`` closes the socket (1000). At most five contexts are open on a
+  socket, as on ElevenLabs; one more gets the ``max_active_conversations`` error and a 1008 close.
+
+Server -> client: ``{"audio": base64 PCM s16le, "isFinal": false, "alignment": {...},
+"normalizedAlignment": {...}}`` per segment (``chars``, ``charStartTimesMs``, ``charDurationsMs``
+relative to that message's audio; both alignments are of the text as sent), then ``{"isFinal":
+true}``; multi adds ``contextId`` to each. A message that cannot be served gets ``{"error": code,
+"message": ...}`` and the session goes on.
+
+Ignored: ``generation_config`` (``chunk_length_schedule``: cutting follows sentence ends),
+``try_trigger_generation``, the other ``voice_settings``, ``pronunciation_dictionary_locators``,
+the query's ``auto_mode``, ``sync_alignment``, ``inactivity_timeout`` (the server's idle timeout
+applies), ``language_code``, ``enable_ssml_parsing``,
+``apply_text_normalization``, ``enable_logging``, unknown fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+from collections import deque
+from typing import Any
+
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket
+
+from backends.api.base import (
+    MAX_SPEED,
+    MIN_SPEED,
+    InvalidRequest,
+    KokoroError,
+    NotReady,
+    Overloaded,
+    UnknownVoice,
+)
+from server.auth import key_matches
+from server.pipeline.params import MAX_ID_CHARS, SAMPLE_RATES
+from server.providers.alignment import char_alignment, joined
+from server.state import ServerState
+from server.streaming.stream_set import StreamSet
+from server.streaming.text_stream import Audio, Done, Event, Failed, StreamOptions
+from server.websocket.stream_socket import StreamSocket, stream_endpoint
+
+log = logging.getLogger("kokoro.elevenlabs")
+#: Both routes live under this folder (``/v1/text-to-speech/{voice_id}/...``).
+PATH_PREFIX = "/v1/text-to-speech/"
+#: ElevenLabs' limit of contexts open on one multi-stream socket.
+MAX_CONTEXTS = 5
+_CLOSED_REMEMBERED = 64
+
+
+def output_rate(value: str | None) -> int:
+    """The sample rate of ``output_format=pcm_<rate>``. Raises :class:`InvalidRequest`."""
+    if value is None:
+        return 24000
+    kind, _, rate = value.partition("_")
+    if kind == "pcm" and rate.isdigit() and int(rate) in SAMPLE_RATES:
+        return int(rate)
+    raise InvalidRequest(
+        f"output_format {value[:40]!r} is not supported; use one of {', '.join(f'pcm_{r}' for r in SAMPLE_RATES)}"
+    )
+
+
+def voice_speed(obj: dict[str, Any]) -> float:
+    settings = obj.get("voice_settings")
+    speed = settings.get("speed") if isinstance(settings, dict) else None
+    if speed is None:
+        return 1.0
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed):
+        raise InvalidRequest("voice_settings.speed must be a number")
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise InvalidRequest(f"voice_settings.speed must be between {MIN_SPEED} and {MAX_SPEED}")
+    return float(speed)
+
+
+class ElevenLabsSession(StreamSocket):
+    """The ElevenLabs mapper of one socket (see the module docstring). Loop only."""
+
+    ROUTE = "elevenlabs"
+    #: multi-stream-input (contexts) or stream-input (one stream).
+    MULTI = False
+
+    def __init__(self, websocket: WebSocket, state: ServerState) -> None:
+        super().__init__(websocket, state)
+        self.voice = websocket.path_params.get("voice_id", "")
+        self.rate = 24000
+        key = state.settings.api_key
+        # No key at the upgrade: it may still come as xi_api_key in the first message.
+        self._key_needed = key is not None and _header_key(websocket) is None
+        self._closed: deque[str] = deque(maxlen=_CLOSED_REMEMBERED)
+        self.streams = StreamSet(
+            state, self.ROUTE, self._send_event, session=self.id,
+            max_contexts=MAX_CONTEXTS if self.MULTI else 1, on_error=self.send_failed,
+        )
+
+    @classmethod
+    def authorized(cls, websocket: WebSocket, key: str) -> bool:
+        given = _header_key(websocket)
+        return given is None or key_matches(key, given)
+
+    @property
+    def busy(self) -> bool:
+        return self.streams.busy
+
+    async def on_open(self) -> None:
+        """Refuse a voice or output format this server cannot speak, in ElevenLabs' words."""
+        try:
+            if self.voice not in self.state.backend.voices:
+                names = ", ".join(self.state.backend.voices.names())
+                raise UnknownVoice(f"unknown voice {self.voice[:64]!r}; available: {names}")
+            self.rate = output_rate(self.ws.query_params.get("output_format"))
+        except KokoroError as e:
+            await self.send_json({"message": e.message, "error": e.code, "code": 1008})
+            self.close(1008, e.code)
+            return
+        log.debug("elevenlabs %s: voice %s, model %r", self.id, self.voice, self.ws.query_params.get("model_id"))
+
+    async def on_close(self) -> None:
+        await self.streams.aclose()
+
+    # -- client messages ------------------------------------------------------------------------
+    async def on_bad_message(self, error: KokoroError) -> None:
+        await self._error(None, error)
+
+    async def on_message(self, obj: dict[str, Any]) -> None:
+        if self._key_needed:
+            given = obj.get("xi_api_key")
+            key = self.settings.api_key
+            if key is None or not isinstance(given, str) or not key_matches(key.get_secret_value(), given):
+                await self.send_json({"message": "missing or wrong API key", "error": "invalid_api_key", "code": 1008})
+                self.close(1008, "invalid_api_key")
+                return
+            self._key_needed = False
+        cid = obj.get("context_id", "") if self.MULTI else ""
+        if not isinstance(cid, str) or len(cid) > MAX_ID_CHARS:
+            await self._error(None, InvalidRequest(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
+            return
+        if self.MULTI and obj.get("close_socket") is True:
+            self.close(1000, "closed by client")
+            return
+        try:
+            await self._message(cid, obj)
+        except Overloaded as e:
+            if len(self.streams) >= MAX_CONTEXTS:
+                await self.send_json({
+                    "message": f"Maximum simultaneous contexts per WebSocket connection exceeded ({MAX_CONTEXTS}). "
+                    "Please close an existing context before opening a new one.",
+                    "error": "max_active_conversations", "code": 1008,
+                })
+                self.close(1008, "max_active_conversations")
+                return
+            await self._error(cid, e)
+        except KokoroError as e:
+            await self._error(cid, e)
+
+    async def _message(self, cid: str, obj: dict[str, Any]) -> None:
+        text = obj.get("text")
+        if text is not None and not isinstance(text, str):
+            raise InvalidRequest("'text' must be a string")
+        flush = obj.get("flush") is True
+        close = self.MULTI and obj.get("close_context") is True
+        if text is None and not flush and not close:
+            raise InvalidRequest("unknown message: expected text, flush, close_context or close_socket")
+        stream = self.streams.get(cid)
+        if stream is None:
+            if cid in self._closed or not text:  # a keep-alive, or a flush or close of nothing open
+                if text and cid in self._closed:
+                    raise InvalidRequest(f"context {cid[:64]!r} was closed; open a new context_id")
+                return
+            if self.draining:
+                raise NotReady("server is shutting down")
+            options = StreamOptions(voice=self.voice, speed=voice_speed(obj), sample_rate=self.rate, word_timings=True)
+            stream = self.streams.open(cid, options)
+            self.streams.extra(cid).update(unflushed=False, closing=False, tail="")
+        extra = self.streams.extra(cid)
+        if text == "" and not self.MULTI:  # end of input
+            stream.end()
+            return
+        if text:
+            if stream.ended:
+                raise InvalidRequest("the input of this stream has ended")
+            text = joined(extra["tail"], text)
+            stream.push(text)
+            extra["tail"] = text[-8:]
+            extra["unflushed"] = extra["unflushed"] or bool(text.strip())
+        if flush:
+            stream.flush()
+            extra["unflushed"] = False
+        if close:
+            self._closed.append(cid)
+            if extra["closing"] or extra["unflushed"]:
+                await stream.clear()  # barge-in: nothing more of it is spoken
+            extra["closing"] = True
+            stream.end()
+
+    # -- events -> wire -------------------------------------------------------------------------
+    def _tag(self, message: dict[str, Any], cid: str | None) -> dict[str, Any]:
+        if self.MULTI and cid is not None:
+            message["contextId"] = cid
+        return message
+
+    async def _send_event(self, cid: str, event: Event) -> None:
+        if isinstance(event, Audio):
+            alignment = char_alignment(event, len(event.data) / 2 / self.rate)
+            await self.send_json(self._tag({
+                "audio": base64.b64encode(event.data).decode("ascii"), "isFinal": False,
+                "normalizedAlignment": alignment, "alignment": alignment,
+            }, cid))
+        elif isinstance(event, Failed):
+            await self._error(cid, event.error)
+        elif isinstance(event, Done):
+            await self.send_json(self._tag({"isFinal": True}, cid))
+            if not self.MULTI:
+                self.close(1000, "done")
+
+    async def _error(self, cid: str | None, error: KokoroError) -> None:
+        await self.send_json(self._tag({"error": error.code, "message": error.message}, cid))
+
+
+class MultiStreamSession(ElevenLabsSession):
+    MULTI = True
+
+
+def _header_key(websocket: WebSocket) -> str | None:
+    key = websocket.headers.get("xi-api-key")
+    if key is None:
+        scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
+        key = token if scheme.lower() == "bearer" else None
+    return key
+
+
+def elevenlabs_routes() -> list[WebSocketRoute]:
+    """The two routes (mount in the app's route list; ``own_key_paths`` gets :data:`PATH_PREFIX`)."""
+    return [
+        WebSocketRoute(PATH_PREFIX + "{voice_id}/stream-input", stream_endpoint(ElevenLabsSession)),
+        WebSocketRoute(PATH_PREFIX + "{voice_id}/multi-stream-input", stream_endpoint(MultiStreamSession)),
+    ]

@@ -1,0 +1,1 @@
+"""SageMaker's contract: POST /invocations and the bidirectional WebSocket /invocations-bidirectional-stream."""
