@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
-from backends.api.base import SAMPLE_RATE, InvalidRequest, clip_audio
+from backends.api import SAMPLE_RATE, InvalidRequest, clip_audio
 
 if TYPE_CHECKING:
     from av.audio.frame import AudioFrame

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from backends.api.base import Backend, BackendObserver
+from backends.api import Backend, BackendObserver
 from backends.assets.build import REBUILT_PTH, ModelFiles, default_model_dir
 from backends.assets.voices import VoiceStore
 from backends.config import BackendConfig
@@ -30,7 +30,7 @@ RUNTIMES = {
 }
 MODES = {
     "sequential": "backends.engine.sequential:SequentialBackend",
-    "concurrent": "backends.engine.concurrent:BatchedBackend",
+    "concurrent": "backends.engine.concurrent:ConcurrentBackend",
 }
 
 

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from backends.api.base import Segment
+    from backends.api import Segment
     from backends.assets.build import ModelFiles, default_model_dir
     from backends.assets.voices import VoiceStore
     from backends.config import BackendConfig

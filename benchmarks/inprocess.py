@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from backends.api.base import Backend, NoObserver, SynthesisRequest
+from backends.api import Backend, NoObserver, SynthesisRequest
 from backends.config import BackendConfig
 from backends.factory import create_backend
 
@@ -22,7 +22,7 @@ from .results import ms, percentile
 
 
 class Tally(NoObserver):
-    """A :class:`~backends.api.base.BackendObserver` that keeps the batch sizes the engine formed."""
+    """A :class:`~backends.api.BackendObserver` that keeps the batch sizes the engine formed."""
 
     def __init__(self) -> None:
         self.batches: list[int] = []

@@ -90,7 +90,7 @@ def speech_span(audio: np.ndarray) -> float:
 
 
 async def _stream(backend: Any, text: str, session: str) -> tuple[list[tuple[np.ndarray, str]], float]:
-    from backends.api.base import SynthesisRequest
+    from backends.api import SynthesisRequest
 
     request = await backend.prepare(SynthesisRequest(text=text, voice=VOICE, lang=LANG, session=session))
     t0, first, chunks = time.perf_counter(), None, []
@@ -140,7 +140,7 @@ def summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _run(quick: bool, model_dir: Path | None, log) -> Result:
-    from backends.api.base import Segment
+    from backends.api import Segment
     from backends.config import BackendConfig
     from backends.text.planner import normalize
 

@@ -80,7 +80,7 @@ def _load(onnx: bool, model_dir: Path | None) -> tuple[Any, Any]:
 
 
 def run(*, quick: bool, model_dir: Path | None = None, log=print, runtime: str | None = None, **_: Any) -> Result:
-    from backends.api.base import Segment
+    from backends.api import Segment
     from backends.config import BackendConfig
     from backends.engine.joins import shape_segment
     from backends.factory import create_pipeline

@@ -6,7 +6,7 @@ Routes (docs/wire-contract.md, docs/openai-api.md, docs/voice-agents.md): ``GET 
 voice-agent protocols (Deepgram's ``WS /v1/speak``, Cartesia's ``WS /tts/websocket``, ElevenLabs'
 ``WS /v1/text-to-speech/{voice}/stream-input`` and ``multi-stream-input``); every
 speech route goes through the one synthesis pipeline (``server.pipeline.synthesis``). The app knows the
-backend only through the :class:`~backends.api.base.Backend` protocol. Middleware: ``x-request-id`` on
+backend only through the :class:`~backends.api.Backend` protocol. Middleware: ``x-request-id`` on
 every ``/v1/`` answer (``server.openai.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
 auth (when ``KOKORO_API_KEY`` is set; ``/ping`` stays open).
 
@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
-from backends.api.base import Backend
+from backends.api import Backend
 from backends.startup import install_hint
 from server.auth import BearerAuth
 from server.metrics import Metrics

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from backends.api.base import Backend, NotReady
+from backends.api import Backend, NotReady
 from server.metrics import Metrics
 from server.settings import Settings
 

@@ -1,6 +1,6 @@
 """The errors the platform reports to a client: each carries a stable wire ``code``, the HTTP
 ``status`` it maps to, and whether a retry helps (``retryable``; compare livekit-agents'
-``APIError.retryable``). Re-exported by :mod:`backends.api.base`."""
+``APIError.retryable``). Re-exported by :mod:`backends.api`."""
 
 from __future__ import annotations
 

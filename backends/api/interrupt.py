@@ -1,6 +1,6 @@
 """Asking one running runtime call to stop early: :class:`Interrupt` (set on the event loop, read
 by the call on its worker thread) and :class:`Interrupted` (what the call raises when it stopped).
-The layers import both from :mod:`backends.api.base`."""
+The layers import both from :mod:`backends.api`."""
 
 from __future__ import annotations
 

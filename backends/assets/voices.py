@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.api.base import InvalidRequest, UnknownVoice
+from backends.api import InvalidRequest, UnknownVoice
 from backends.text.lang import voice_language
 
 PACK_SHAPE = (510, 1, 256)

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from backends.api.base import AudioChunk, Interrupted, NotReady, Overloaded, Segment, SynthesisRequest
+from backends.api import AudioChunk, Interrupted, NotReady, Overloaded, Segment, SynthesisRequest
 from backends.engine.core import Engine, SegmentResult
 from backends.engine.policy import input_tokens
 from backends.engine.schedule import Entry, Playout, RunningCall
@@ -102,7 +102,7 @@ def _tokens(entry: Entry) -> int:
     return input_tokens(entry.item.segment)
 
 
-class BatchedBackend(Engine):
+class ConcurrentBackend(Engine):
     """Cross-session micro-batching scheduler (mode ``concurrent``)."""
 
     mode = "concurrent"

@@ -3,12 +3,12 @@ per-segment step (docs/runtimes.md).
 
 :class:`Engine` holds what does not depend on scheduling — loading and warming up the runtime,
 health (including a watchdog over stuck runtime calls), validating and planning a request,
-the request timeout, the description (:class:`~backends.api.base.BackendInfo`), voices and G2P — and
+the request timeout, the description (:class:`~backends.api.BackendInfo`), voices and G2P — and
 :meth:`Engine.run_segments`, the one function that turns segments into audio for both modes.
-:class:`~backends.engine.sequential.SequentialBackend` and :class:`~backends.engine.concurrent.BatchedBackend`
+:class:`~backends.engine.sequential.SequentialBackend` and :class:`~backends.engine.concurrent.ConcurrentBackend`
 add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 
-What the runtime can do is its declared :class:`~backends.api.base.Capabilities`
+What the runtime can do is its declared :class:`~backends.api.Capabilities`
 (``synthesizer.capabilities``); the engine and the modes read them and never probe the runtime.
 
 What runs next — playback deadlines, short first segments, the order, overload, interruption,
@@ -25,8 +25,8 @@ The step, for a list of segments (one runtime call's worth):
 * alone: ``synthesize_timed`` when the runtime is ``timed`` (torch; ONNX with a timed model), else
   ``synthesize`` (``solo=True``, every core, when the mode says the call runs alone and the runtime
   has ``solo_calls``);
-* every output clipped to [-1, 1] (:func:`~backends.api.base.clip_audio`); empty audio is a
-  :class:`~backends.api.base.BackendFault` (a segment with phonemes always has sound);
+* every output clipped to [-1, 1] (:func:`~backends.api.clip_audio`); empty audio is a
+  :class:`~backends.api.BackendFault` (a segment with phonemes always has sound);
 * every output's ends shaped (``join_pauses``, :mod:`backends.engine.joins`): the model's padding
   trimmed, the pause a reading of the whole text makes at the segment's end put back, the
   runtime's durations shifted with the audio, so word timings follow the audio that is sent;
@@ -43,8 +43,8 @@ the engine's own single preparation thread. The observer is called from worker t
 
 Cancellation: ``run_segments`` takes an optional ``skip(i)`` that it asks before each single call,
 so segments of a request dropped while a failed batch is being retried are never synthesised, and
-an optional :class:`~backends.api.base.Interrupt` that an ``interruptible`` runtime stops its call for
-(the segment's result is then :class:`~backends.api.base.Interrupted`, and the mode queues it again).
+an optional :class:`~backends.api.Interrupt` that an ``interruptible`` runtime stops its call for
+(the segment's result is then :class:`~backends.api.Interrupted`, and the mode queues it again).
 The modes stop submitting a cancelled request's segments; ``aclose()`` refuses new work and
 releases the threads.
 """
@@ -63,7 +63,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from backends.api.base import (
+from backends.api import (
     AudioChunk,
     BackendCapabilities,
     BackendFault,

@@ -5,10 +5,10 @@ silence before the first sound and half a second after the last, so two segments
 back sit in up to a second of silence wherever the text was cut, far more than a reader pauses
 there. :func:`shape` trims that padding from both ends of a segment and puts back the pause that
 the reading of the whole text makes at the segment's end (:data:`PAUSES`, by the kind of boundary
-the planner cut at: :attr:`~backends.api.base.Segment.ends`), with a short raised-cosine fade at each
+the planner cut at: :attr:`~backends.api.Segment.ends`), with a short raised-cosine fade at each
 cut so no click comes back.
 
-A segment that is a window of its sentence's reading (:attr:`~backends.api.base.Segment.sentence`, from
+A segment that is a window of its sentence's reading (:attr:`~backends.api.Segment.sentence`, from
 a runtime that decodes windows) is not an utterance of its own: where it meets the next window of
 the same sentence it has no padding and the reading makes no pause, so :func:`shape_segment` keeps
 that end as it is, with only a :data:`FADE_S` fade (the runtime cuts where the predicted energy is
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.api.base import SAMPLE_RATE, Segment
+from backends.api import SAMPLE_RATE, Segment
 
 FRAME = 600  # samples per duration frame at 24 kHz (see server.pipeline.word_timings)
 WINDOW = 240  # 10 ms, the silence detector's window

@@ -24,7 +24,7 @@ request offers its next segment when the previous one is done) and ask this poli
    ``overload`` says what a newcomer (a listener who hears nothing) meets: ``admit`` serves its first
    segment at once, interrupting a running later call however far it has run (the late streams pay
    one short segment's time, and the lost work, per newcomer); ``refuse`` answers it
-   :class:`~backends.api.base.Overloaded` at once. Either way the load is reported (demanded vs
+   :class:`~backends.api.Overloaded` at once. Either way the load is reported (demanded vs
    delivered audio-seconds per second) and logged when overload begins and ends.
 5. **Interruption** (``interrupt_for_first_audio``; single calls of an ``interruptible`` runtime).
    A newcomer's first segment that finds no worker free interrupts a call of a later segment the
@@ -66,7 +66,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from backends.api.base import BackendObserver, Interrupt, Overloaded, Segment, SynthesisRequest
+from backends.api import BackendObserver, Interrupt, Overloaded, Segment, SynthesisRequest
 from backends.config import BackendConfig
 from backends.engine.schedule import Entry, Listeners, Playout, Preemption, RunningCall, SegmentQueue
 
@@ -244,7 +244,7 @@ class SchedulingPolicy:
 
             def overloaded(e: Entry) -> tuple[Any, ...]:
                 if not e.playing:
-                    return (1, e.cost, e.due, *queue.turn(e))  # first audio at once, shortest first
+                    return (1, e.phonemes, e.due, *queue.turn(e))  # first audio at once, shortest first
                 if e.passed >= yields:
                     return (0, e.due, e.request_seq, e.seq)  # gave way often enough: runs now
                 return (2, e.remaining, e.request_seq, e.seq)  # the late streams, least work left first
@@ -255,7 +255,7 @@ class SchedulingPolicy:
 
         def deadline(e: Entry) -> tuple[Any, ...]:
             if window > 0 and e.due <= together:
-                return (0, e.cost, e.due, *queue.turn(e))
+                return (0, e.phonemes, e.due, *queue.turn(e))
             return (1, 0.0, e.due, *queue.turn(e))
 
         return deadline
@@ -294,7 +294,7 @@ class SchedulingPolicy:
         """Queue ``item``, a request's next runnable ``segment``; when no worker is free (``busy``),
         interrupt a running call for it if rule 5 allows."""
         entry = queue.push(item, session=session, request_seq=request_seq, due=playout.due,
-                           cost=len(segment.phonemes), playing=playout.runs_out is not None, remaining=remaining)
+                           phonemes=len(segment.phonemes), playing=playout.runs_out is not None, remaining=remaining)
         if not busy or not interrupts:
             return
         any_later = self.config.overload == "admit" and self.overloaded(queue)

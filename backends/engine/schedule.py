@@ -82,7 +82,7 @@ class Entry:
     request_seq: int
     due: float
     seq: int = 0
-    cost: float = 0.0
+    phonemes: int = 0  # its length in phonemes: shortest first among first segments
     playing: bool = False  # a later segment: its request's audio already plays
     remaining: float = 0.0  # phonemes its request has left, this segment's included
     passed: int = 0  # first segments taken ahead of it while the server was overloaded
@@ -115,11 +115,11 @@ class SegmentQueue:
         session's oldest request, then the order of arrival."""
         return (self._turn.get(entry.session, 0), entry.request_seq, entry.seq)
 
-    def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, cost: float = 0.0,
+    def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, phonemes: int = 0,
              playing: bool = False, remaining: float = 0.0) -> Entry:
         if not any(e.session == session for e in self._entries):
             self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
-        entry = Entry(item, session, request_seq, due, next(self._clock), cost, playing, remaining)
+        entry = Entry(item, session, request_seq, due, next(self._clock), phonemes, playing, remaining)
         self._entries.append(entry)
         return entry
 
@@ -221,7 +221,7 @@ class RunningCall:
     playout: Playout
     started: float
     expected_s: float
-    interrupt: Any  # backends.api.base.Interrupt
+    interrupt: Any  # backends.api.Interrupt
 
 
 class Preemption:

@@ -18,13 +18,13 @@ Threading: every runtime call runs on a single dedicated worker thread; the queu
 live on the event loop, which only awaits futures.
 Admission: at most ``max_queue`` segments wait for or sit in the worker at once; beyond it, or
 when the policy refuses a newcomer under overload (``overload=refuse``), ``stream()`` raises
-:class:`~backends.api.base.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``) counts the segments
+:class:`~backends.api.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``) counts the segments
 waiting, not the one running, as in the concurrent mode.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
 that has not started leaves the queue outright; one already running is interrupted where the runtime
 can be (``interruptible``, with deadlines on), else it finishes, and its result is discarded. The
-request timeout fails the stream with :class:`~backends.api.base.SynthesisTimeout`. ``aclose()`` fails
-every queued segment with :class:`~backends.api.base.NotReady`.
+request timeout fails the stream with :class:`~backends.api.SynthesisTimeout`. ``aclose()`` fails
+every queued segment with :class:`~backends.api.NotReady`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from backends.api.base import (
+from backends.api import (
     AudioChunk,
     Interrupted,
     KokoroError,

@@ -1,6 +1,6 @@
 """A stand-in runtime for tests, load runs and soak runs — **not for serving speech**.
 
-:class:`FakeSynthesizer` implements the whole :class:`~backends.api.base.Synthesizer` interface
+:class:`FakeSynthesizer` implements the whole :class:`~backends.api.Synthesizer` interface
 without a model: each segment becomes a quiet 220 Hz tone whose length follows its phoneme count
 and speed (75 ms a phoneme at speed 1) and whose level follows its text, so a chunk can be traced
 to its segment (:meth:`FakeSynthesizer.tone`), after a configurable latency. It lets the whole
@@ -34,7 +34,7 @@ scheduler path; a CPU device also means the concurrent mode batches it only with
 
 For tests that drive a request step by step: ``held=True`` makes every call wait until the test
 lets it finish — :meth:`step` (any one waiting call) or :meth:`finish` (the call of a segment by
-its text, now and later) — or an :class:`~backends.api.base.Interrupt` stops it; ``gate`` (a
+its text, now and later) — or an :class:`~backends.api.Interrupt` stops it; ``gate`` (a
 :class:`threading.Event`: every call waits on it) and ``load_gate`` (``load()`` waits on it: a
 model still loading). What was run is recorded: ``calls`` (segment texts in call order),
 ``batches`` (the texts of each call), ``solo`` (texts of calls run alone), ``interrupted``.
@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.api.base import SAMPLE_RATE, Capabilities, Interrupt, Interrupted, Segment, Synthesizer
+from backends.api import SAMPLE_RATE, Capabilities, Interrupt, Interrupted, Segment, Synthesizer
 from backends.config import BackendConfig
 
 #: Seconds of tone per phoneme at speed 1 (Kokoro speaks roughly 12-15 phonemes a second).

@@ -4,7 +4,7 @@ We own the ``InferenceSession`` (rather than going through ``kokoro_onnx.Kokoro`
 and providers are settable; the vocabulary comes from the Kokoro config that ships in
 ``kokoro_onnx``. ``InferenceSession.run`` is thread-safe, so ``thread_safe`` is True; the
 sequential backend still runs one synthesis at a time by design. Blocking: call from a thread.
-Its :class:`~backends.api.base.Capabilities`: no batch path, timed with a timed model (below),
+Its :class:`~backends.api.Capabilities`: no batch path, timed with a timed model (below),
 interruptible, solo calls, thread-safe, threads settable before ``load()``; ``cpu`` unless the
 first provider is CUDA's.
 
@@ -15,9 +15,9 @@ serves ``synthesize(segment, solo=True)`` (a call that runs alone; set by
 ``set_threads(threads, solo=n)``). Measured here: a session of the int8 model holds about
 200-250 MiB of resident memory, so the second one costs that much.
 
-A call can be stopped while it runs (``interruptible``): an :class:`~backends.api.base.Interrupt` set from
+A call can be stopped while it runs (``interruptible``): an :class:`~backends.api.Interrupt` set from
 another thread sets the call's ``RunOptions.terminate``, and ONNX Runtime stops at its next node
-(within ~50 ms here); the call raises :class:`~backends.api.base.Interrupted` and the session serves
+(within ~50 ms here); the call raises :class:`~backends.api.Interrupted` and the session serves
 the next call as before.
 
 Word timings: with a timed twin of the model (``*.timed.onnx``, written by ``kokoro-serve assets``;
@@ -29,7 +29,7 @@ engine calls ``synthesize``.
 
 Windows of a sentence (``capabilities.windowed``): with the model's predict and decode graphs
 beside it (``<name>.predict.onnx``, ``<name>.decode.onnx``; :mod:`backends.assets.onnx_windowed`), a
-segment that carries its sentence (:attr:`~backends.api.base.Segment.sentence`) runs the predict graph
+segment that carries its sentence (:attr:`~backends.api.Segment.sentence`) runs the predict graph
 over the whole sentence (durations, aligned features, F0, energy, harmonic source) and the decode
 graph over the segment's frames and ``window_context`` more on each side (default
 :data:`~backends.runtimes.windowing.WINDOW_CONTEXT`), cropped after; its durations are the window's frames
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.api.base import (
+from backends.api import (
     MAX_PHONEMES,
     SAMPLE_RATE,
     BackendFault,

@@ -24,14 +24,14 @@ Threading: calls are serialised by an internal lock (one forward at a time per s
 a worker thread, never the event loop.
 
 Interrupting a call (``interruptible``): every leaf module of the model carries a forward
-pre-hook that raises :class:`~backends.api.base.Interrupted` when the running single call's
-:class:`~backends.api.base.Interrupt` is set, so a call stops before its next module (a convolution,
+pre-hook that raises :class:`~backends.api.Interrupted` when the running single call's
+:class:`~backends.api.Interrupt` is set, so a call stops before its next module (a convolution,
 an LSTM, a linear layer: milliseconds on a CPU) and nothing of it is kept; the next call runs as
 before (the model holds no state between calls). A batch call is never interrupted. The checks
 cost nothing measurable: 347 hook calls in the forward pass of one sentence, against seconds of
 compute on a CPU.
 
-Its :class:`~backends.api.base.Capabilities`: a batch path, timed, interruptible, threads settable; not
+Its :class:`~backends.api.Capabilities`: a batch path, timed, interruptible, threads settable; not
 thread-safe, no solo calls; ``device`` and ``dtype`` as resolved by ``load()``.
 
 Precision (``dtype``, ``KOKORO_DTYPE``): ``auto`` is float16 on CUDA and float32 elsewhere;
@@ -55,7 +55,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from backends.api.base import (
+from backends.api import (
     MAX_PHONEMES,
     SAMPLE_RATE,
     BackendFault,

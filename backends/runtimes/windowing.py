@@ -1,6 +1,6 @@
 """A segment as a window of its sentence's reading: the frame arithmetic both runtimes share.
 
-A runtime that declares :attr:`~backends.api.base.Capabilities.windowed` predicts the prosody of the
+A runtime that declares :attr:`~backends.api.Capabilities.windowed` predicts the prosody of the
 whole sentence (per-token durations in frames, the energy curve at two steps a frame) and decodes
 only the segment's frames. Which frames those are, how far the decode reaches past them, and how
 the window's frames are shared out among the segment's own tokens are pure functions of the
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends.api.base import Segment
+from backends.api import Segment
 
 #: Frames decoded on each side of a window and cropped after: 0.2 s.
 WINDOW_CONTEXT = 8
@@ -31,7 +31,7 @@ class TokenRange:
 
 
 def token_range(segment: Segment, tokens: Callable[[str], list[int]]) -> TokenRange:
-    """Where ``segment`` (with a :attr:`~backends.api.base.Segment.sentence`) lies in its sentence, in
+    """Where ``segment`` (with a :attr:`~backends.api.Segment.sentence`) lies in its sentence, in
     the tokens ``tokens`` makes of phonemes."""
     context = segment.sentence
     assert context is not None

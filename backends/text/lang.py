@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from backends.api.base import InvalidRequest
+from backends.api import InvalidRequest
 
 #: Kokoro's languages and the espeak-ng voice each uses (for the languages read by espeak-ng, and
 #: for English words misaki's lexicon lacks).

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from backends.api.base import InvalidRequest
+from backends.api import InvalidRequest
 from backends.text.lang import CJK_LANGS, canonical_lang
 
 #: ``[word](/phonemes/)``: Kokoro's (and misaki's) inline pronunciation.

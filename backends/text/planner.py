@@ -9,7 +9,7 @@ Rules (docs/runtimes.md states them for users):
 * Japanese and Mandarin clauses end at their own marks (``、，；：``) as well, and their words are
   counted by characters (two to a word: :func:`count_words`), so their first segment is cut early
   too.
-* No segment exceeds :data:`~backends.api.base.MAX_PHONEMES` phonemes: a long sentence is cut at clause
+* No segment exceeds :data:`~backends.api.MAX_PHONEMES` phonemes: a long sentence is cut at clause
   punctuation (``, ; : —``) first, then between words, and only as a last resort inside a word.
 * The first segment of a request may stop at a clause boundary after a few words
   (``first_segment_words`` .. ``first_segment_max_words``). When no clause mark comes within that
@@ -29,13 +29,13 @@ Rules (docs/runtimes.md states them for users):
   ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
 * Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
   whitespace), and their phonemes, joined, are the whole text's (up to pauses and stress).
-* Each segment says where it ends (:attr:`~backends.api.base.Segment.ends`): ``sentence`` (the last
+* Each segment says where it ends (:attr:`~backends.api.Segment.ends`): ``sentence`` (the last
   piece of a sentence), ``clause`` (at ``, ; : —``) or ``phrase`` (a cut between words inside a
   clause); the engine puts the reading's pause for that kind after it (:mod:`backends.engine.joins`). A
   ``phrase`` segment's phonemes end with ``phrase_end_mark`` when one is set, so the model reads
   the fragment as going on.
 * For a runtime that decodes windows of a sentence (``windowed``), the segments of a first
-  sentence cut early each carry that sentence (:attr:`~backends.api.base.Segment.sentence`: its
+  sentence cut early each carry that sentence (:attr:`~backends.api.Segment.sentence`: its
   segments' phonemes joined by spaces, and each one's share): the runtime reads the sentence as one
   utterance and sends it piece by piece, so the early cut keeps the sentence's intonation. Those
   segments are not packed with the next sentence (and take no ``phrase_end_mark``).
@@ -50,7 +50,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from backends.api.base import MAX_PHONEMES, EmptyText, Segment, SentenceContext
+from backends.api import MAX_PHONEMES, EmptyText, Segment, SentenceContext
 from backends.text.sentences import split_sentences
 
 __all__ = [
@@ -286,7 +286,7 @@ class TextPipeline:
         """The request's segments (see the module docstring). ``short_first_words``: cut the first
         segment short, after at most this many words where a cut can go. ``windowed``: the runtime
         decodes windows of a sentence, so the segments of a first sentence cut early carry it
-        (:class:`~backends.api.base.SentenceContext`) and are not packed with other sentences."""
+        (:class:`~backends.api.SentenceContext`) and are not packed with other sentences."""
         text = normalize(text)
         units = [(sentence, True) for sentence in split_sentences(text)]  # (text, ends its sentence)
         first_units = 1

@@ -44,7 +44,7 @@ from backends.startup import install_hint, settings_problems
 from server.settings import Settings
 
 if TYPE_CHECKING:
-    from backends.api.base import Backend, BackendObserver
+    from backends.api import Backend, BackendObserver
 
 log = logging.getLogger("kokoro.cli")
 COMMANDS = ("serve", "assets", "voices", "say")
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
             _problem(line)
         return 2
     configure_logging(settings.log_level, settings.log_format)
-    from backends.api.base import KokoroError
+    from backends.api import KokoroError
 
     try:
         if args.command == "serve":

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from backends.api.base import Backend, SynthesisRequest
+from backends.api import Backend, SynthesisRequest
 from backends.audio import check_format, wav_header
 from server.pipeline.synthesis import Synthesis
 
@@ -73,7 +73,7 @@ async def say(
     progress: bool | Progress = True,
 ) -> SayResult:
     """Synthesise ``text`` with ``backend`` into ``output`` (a path, ``"-"`` for stdout, or a
-    binary file object). Raises the backend's :class:`~backends.api.base.KokoroError` on bad input."""
+    binary file object). Raises the backend's :class:`~backends.api.KokoroError` on bad input."""
     name = getattr(output, "name", "") if not isinstance(output, str | os.PathLike) else output
     fmt = format_for(str(name or ""), fmt)
     report: Progress | None = stderr_progress() if progress is True else (progress or None)

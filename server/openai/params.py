@@ -38,7 +38,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from backends.api.base import (
+from backends.api import (
     MAX_SPEED,
     MIN_SPEED,
     EmptyText,

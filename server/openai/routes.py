@@ -47,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from backends.api.base import AudioChunk, Backend, KokoroError, SynthesisRequest, Unsupported
+from backends.api import AudioChunk, Backend, KokoroError, SynthesisRequest, Unsupported
 from backends.audio import Encoder
 from server.openai.params import MODEL_IDS, APIError, SpeechParams, parse_speech
 from server.openai.request_id import request_id_of

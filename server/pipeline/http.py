@@ -28,7 +28,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from backends.api.base import KokoroError, TextTooLong
+from backends.api import KokoroError, TextTooLong
 from server.pipeline.synthesis import Cancelled, SendTimeout, Synthesis, bounded_send
 from server.state import ServerState
 

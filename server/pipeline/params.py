@@ -1,7 +1,7 @@
 """Decode and validate client messages — shared by the WebSocket and POST routes.
 
 Pure functions, no I/O: everything a client can send is checked here for type and range before
-it reaches a backend, and every failure is a typed :class:`~backends.api.base.KokoroError`
+it reaches a backend, and every failure is a typed :class:`~backends.api.KokoroError`
 (``invalid_json``, ``invalid_request``, ``empty_text``, ``text_too_long``). Voice names are only
 checked for shape here; the backend checks them against the loaded set (``unknown_voice``).
 Unknown fields are ignored, so clients may send more than this server understands.
@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from backends.api.base import MAX_SPEED, MIN_SPEED, EmptyText, InvalidJSON, InvalidRequest, TextTooLong
+from backends.api import MAX_SPEED, MIN_SPEED, EmptyText, InvalidJSON, InvalidRequest, TextTooLong
 
 #: Sample rates a client may ask for (``backends.audio`` resamples with soxr).
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backends.api.base import (
+from backends.api import (
     SAMPLE_RATE,
     AudioChunk,
     Backend,

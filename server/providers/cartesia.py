@@ -44,7 +44,7 @@ from typing import Any
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from backends.api.base import MAX_SPEED, MIN_SPEED, KokoroError, NotReady, UnknownVoice
+from backends.api import MAX_SPEED, MIN_SPEED, KokoroError, NotReady, UnknownVoice
 from server.auth import key_matches
 from server.pipeline.params import MAX_ID_CHARS, MAX_VOICE_CHARS, SAMPLE_RATES
 from server.providers.alignment import joined, words_of

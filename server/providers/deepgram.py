@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from backends.api.base import MAX_SPEED, MIN_SPEED, KokoroError
+from backends.api import MAX_SPEED, MIN_SPEED, KokoroError
 from server.auth import key_matches
 from server.streaming.text_stream import (
     Audio,

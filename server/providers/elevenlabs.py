@@ -48,7 +48,7 @@ from typing import Any
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from backends.api.base import (
+from backends.api import (
     MAX_SPEED,
     MIN_SPEED,
     InvalidRequest,

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
-from backends.api.base import KokoroError, Overloaded
+from backends.api import KokoroError, Overloaded
 from server.pipeline.synthesis import Synthesis
 from server.sagemaker.bidi_session import ROUTE, Session
 from server.state import ServerState

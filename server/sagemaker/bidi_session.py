@@ -42,7 +42,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from backends.api.base import (
+from backends.api import (
     SAMPLE_RATE,
     BackendFault,
     InvalidRequest,

@@ -20,7 +20,7 @@ import uuid
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from backends.api.base import KokoroError, SynthesisRequest
+from backends.api import KokoroError, SynthesisRequest
 from backends.audio import wav_header
 from server.openai.request_id import client_request_id, id_header
 from server.pipeline.http import AudioStream, SpeechEndpoint, read_body, wait_disconnect

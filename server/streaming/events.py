@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from backends.api.base import SAMPLE_RATE, KokoroError
+from backends.api import SAMPLE_RATE, KokoroError
 from server.pipeline.word_timings import WordTiming
 
 Encoding = Literal["pcm", "f32"]

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from backends.api.base import InvalidRequest, Overloaded
+from backends.api import InvalidRequest, Overloaded
 from server.streaming.text_stream import Event, StreamOptions, TextStream
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class StreamSet:
         return any(ctx.stream.busy for ctx in self._contexts.values())
 
     def open(self, context_id: str, options: StreamOptions, **stream_kw: Any) -> TextStream:
-        """A new context. Raises :class:`~backends.api.base.Overloaded` past ``max_contexts`` and
+        """A new context. Raises :class:`~backends.api.Overloaded` past ``max_contexts`` and
         :class:`InvalidRequest` for an id already open."""
         if context_id in self._contexts:
             raise InvalidRequest(f"context {context_id[:64]!r} is already open")

@@ -16,9 +16,9 @@ Contract (stable; the protocol mappers are built on it):
 * ``push(text)`` — never blocks. The text goes through :class:`~backends.text.chunker.SentenceChunker`
   (the agent's sentence rules, ``backends/text/sentences.py``); each completed piece is queued for
   synthesis. The first piece of a turn may end at a clause once it holds ``first_clause_words``
-  words, so the first audio starts early. Raises :class:`~backends.api.base.TextTooLong` (nothing is
+  words, so the first audio starts early. Raises :class:`~backends.api.TextTooLong` (nothing is
   taken) when the text buffered and not yet synthesised would pass ``max_buffered_chars``, and
-  :class:`~backends.api.base.InvalidRequest` after ``end()``.
+  :class:`~backends.api.InvalidRequest` after ``end()``.
 * ``flush(mark)`` — cut whatever is buffered (even without a full stop) and queue it; once its
   audio has been yielded, :class:`Flushed` ``(mark)`` is. The next piece starts a new turn (its
   first clause is cut early again).
@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backends.api.base import (
+from backends.api import (
     SAMPLE_RATE,
     AudioChunk,
     BackendFault,

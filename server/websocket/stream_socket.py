@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from backends.api.base import KokoroError
+from backends.api import KokoroError
 from server.pipeline.params import decode_object
 from server.pipeline.synthesis import SendTimeout, bounded_send
 from server.sagemaker.bidi import admit_and_serve

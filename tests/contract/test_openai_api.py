@@ -20,7 +20,7 @@ import openai
 import pytest
 import soundfile
 
-from backends.api.base import SAMPLE_RATE
+from backends.api import SAMPLE_RATE
 from server.settings import Settings
 from tests.support.app import LoadedRuntime, build_app
 from tests.support.live import ThreadServer

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.api.base import KokoroError
+from backends.api import KokoroError
 from server.pipeline.params import decode_object, message_type, parse_http_options, parse_synthesis
 from tests.support.inproc import ERROR_CODES, WS, answer, audio_bytes, client, metric
 

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from backends.api.base import SynthesisRequest, TextTooLong
+from backends.api import SynthesisRequest, TextTooLong
 from backends.factory import create_backend
 from server.settings import Settings
 from settings_table import table

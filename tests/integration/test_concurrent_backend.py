@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from backends.api.base import (
+from backends.api import (
     BackendFault,
     NotReady,
     Overloaded,
@@ -25,7 +25,7 @@ from backends.api.base import (
     SynthesisTimeout,
 )
 from backends.config import BackendConfig
-from backends.engine.concurrent import BatchedBackend
+from backends.engine.concurrent import ConcurrentBackend
 from backends.engine.joins import pause_for, shape
 from backends.runtimes.fake import FakeSynthesizer
 from tests.support.app import LoadedRuntime
@@ -54,8 +54,8 @@ def single_fake(**knobs) -> FakeSynthesizer:
 async def make_backend(pipeline, voices):
     made = []
 
-    def make(synth, observer=None, **kw) -> BatchedBackend:
-        backend = BatchedBackend(synth, pipeline, voices, BackendConfig.defaults(**kw), observer=observer)
+    def make(synth, observer=None, **kw) -> ConcurrentBackend:
+        backend = ConcurrentBackend(synth, pipeline, voices, BackendConfig.defaults(**kw), observer=observer)
         made.append(backend)
         return backend
 
@@ -270,7 +270,7 @@ async def test_request_timeout_when_the_runtime_hangs(make_backend):
 async def test_aclose_fails_open_streams_and_refuses_new_ones(pipeline, voices):
     synth = batch_fake()
     synth.gate = threading.Event()
-    backend = BatchedBackend(synth, pipeline, voices)
+    backend = ConcurrentBackend(synth, pipeline, voices)
     synth.gate.set()
     await backend.start()
     await backend.check_health()

@@ -17,9 +17,9 @@ import time
 import numpy as np
 import pytest
 
-from backends.api.base import Interrupt, Interrupted, SynthesisRequest
+from backends.api import Interrupt, Interrupted, SynthesisRequest
 from backends.config import BackendConfig
-from backends.engine.concurrent import BatchedBackend
+from backends.engine.concurrent import ConcurrentBackend
 from backends.engine.sequential import SequentialBackend
 from backends.runtimes.fake import FakeSynthesizer
 from benchmarks import prom
@@ -47,7 +47,7 @@ def keyed(voices, timed: bool = False) -> FakeSynthesizer:
 
 MODES = {
     "sequential": (SequentialBackend, {}),
-    "concurrent": (BatchedBackend, {"workers": 1, "max_batch_size": 1, "max_wait_ms": 0}),
+    "concurrent": (ConcurrentBackend, {"workers": 1, "max_batch_size": 1, "max_wait_ms": 0}),
 }
 
 
@@ -125,7 +125,7 @@ async def test_a_runtime_slower_than_playback_shows_as_underrun_seconds(mode, pi
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="parallel calls need two cores")
 async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_their_share(pipeline, voices):
     synth = FakeSynthesizer(voices, segment_s=0.05)
-    backend = BatchedBackend(synth, pipeline, voices, BackendConfig.defaults(workers=2))
+    backend = ConcurrentBackend(synth, pipeline, voices, BackendConfig.defaults(workers=2))
     await backend.start()
     assert synth.threads == (os.cpu_count() or 1) // backend.workers and synth.solo_threads == os.cpu_count()
     alone = await backend.prepare(SynthesisRequest(text=LONG, voice="jm_kumo"))
@@ -140,7 +140,7 @@ async def test_concurrent_mode_gives_a_lone_call_every_core_and_parallel_calls_t
     assert len(synth.solo) < len(synth.calls)  # with others runnable, calls ran side by side
     await backend.aclose()
     off = FakeSynthesizer(voices, segment_s=0.05)
-    await BatchedBackend(off, pipeline, voices, BackendConfig.defaults(workers=2, solo_calls=False)).start()
+    await ConcurrentBackend(off, pipeline, voices, BackendConfig.defaults(workers=2, solo_calls=False)).start()
     assert off.solo_threads is None
 
 
@@ -232,7 +232,7 @@ async def test_concurrent_mode_keeps_a_worker_for_a_newcomer_while_later_segment
                                                                                               voices):
     synth, clock = keyed(voices), VirtualClock()
     config = BackendConfig.defaults(deadlines=deadlines, workers=2, max_batch_size=1, max_wait_ms=0)
-    backend = BatchedBackend(synth, pipeline, voices, config, clock=clock)
+    backend = ConcurrentBackend(synth, pipeline, voices, config, clock=clock)
     prepared = {}
     for name, text in (("long", LONG), ("other", OTHER), ("new", NEWCOMER)):
         prepared[name] = await backend.prepare(_request(clock, text, name))

@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from backends.api.base import BackendFault, SynthesisRequest
+from backends.api import BackendFault, SynthesisRequest
 from backends.config import BackendConfig
-from backends.engine.concurrent import BatchedBackend
+from backends.engine.concurrent import ConcurrentBackend
 from backends.engine.sequential import SequentialBackend
 from backends.runtimes.fake import FakeSynthesizer
 from tests.support.observer import Recorder
@@ -33,8 +33,8 @@ def expected(segment) -> np.ndarray:
 # concurrent with whole batches (KOKORO_BATCH_ON_CPU).
 MODES = {
     "sequential": (SequentialBackend, {}),
-    "concurrent-single": (BatchedBackend, {"max_wait_ms": 0, "workers": 1}),
-    "concurrent-batched": (BatchedBackend, {"batch_on_cpu": True, "max_wait_ms": 0}),
+    "concurrent-single": (ConcurrentBackend, {"max_wait_ms": 0, "workers": 1}),
+    "concurrent-batched": (ConcurrentBackend, {"batch_on_cpu": True, "max_wait_ms": 0}),
 }
 
 

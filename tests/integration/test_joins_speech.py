@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.api.base import SynthesisRequest
+from backends.api import SynthesisRequest
 from backends.config import BackendConfig
 from backends.engine.joins import pause_for
 from backends.engine.sequential import SequentialBackend

@@ -16,7 +16,7 @@ import pytest
 import soundfile
 
 import backends.assets.build as assets
-from backends.api.base import Interrupt, Segment, Unsupported
+from backends.api import Interrupt, Segment, Unsupported
 from backends.runtimes.onnx import OnnxSynthesizer
 from server.settings import Settings
 from tests.support.app import LoadedRuntime, build_app, build_backend

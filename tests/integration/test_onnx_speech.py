@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.api.base import SAMPLE_RATE, Segment
+from backends.api import SAMPLE_RATE, Segment
 
 SENTENCES = [
     "Please open the door and turn on the light.",

@@ -1,13 +1,13 @@
-"""One conformance test of the runtime interface (:class:`~backends.api.base.Synthesizer`), passed by
+"""One conformance test of the runtime interface (:class:`~backends.api.Synthesizer`), passed by
 every runtime: ONNX, torch on the CPU, and the fake as shipped and with every capability on.
 
-Each runtime is loaded once here; what it declares (:class:`~backends.api.base.Capabilities`) is
+Each runtime is loaded once here; what it declares (:class:`~backends.api.Capabilities`) is
 checked against what it does: float32 audio at 24 kHz in [-1, 1]; frame durations that add up
 to the audio where it is ``timed``; batch outputs in input order where it has ``batch``; an
-:class:`~backends.api.base.Interrupt` that stops a call where it is ``interruptible`` (and the next
+:class:`~backends.api.Interrupt` that stops a call where it is ``interruptible`` (and the next
 call speaks as before), and that changes nothing where it is not; the same audio from calls on
 two threads at once where it is ``thread_safe``; threads settable before ``load()`` only. A
-method outside its capabilities raises :class:`~backends.api.base.Unsupported`. The real models say
+method outside its capabilities raises :class:`~backends.api.Unsupported`. The real models say
 one short sentence per check (two for a batch, a longer one to interrupt).
 """
 
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from backends.api.base import (
+from backends.api import (
     SAMPLE_RATE,
     Capabilities,
     Interrupt,

@@ -12,7 +12,7 @@ import av
 import pytest
 import soundfile
 
-from backends.api.base import InvalidRequest, UnknownVoice
+from backends.api import InvalidRequest, UnknownVoice
 from backends.engine.sequential import SequentialBackend
 from backends.text.planner import TextPipeline
 from server.cli.say import format_for, say

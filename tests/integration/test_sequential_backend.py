@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from backends.api.base import SynthesisRequest, TextTooLong, UnknownVoice
+from backends.api import SynthesisRequest, TextTooLong, UnknownVoice
 from backends.config import BackendConfig
 from backends.engine.sequential import SequentialBackend
 from tests.support.app import LoadedRuntime

@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 import torch
 
-from backends.api.base import MAX_PHONEMES, SAMPLE_RATE, Segment, SynthesisRequest, Unsupported
+from backends.api import MAX_PHONEMES, SAMPLE_RATE, Segment, SynthesisRequest, Unsupported
 from backends.config import BackendConfig
-from backends.engine.concurrent import BatchedBackend
+from backends.engine.concurrent import ConcurrentBackend
 from backends.engine.joins import pause_for, shape
 from backends.engine.sequential import SequentialBackend
 from backends.runtimes.torch import TorchSynthesizer, reduced_precision_problem, resolve_dtype
@@ -229,8 +229,8 @@ def test_parity_with_the_onnx_runtime(torch_synth, onnx_synth, segments, speak, 
 # into one call (batch_on_cpu; the fill waits for the second request rather than a timer).
 BACKEND_MODES = {
     "sequential": (SequentialBackend, {}),
-    "concurrent": (BatchedBackend, {}),
-    "concurrent-batched": (BatchedBackend, {"batch_on_cpu": True, "max_batch_size": 2, "max_wait_ms": 10_000}),
+    "concurrent": (ConcurrentBackend, {}),
+    "concurrent-batched": (ConcurrentBackend, {"batch_on_cpu": True, "max_batch_size": 2, "max_wait_ms": 10_000}),
 }
 
 

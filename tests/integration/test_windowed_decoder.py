@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.api.base import Interrupt, Interrupted, Segment, SentenceContext, SynthesisRequest
+from backends.api import Interrupt, Interrupted, Segment, SentenceContext, SynthesisRequest
 from backends.config import BackendConfig
 from backends.engine.joins import FRAME, sound_extent
 from backends.engine.sequential import SequentialBackend

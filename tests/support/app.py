@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from starlette.applications import Starlette
 
-from backends.api.base import Capabilities, Segment, Synthesizer
+from backends.api import Capabilities, Segment, Synthesizer
 from backends.assets.voices import VoiceStore
 from backends.config import BackendConfig
-from backends.engine.concurrent import BatchedBackend
+from backends.engine.concurrent import ConcurrentBackend
 from backends.engine.sequential import SequentialBackend
 from backends.runtimes.fake import FakeSynthesizer
 from backends.runtimes.onnx import load_vocab
@@ -120,7 +120,7 @@ def build_backend(
     """The real backend of ``mode`` around ``synth``, reporting to ``metrics``."""
     pipeline = pipeline if pipeline is not None else fake_pipeline()
     voices = voices if voices is not None else fake_voices()
-    backend_class = BatchedBackend if mode == "concurrent" else SequentialBackend
+    backend_class = ConcurrentBackend if mode == "concurrent" else SequentialBackend
     return backend_class(synth, pipeline, voices, BackendConfig.defaults(**backend_kw), observer=metrics)
 
 

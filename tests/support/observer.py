@@ -1,5 +1,5 @@
 """A backend observer that records what it hears — the interface the server's Metrics implements
-(``backends.api.base.BackendObserver``), for tests that look at what the engine reported."""
+(``backends.api.BackendObserver``), for tests that look at what the engine reported."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 
-from backends.api.base import InvalidRequest
+from backends.api import InvalidRequest
 from backends.audio import (
     FORMATS,
     SUPPORTED_RATES,

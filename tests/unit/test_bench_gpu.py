@@ -9,7 +9,7 @@ import asyncio
 
 import numpy as np
 
-from backends.api.base import Segment
+from backends.api import Segment
 from backends.config import BackendConfig
 from backends.runtimes.fake import FakeSynthesizer
 from benchmarks.gpu import check_batched_vs_single

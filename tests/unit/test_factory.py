@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from backends.api.base import SynthesisRequest
+from backends.api import SynthesisRequest
 from backends.config import BackendConfig
 from backends.factory import create_backend
 from server.cli.main import build_backend

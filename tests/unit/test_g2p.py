@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from backends.api.base import InvalidRequest
+from backends.api import InvalidRequest
 from backends.text.g2p.frontends import G2P
 from backends.text.lexicon import Lexicon
 
@@ -111,7 +111,7 @@ def test_the_server_loads_its_lexicon_at_start_and_refuses_a_bad_one(tmp_path):
 
 def test_a_language_whose_front_end_is_not_installed_is_refused_with_the_install_command(monkeypatch):
     """Mandarin comes with the `languages` extra; without it a request says what to install — not a 500."""
-    from backends.api.base import Unsupported
+    from backends.api import Unsupported
 
     monkeypatch.setitem(sys.modules, "jieba", None)  # as if the extra were not installed
     with pytest.raises(Unsupported) as err:

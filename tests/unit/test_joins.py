@@ -89,7 +89,7 @@ def test_every_kind_of_boundary_has_a_pause_and_longer_marks_pause_longer():
 
 
 def test_windows_of_one_sentence_meet_as_decoded_with_only_a_fade():
-    from backends.api.base import Segment, SentenceContext
+    from backends.api import Segment, SentenceContext
     from backends.engine.joins import FADE_S, shape_segment, sound_extent
 
     sentence = SentenceContext("abc def", 0, 4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.api.base import InvalidRequest
+from backends.api import InvalidRequest
 from backends.text.lang import canonical_lang, resolve_lang, voice_language
 
 CASES = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.api.base import KokoroError, TextTooLong, UnknownVoice
+from backends.api import KokoroError, TextTooLong, UnknownVoice
 from server.openai.params import APIError, parse_speech
 from server.pipeline.http import BodyTooLarge
 

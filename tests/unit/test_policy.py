@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backends.api.base import Overloaded, Segment, SynthesisRequest
+from backends.api import Overloaded, Segment, SynthesisRequest
 from backends.config import BackendConfig
 from backends.engine.policy import CostModel, LoadMeter, SchedulingPolicy, input_tokens
 from backends.engine.schedule import Playout
@@ -228,12 +228,12 @@ def test_a_first_segment_joins_a_batch_led_by_a_later_segment():
     clock = Clock()
     policy, _ = make_policy(clock)
     queue = policy.new_queue()
-    late = queue.push("late", session="a", request_seq=0, due=0.0, cost=300, playing=True)
-    first = queue.push("first", session="b", request_seq=1, due=0.0, cost=20, playing=False)
-    long_later = queue.push("later", session="c", request_seq=2, due=0.0, cost=300, playing=True)
+    late = queue.push("late", session="a", request_seq=0, due=0.0, phonemes=300, playing=True)
+    first = queue.push("first", session="b", request_seq=1, due=0.0, phonemes=20, playing=False)
+    long_later = queue.push("later", session="c", request_seq=2, due=0.0, phonemes=300, playing=True)
 
     def tokens(e):
-        return int(e.cost) + 2
+        return int(e.phonemes) + 2
 
     assert policy.fits([late], first, tokens)  # never left for the next batch behind a later one
     assert not policy.fits([first], long_later, tokens)  # a first segment is not padded to a long one

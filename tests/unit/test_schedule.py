@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backends.api.base import Interrupt
+from backends.api import Interrupt
 from backends.config import BackendConfig
 from backends.engine.policy import SchedulingPolicy
 from backends.engine.schedule import Listeners, Playout, Preemption, RunningCall, SegmentQueue
@@ -215,14 +215,14 @@ def test_playout_counts_the_silence_a_real_time_listener_hears(ready, late):
 def test_segments_due_together_go_shortest_first():
     """Four listeners arrive within a moment: the short first segments are heard before the long one."""
     q = make_queue("deadline", window_s=0.5)
-    q.push("long", session="a", request_seq=0, due=0.00, cost=60)
+    q.push("long", session="a", request_seq=0, due=0.00, phonemes=60)
     for i, name in enumerate(["b", "c", "d"], 1):
-        q.push(name, session=name, request_seq=i, due=0.01 * i, cost=15)
-    q.push("later", session="e", request_seq=4, due=0.9, cost=5)  # not due together: waits its turn
+        q.push(name, session=name, request_seq=i, due=0.01 * i, phonemes=15)
+    q.push("later", session="e", request_seq=4, due=0.9, phonemes=5)  # not due together: waits its turn
     assert [q.pop().item for _ in range(5)] == ["b", "c", "d", "long", "later"]
     plain = make_queue("deadline")  # no window: earliest due first
     for i, cost in enumerate([60, 15]):
-        plain.push(i, session=str(i), request_seq=i, due=0.01 * i, cost=cost)
+        plain.push(i, session=str(i), request_seq=i, due=0.01 * i, phonemes=cost)
     assert plain.pop().item == 0
 
 
@@ -230,10 +230,10 @@ def test_shortest_first_never_starves_a_long_segment():
     """A flood of short newcomers, one every 0.25 s: the long overdue segment runs once the
     newcomers' due times pass its own by more than the window."""
     q = make_queue("deadline", window_s=0.5)
-    q.push("long", session="long", request_seq=0, due=0.0, cost=300)
+    q.push("long", session="long", request_seq=0, due=0.0, phonemes=300)
     ran, now = [], 0.0
     for i in range(20):
-        q.push(f"n{i}", session=f"n{i}", request_seq=i + 1, due=now, cost=10)
+        q.push(f"n{i}", session=f"n{i}", request_seq=i + 1, due=now, phonemes=10)
         ran.append(q.pop().item)
         now += 0.25
     assert "long" in ran and ran.index("long") <= 3
@@ -255,7 +255,7 @@ def _later_call(queue: SegmentQueue, name: str, *, due: float, started: float, e
     """A running call of a later segment: its listener already hears its first one."""
     playout = Playout(arrived=0.0)
     playout.delivered(0.0, due)
-    taken = queue.push(name, session=name, request_seq=0, due=due, cost=30)
+    taken = queue.push(name, session=name, request_seq=0, due=due, phonemes=30)
     queue.remove(lambda item: item == name)
     return RunningCall(taken, playout, started, expected_s, Interrupt())
 
@@ -267,7 +267,7 @@ def test_a_silent_listeners_segment_interrupts_the_later_call_with_most_left():
     for call in (early, late):
         pre.started(call)
     newcomer = Playout(arrived=now)
-    entry = q.push("new", session="new", request_seq=1, due=now, cost=10)
+    entry = q.push("new", session="new", request_seq=1, due=now, phonemes=10)
     assert pre.victim(q, entry, newcomer, now) is late
     late.playout.interrupted = True  # a segment is interrupted at most once
     assert pre.victim(q, entry, newcomer, now) is early
@@ -286,14 +286,14 @@ def test_a_silent_listeners_segment_interrupts_the_later_call_with_most_left():
 def test_no_interruption_when_it_costs_more_than_it_gains(why, started, heard_before, victim_due):
     q, pre, now = make_queue("deadline", window_s=0.5), Preemption(), 10.0
     pre.started(_later_call(q, "a", due=victim_due, started=started, expected_s=1.0))
-    entry = q.push("new", session="new", request_seq=1, due=now, cost=10)
+    entry = q.push("new", session="new", request_seq=1, due=now, phonemes=10)
     assert pre.victim(q, entry, Playout(arrived=now, heard_before=heard_before), now) is None, why
 
 
 def test_a_running_first_segment_is_never_interrupted():
     q, pre, now = make_queue("deadline", window_s=0.5), Preemption(), 10.0
-    first = q.push("a", session="a", request_seq=0, due=9.9, cost=60)
+    first = q.push("a", session="a", request_seq=0, due=9.9, phonemes=60)
     q.remove(lambda item: item == "a")
     pre.started(RunningCall(first, Playout(arrived=9.9), 9.95, 2.0, Interrupt()))  # its listener hears nothing
-    entry = q.push("new", session="new", request_seq=1, due=now, cost=10)
+    entry = q.push("new", session="new", request_seq=1, due=now, phonemes=10)
     assert pre.victim(q, entry, Playout(arrived=now), now) is None

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.api.base import MAX_PHONEMES, EmptyText
+from backends.api import MAX_PHONEMES, EmptyText
 from backends.text.planner import TextPipeline, normalize, phrase_boundaries, split_sentences
 
 

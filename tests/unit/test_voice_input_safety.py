@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.api.base import InvalidRequest, UnknownVoice
+from backends.api import InvalidRequest, UnknownVoice
 from backends.assets.voices import MAX_BLEND_PARTS, VoiceStore
 
 NAMES = ("af_one", "am_two", "jf_three")

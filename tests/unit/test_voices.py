@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.api.base import InvalidRequest, UnknownVoice
+from backends.api import InvalidRequest, UnknownVoice
 from backends.assets.voices import VoiceStore, load_voice_packs, parse_blend
 
 OFFLINE = ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]

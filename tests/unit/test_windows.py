@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.api.base import Segment, SentenceContext
+from backends.api import Segment, SentenceContext
 from backends.runtimes.windowing import boundary_frame, decode_range, fold_durations, token_range
 
 

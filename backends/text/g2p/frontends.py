@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
-from backends.api.base import Unsupported
+from backends.api import Unsupported
 from backends.startup import install_hint
 from backends.text.g2p.marks import phonemize_keeping_marks
 from backends.text.lang import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.api.base import EmptyText, InvalidJSON, InvalidRequest, TextTooLong
+from backends.api import EmptyText, InvalidJSON, InvalidRequest, TextTooLong
 from server.pipeline.params import (
     decode_object,
     message_type,

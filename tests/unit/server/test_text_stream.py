@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from backends.api.base import Overloaded, TextTooLong
+from backends.api import Overloaded, TextTooLong
 from backends.runtimes.fake import FakeSynthesizer
 from server.metrics import Metrics
 from server.settings import Settings

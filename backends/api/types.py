@@ -1,0 +1,104 @@
+"""The data that crosses the engine's door: a request, its segments (with their sentence context),
+the audio chunks that come back, and the limits of the model (sample rate, phonemes, speed)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SAMPLE_RATE = 24_000
+MAX_PHONEMES = 510
+MIN_SPEED, MAX_SPEED = 0.5, 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceContext:
+    """The sentence a segment is a window of: its phonemes (the sentence's segments' phonemes joined
+    by spaces) and the segment's share of them, ``phonemes[start:end]`` (the segment's own phonemes
+    and, unless it is the last, the space after them). A runtime that declares
+    :attr:`Capabilities.windowed` predicts the prosody of the whole sentence and decodes only the
+    segment's frames, so the sentence keeps one intonation across the cut."""
+
+    phonemes: str
+    start: int
+    end: int
+
+    @property
+    def first(self) -> bool:
+        return self.start == 0
+
+    @property
+    def last(self) -> bool:
+        return self.end >= len(self.phonemes)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One unit of synthesis: at most :data:`MAX_PHONEMES` phonemes of one voice and speed.
+
+    ``voice`` is a voice name or a blend expression (``"a(2)+b(1)"``) that the runtime resolves
+    through its :class:`~backends.assets.voices.VoiceStore`. ``ends``: the boundary the text was cut at
+    after it — ``sentence`` (or the end of the text), ``clause`` (``, ; : —``) or ``phrase`` (between
+    words inside a clause); the pause a reader makes there follows it (:mod:`backends.engine.joins`).
+    ``sentence``: set by the planner only for a runtime that declares :attr:`Capabilities.windowed`
+    — the segment is a window of that sentence's reading (:class:`SentenceContext`).
+    """
+
+    text: str
+    phonemes: str
+    voice: str
+    speed: float = 1.0
+    index: int = 0
+    lang: str = "en-us"
+    ends: str = "sentence"
+    sentence: SentenceContext | None = None
+
+
+@dataclass(slots=True)
+class SynthesisRequest:
+    """What a client asked for, already validated for type and range by the server layer."""
+
+    text: str
+    voice: str | None = None
+    speed: float = 1.0
+    lang: str | None = None
+    request_id: str = ""
+    # None: the server default (KOKORO_FAST_FIRST_SEGMENT); False: sentence-sized first segment.
+    fast_first: bool | None = None
+    # Filled by Backend.prepare()
+    segments: list[Segment] = field(default_factory=list)
+    created: float = field(default_factory=time.perf_counter)
+    # An identifier for fairness across sessions (the WebSocket session id, or the request id).
+    session: str = ""
+
+
+@dataclass(slots=True)
+class AudioChunk:
+    """The audio of one segment, float32 mono in [-1, 1] at ``sample_rate``."""
+
+    audio: np.ndarray
+    index: int
+    count: int
+    text: str
+    synth_seconds: float
+    sample_rate: int = SAMPLE_RATE
+    # Per-token frame durations when the runtime reports them (torch), else None.
+    durations: np.ndarray | None = None
+    phonemes: str = ""
+
+    @property
+    def is_last(self) -> bool:
+        return self.index == self.count - 1
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+
+def clip_audio(audio: np.ndarray) -> np.ndarray:
+    """float32, 1-D, finite, in [-1, 1] (the model can peak above 1)."""
+    out = np.asarray(audio, dtype=np.float32).reshape(-1)
+    out = np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
+    return np.clip(out, -1.0, 1.0, out=out)
