@@ -24,6 +24,7 @@ ElevenLabs      ``pcm_<rate>`` (8000-48000), ``ulaw_8000``, ``alaw_8000``, ``mp3
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -123,9 +124,12 @@ def _int(value: str | None, name: str) -> int | None:
     if value is None or value == "":
         return None
     try:
-        return int(value)
+        number = float(value)  # the Deepgram SDK sends numbers as floats ("8000.0")
     except ValueError:
-        raise FormatError(f"Failed to deserialize query parameters: `{name}` must be an integer") from None
+        number = math.nan
+    if not number.is_integer():
+        raise FormatError(f"Failed to deserialize query parameters: `{name}` must be an integer")
+    return int(number)
 
 
 def deepgram_format(query: Any, *, http: bool) -> WireFormat:
