@@ -86,6 +86,7 @@ class Entry:
     playing: bool = False  # a later segment: its request's audio already plays
     remaining: float = 0.0  # phonemes its request has left, this segment's included
     passed: int = 0  # first segments taken ahead of it while the server was overloaded
+    turn: int = 0  # its request's turn within the session (rule 9: the newest turn goes first)
 
 
 @dataclass
@@ -116,10 +117,10 @@ class SegmentQueue:
         return (self._turn.get(entry.session, 0), entry.request_seq, entry.seq)
 
     def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, phonemes: int = 0,
-             playing: bool = False, remaining: float = 0.0) -> Entry:
+             playing: bool = False, remaining: float = 0.0, turn: int = 0) -> Entry:
         if not any(e.session == session for e in self._entries):
             self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
-        entry = Entry(item, session, request_seq, due, next(self._clock), phonemes, playing, remaining)
+        entry = Entry(item, session, request_seq, due, next(self._clock), phonemes, playing, remaining, turn=turn)
         self._entries.append(entry)
         return entry
 

@@ -107,7 +107,8 @@ class SequentialBackend(Engine):
                 outstanding.append(future)
                 self._set_waiting(self._waiting + 1)
                 policy.offer(self._queue, (segment, future, playout), segment, playout, session=key,
-                             request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts)
+                             request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts,
+                             turn=request.turn)
                 left -= len(segment.phonemes)
                 self._observer.queue_depth(len(self._queue))
                 self._run_next()

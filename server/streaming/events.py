@@ -27,6 +27,8 @@ class StreamOptions:
     word_timings: bool = False
     #: The first piece of a turn may end at a clause once it holds this many words (None: off).
     first_clause_words: int | None = 6
+    #: The session's turn (``SynthesisRequest.turn``): a socket's newer contexts count higher.
+    turn: int = 0
 
 
 @dataclass(frozen=True, slots=True)

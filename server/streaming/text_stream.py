@@ -299,7 +299,7 @@ class TextStream:
         text = " ".join(p.text for p in pieces)
         o = self.options
         request = SynthesisRequest(
-            text=text, voice=o.voice, speed=o.speed, lang=o.lang, session=self.session,
+            text=text, voice=o.voice, speed=o.speed, lang=o.lang, session=self.session, turn=o.turn,
             # the first piece of a turn: the server's fast first segment; later ones: audio is playing
             fast_first=None if pieces[0].first else False,
         )
