@@ -45,13 +45,14 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
 from backends.api import MAX_SPEED, MIN_SPEED, KokoroError, NotReady, UnknownVoice
-from server.auth import key_matches
+from server.auth import bearer_token, key_matches
 from server.pipeline.params import MAX_ID_CHARS, MAX_VOICE_CHARS, SAMPLE_RATES
 from server.providers.alignment import joined, words_of
 from server.state import ServerState
 from server.streaming.stream_set import StreamSet
-from server.streaming.text_stream import Audio, Cleared, Done, Event, Failed, Flushed, StreamOptions
-from server.websocket.stream_socket import StreamSocket, stream_endpoint
+from server.streaming.text_stream import Audio, Done, Event, Failed, Flushed, StreamOptions
+from server.websocket.admission import websocket_route
+from server.websocket.session import WebSocketSession
 
 log = logging.getLogger("kokoro.cartesia")
 PATH = "/tts/websocket"
@@ -114,7 +115,7 @@ def parse_options(obj: dict[str, Any], voices: Any) -> StreamOptions:
     )
 
 
-class CartesiaSession(StreamSocket):
+class CartesiaSession(WebSocketSession):
     """The Cartesia mapper of one socket (see the module docstring). Loop only."""
 
     ROUTE = "cartesia"
@@ -129,14 +130,20 @@ class CartesiaSession(StreamSocket):
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
         given = websocket.headers.get("x-api-key") or websocket.query_params.get("api_key")
-        if given is None:
-            scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-            given = token if scheme.lower() == "bearer" else None
-        return key_matches(key, given)
+        return key_matches(key, given if given is not None else bearer_token(websocket.headers))
 
     @property
     def busy(self) -> bool:
         return self.streams.busy
+
+    @property
+    def mid_turn(self) -> bool:
+        return bool(self.streams.unfinished())
+
+    async def on_cut(self, error: KokoroError) -> None:
+        for cid in self.streams.unfinished():
+            await self.streams.remove(cid)
+            await self._error(cid, error)
 
     async def on_close(self) -> None:
         await self.streams.aclose()
@@ -180,6 +187,8 @@ class CartesiaSession(StreamSocket):
             )
             log.debug("cartesia %s: context %s opened (model %r)", self.id, cid[:32], obj.get("model_id"))
         elif stream.ended:
+            if not transcript and not more and obj.get("flush") is not True:
+                return  # the end repeated: it already happened
             raise CartesiaError(f"context {cid[:64]!r} has ended; open a new context_id")
         extra = self.streams.extra(cid)
         if transcript:
@@ -195,25 +204,19 @@ class CartesiaSession(StreamSocket):
             stream.end()
 
     async def _cancel(self, cid: str) -> None:
-        stream = self.streams.get(cid)
-        if stream is None:
-            return  # already done, or never opened: nothing to stop
-        self.streams.extra(cid)["cancelled"] = True
-        await stream.clear()  # nothing of it is sent after this returns (the pump drops Cleared)
+        # Nothing of it is sent after this returns, and the id is free at once: a request that
+        # reuses it opens a new context.
+        await self.streams.remove(cid)
 
     # -- events -> wire -------------------------------------------------------------------------
     async def _send_event(self, cid: str, event: Event) -> None:
-        extra = self.streams.extra(cid) if cid in self.streams else {}
-        if extra.get("cancelled"):
-            if isinstance(event, Cleared):
-                await self.streams.remove(cid)
-            return
+        if cid not in self.streams:
+            return  # cancelled or closed: nothing more of it is sent
+        extra = self.streams.extra(cid)
         base = {"context_id": cid, "status_code": 206, "done": False}
         if isinstance(event, Audio):
             step = max(1, round(CHUNK_SECONDS * extra["rate"])) * extra["sample_bytes"]
             for i in range(0, len(event.data), step):
-                if extra.get("cancelled"):
-                    return
                 message = {"type": "chunk", "data": base64.b64encode(event.data[i:i + step]).decode("ascii"),
                            "step_time": 0, **base}
                 if extra["flushes"]:
@@ -246,4 +249,4 @@ class CartesiaSession(StreamSocket):
 
 def cartesia_routes() -> list[WebSocketRoute]:
     """``WS /tts/websocket`` (mount in the app's route list; ``own_key_paths`` gets :data:`PATH`)."""
-    return [WebSocketRoute(PATH, stream_endpoint(CartesiaSession))]
+    return [WebSocketRoute(PATH, websocket_route(CartesiaSession))]

@@ -57,13 +57,14 @@ from backends.api import (
     Overloaded,
     UnknownVoice,
 )
-from server.auth import key_matches
+from server.auth import bearer_token, key_matches
 from server.pipeline.params import MAX_ID_CHARS, SAMPLE_RATES
 from server.providers.alignment import char_alignment, joined
 from server.state import ServerState
 from server.streaming.stream_set import StreamSet
 from server.streaming.text_stream import Audio, Done, Event, Failed, StreamOptions
-from server.websocket.stream_socket import StreamSocket, stream_endpoint
+from server.websocket.admission import websocket_route
+from server.websocket.session import WebSocketSession
 
 log = logging.getLogger("kokoro.elevenlabs")
 #: Both routes live under this folder (``/v1/text-to-speech/{voice_id}/...``).
@@ -97,7 +98,7 @@ def voice_speed(obj: dict[str, Any]) -> float:
     return float(speed)
 
 
-class ElevenLabsSession(StreamSocket):
+class ElevenLabsSession(WebSocketSession):
     """The ElevenLabs mapper of one socket (see the module docstring). Loop only."""
 
     ROUTE = "elevenlabs"
@@ -125,6 +126,15 @@ class ElevenLabsSession(StreamSocket):
     @property
     def busy(self) -> bool:
         return self.streams.busy
+
+    @property
+    def mid_turn(self) -> bool:
+        return bool(self.streams.unfinished())
+
+    async def on_cut(self, error: KokoroError) -> None:
+        for cid in self.streams.unfinished():
+            await self.streams.remove(cid)
+            await self._error(cid, error)
 
     async def on_open(self) -> None:
         """Refuse a voice or output format this server cannot speak, in ElevenLabs' words."""
@@ -247,15 +257,12 @@ class MultiStreamSession(ElevenLabsSession):
 
 def _header_key(websocket: WebSocket) -> str | None:
     key = websocket.headers.get("xi-api-key")
-    if key is None:
-        scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-        key = token if scheme.lower() == "bearer" else None
-    return key
+    return key if key is not None else bearer_token(websocket.headers)
 
 
 def elevenlabs_routes() -> list[WebSocketRoute]:
     """The two routes (mount in the app's route list; ``own_key_paths`` gets :data:`PATH_PREFIX`)."""
     return [
-        WebSocketRoute(PATH_PREFIX + "{voice_id}/stream-input", stream_endpoint(ElevenLabsSession)),
-        WebSocketRoute(PATH_PREFIX + "{voice_id}/multi-stream-input", stream_endpoint(MultiStreamSession)),
+        WebSocketRoute(PATH_PREFIX + "{voice_id}/stream-input", websocket_route(ElevenLabsSession)),
+        WebSocketRoute(PATH_PREFIX + "{voice_id}/multi-stream-input", websocket_route(MultiStreamSession)),
     ]
