@@ -18,12 +18,10 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
 from backends.api import KokoroError, Overloaded
+from server.pipeline.http import RETRY_AFTER_S
 from server.pipeline.synthesis import Synthesis
 from server.state import ServerState
 from server.websocket.session import WebSocketSession
-
-#: Seconds a refused client is told to wait before it retries (``Retry-After`` of a 503).
-RETRY_AFTER_S = 1
 
 
 def websocket_route(session_class: type[WebSocketSession]) -> Callable[[WebSocket], Awaitable[None]]:
