@@ -127,7 +127,7 @@ class DeepgramSession(WebSocketSession):
         await self.send_json({"type": "Warning", "description": description, "code": code})
 
     async def on_bad_message(self, error: KokoroError) -> None:
-        await self.warn(error.message, "INVALID_MESSAGE")
+        await self.warn(error.message, "INTERNAL_ERROR" if error.code == "internal_error" else "INVALID_MESSAGE")
 
     async def on_message(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
