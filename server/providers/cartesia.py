@@ -50,11 +50,10 @@ from backends.api import MAX_SPEED, MIN_SPEED, KokoroError, NotReady, UnknownVoi
 from server.auth import bearer_token, key_matches
 from server.pipeline.params import MAX_ID_CHARS, MAX_VOICE_CHARS, SAMPLE_RATES
 from server.providers.alignment import joined, words_of
+from server.providers.contexts import ContextSession
 from server.state import ServerState
-from server.streaming.stream_set import StreamSet
 from server.streaming.text_stream import Audio, Done, Event, Failed, Flushed, StreamOptions
 from server.websocket.admission import websocket_route
-from server.websocket.session import WebSocketSession
 
 log = logging.getLogger("kokoro.cartesia")
 PATH = "/tts/websocket"
@@ -117,41 +116,21 @@ def parse_options(obj: dict[str, Any], voices: Any) -> StreamOptions:
     )
 
 
-class CartesiaSession(WebSocketSession):
+class CartesiaSession(ContextSession):
     """The Cartesia mapper of one socket (see the module docstring). Loop only."""
 
     ROUTE = "cartesia"
 
     def __init__(self, websocket: WebSocket, state: ServerState) -> None:
-        super().__init__(websocket, state)
-        self.streams = StreamSet(
-            state, self.ROUTE, self._send_event, session=self.id,
-            max_contexts=self.settings.max_queued_per_session, on_error=self.send_failed,
-        )
+        super().__init__(websocket, state, max_contexts=state.settings.max_queued_per_session)
 
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
         given = websocket.headers.get("x-api-key") or websocket.query_params.get("api_key")
         return key_matches(key, given if given is not None else bearer_token(websocket.headers))
 
-    @property
-    def busy(self) -> bool:
-        return self.streams.busy
-
-    @property
-    def mid_turn(self) -> bool:
-        return bool(self.streams.unfinished())
-
-    async def on_cut(self, error: KokoroError) -> None:
-        for cid in self.streams.unfinished():
-            await self.streams.remove(cid)
-            await self._error(cid, error)
-
-    async def on_close(self) -> None:
-        await self.streams.aclose()
-
     async def on_bad_message(self, error: KokoroError) -> None:
-        await self._error(None, error)
+        await self.context_error(None, error)
 
     # -- client messages ------------------------------------------------------------------------
     async def on_message(self, obj: dict[str, Any]) -> None:
@@ -159,7 +138,7 @@ class CartesiaSession(WebSocketSession):
         if cid is None or cid == "":
             cid = uuid.uuid4().hex
         if not isinstance(cid, str) or len(cid) > MAX_ID_CHARS:
-            await self._error(None, CartesiaError(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
+            await self.context_error(None, CartesiaError(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
             return
         try:
             if obj.get("cancel") is True:
@@ -169,7 +148,7 @@ class CartesiaSession(WebSocketSession):
             else:
                 raise CartesiaError("unknown message: expected a generation request (transcript) or a cancel")
         except KokoroError as e:
-            await self._error(cid, e)
+            await self.context_error(cid, e)
 
     async def _generate(self, cid: str, obj: dict[str, Any]) -> None:
         transcript = obj.get("transcript", "")
@@ -211,7 +190,7 @@ class CartesiaSession(WebSocketSession):
         await self.streams.remove(cid)
 
     # -- events -> wire -------------------------------------------------------------------------
-    async def _send_event(self, cid: str, event: Event) -> None:
+    async def send_event(self, cid: str, event: Event) -> None:
         if cid not in self.streams:
             return  # cancelled or closed: nothing more of it is sent
         extra = self.streams.extra(cid)
@@ -237,11 +216,11 @@ class CartesiaSession(WebSocketSession):
                 extra["flushed"] = event.mark
                 await self.send_json({"type": "flush_done", **base, "flush_done": True, "flush_id": event.mark})
         elif isinstance(event, Failed):
-            await self._error(cid, event.error, done=False)
+            await self.context_error(cid, event.error, done=False)
         elif isinstance(event, Done):
             await self.send_json({"type": "done", "context_id": cid, "status_code": 200, "done": True})
 
-    async def _error(self, cid: str | None, error: KokoroError, *, done: bool = True) -> None:
+    async def context_error(self, cid: str | None, error: KokoroError, *, done: bool = True) -> None:
         status = error.status if 400 <= error.status < 600 else 500
         await self.send_json({
             "type": "error", "context_id": cid, "status_code": status, "done": done,

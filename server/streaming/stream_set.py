@@ -104,6 +104,13 @@ class StreamSet:
             await asyncio.wait({ctx.pump})
         await ctx.stream.aclose()
 
+    async def cut(self, tell: Callable[[str], Awaitable[None]]) -> None:
+        """The session is being cut: stop every unfinished context, then ``tell(context_id)`` the
+        client (the protocol's error)."""
+        for context_id in self.unfinished():
+            await self.remove(context_id)
+            await tell(context_id)
+
     async def aclose(self) -> None:
         for context_id in list(self._contexts):
             await self.remove(context_id)
