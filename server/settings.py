@@ -76,7 +76,11 @@ class Settings(BackendConfig):
         "WebSocket session (1008) or cuts the POST response, counted in `kokoro_send_timeouts_total`.",
     )
     drain_timeout_s: float = Field(
-        30.0, ge=0, description="On SIGTERM, how long in-flight work may take before sockets are closed anyway."
+        20.0, ge=0,
+        validation_alias=AliasChoices("KOKORO_DRAIN_S", "KOKORO_DRAIN_TIMEOUT_S", "drain_timeout_s"),
+        description="On SIGTERM, how long the turns already started may take to finish (every route) before what "
+        "is left gets an error and a 1001 close; the default leaves the server's own shutdown inside SageMaker's 30 s "
+        "before SIGKILL.",
     )
 
     # -- assets -------------------------------------------------------------------------------

@@ -20,9 +20,11 @@ variable or flag, the value, what is allowed; ``backends.startup``), a port alre
 install command). Every log line of the process goes through one handler, plain or JSON
 (``KOKORO_LOG_FORMAT``, ``backends.logs``).
 
-Signals (serve): the first SIGTERM/SIGINT drains (``/ping`` 503, new work refused, in-flight
-requests and queued WebSocket requests finish, sockets close 1001, at most
-``KOKORO_DRAIN_TIMEOUT_S``), then the server exits 0; a second signal skips the wait.
+Signals (serve): the first SIGTERM/SIGINT drains (``/ping`` 503 at once; new sessions, requests
+and turns refused; every turn already started finishes on every route — in-flight requests,
+queued WebSocket requests, a voice-agent turn whose text is still arriving — and each socket
+closes 1001 when it has nothing unfinished; at most ``KOKORO_DRAIN_S``, after which what is left
+gets its protocol's error and a 1001 close), then the server exits 0; a second signal skips the wait.
 """
 
 from __future__ import annotations

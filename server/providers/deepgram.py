@@ -28,16 +28,14 @@ too), the ``token`` WebSocket subprotocol pair browsers use, or ``?token=``; any
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
-from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from backends.api import MAX_SPEED, MIN_SPEED, KokoroError
-from server.auth import key_matches
+from backends.api import MAX_SPEED, MIN_SPEED, KokoroError, NotReady
+from server.auth import authorization, key_matches
 from server.streaming.text_stream import (
     Audio,
     Cleared,
@@ -48,7 +46,8 @@ from server.streaming.text_stream import (
     StreamOptions,
     TextStream,
 )
-from server.websocket.stream_socket import StreamSocket, stream_endpoint
+from server.websocket.admission import deny, websocket_route
+from server.websocket.session import WebSocketSession
 
 PATH = "/v1/speak"
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
@@ -56,7 +55,7 @@ MODEL_VERSION = "kokoro-82m"
 IGNORED_TYPES = ("KeepAlive",)
 
 
-class DeepgramSession(StreamSocket):
+class DeepgramSession(WebSocketSession):
     ROUTE = "deepgram"
 
     def __init__(self, websocket: WebSocket, state: Any) -> None:
@@ -74,13 +73,11 @@ class DeepgramSession(StreamSocket):
         self.stream = TextStream(state, self.ROUTE, options, session=self.id)
         self.sequence = 0
         self.request_id = str(uuid.uuid4())
-        self._pump_task: Any = None
 
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
-        header = websocket.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() in ("token", "bearer") and key_matches(key, token):
+        scheme, token = authorization(websocket.headers)
+        if scheme in ("token", "bearer") and key_matches(key, token):
             return True
         protocols = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",")]
         if len(protocols) == 2 and protocols[0].lower() == "token" and key_matches(key, protocols[1]):
@@ -105,6 +102,15 @@ class DeepgramSession(StreamSocket):
     def busy(self) -> bool:
         return self.stream.busy
 
+    @property
+    def mid_turn(self) -> bool:
+        return self.stream.busy or self.stream.mid_turn
+
+    async def on_cut(self, error: KokoroError) -> None:
+        if self.mid_turn:
+            await self.stream.aclose()
+            await self.warn(error.message, error.code.upper())
+
     async def on_open(self) -> None:
         await self.send_json({
             "type": "Metadata", "request_id": self.request_id, "model_name": self.model or self._default_voice(),
@@ -112,7 +118,7 @@ class DeepgramSession(StreamSocket):
         })
         for description, code in self.warnings:
             await self.warn(description, code)
-        self._pump_task = asyncio.create_task(self._pump(), name=f"deepgram-{self.id}-send")
+        self.spawn(self._pump(), "send")
 
     def _default_voice(self) -> str:
         return self.state.backend.voices.default
@@ -121,7 +127,7 @@ class DeepgramSession(StreamSocket):
         await self.send_json({"type": "Warning", "description": description, "code": code})
 
     async def on_bad_message(self, error: KokoroError) -> None:
-        await self.warn(error.message, "INVALID_MESSAGE")
+        await self.warn(error.message, "INTERNAL_ERROR" if error.code == "internal_error" else "INVALID_MESSAGE")
 
     async def on_message(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
@@ -131,6 +137,8 @@ class DeepgramSession(StreamSocket):
                 await self.warn("'Speak' needs a string 'text'", "INVALID_MESSAGE")
                 return
             try:
+                if self.draining and not self.stream.mid_turn:
+                    raise NotReady("server is shutting down; this turn was not started")
                 self.stream.push(text)
             except KokoroError as e:
                 await self.warn(e.message, e.code.upper())
@@ -171,8 +179,6 @@ class DeepgramSession(StreamSocket):
 
     async def on_close(self) -> None:
         await self.stream.aclose()
-        if self._pump_task is not None:
-            self._pump_task.cancel()
 
 
 def _float(value: str | None) -> float | None:
@@ -191,15 +197,12 @@ async def _speak_endpoint(websocket: WebSocket) -> None:
         problem = f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}"
     if problem is not None:
         body = {"err_code": "INVALID_QUERY_PARAMETER", "err_msg": problem}
-        if "websocket.http.response" in websocket.scope.get("extensions", {}):
-            await websocket.send_denial_response(JSONResponse(body, status_code=400))
-        else:
-            await websocket.close(1008, "INVALID_QUERY_PARAMETER")
+        await deny(websocket, 400, body, close_code=1008, reason="INVALID_QUERY_PARAMETER")
         return
     await _endpoint(websocket)
 
 
-_endpoint = stream_endpoint(DeepgramSession)
+_endpoint = websocket_route(DeepgramSession)
 
 
 def deepgram_routes() -> list[WebSocketRoute]:

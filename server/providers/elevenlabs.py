@@ -57,13 +57,13 @@ from backends.api import (
     Overloaded,
     UnknownVoice,
 )
-from server.auth import key_matches
+from server.auth import bearer_token, key_matches
 from server.pipeline.params import MAX_ID_CHARS, SAMPLE_RATES
 from server.providers.alignment import char_alignment, joined
+from server.providers.contexts import ContextSession
 from server.state import ServerState
-from server.streaming.stream_set import StreamSet
 from server.streaming.text_stream import Audio, Done, Event, Failed, StreamOptions
-from server.websocket.stream_socket import StreamSocket, stream_endpoint
+from server.websocket.admission import websocket_route
 
 log = logging.getLogger("kokoro.elevenlabs")
 #: Both routes live under this folder (``/v1/text-to-speech/{voice_id}/...``).
@@ -97,7 +97,7 @@ def voice_speed(obj: dict[str, Any]) -> float:
     return float(speed)
 
 
-class ElevenLabsSession(StreamSocket):
+class ElevenLabsSession(ContextSession):
     """The ElevenLabs mapper of one socket (see the module docstring). Loop only."""
 
     ROUTE = "elevenlabs"
@@ -105,26 +105,18 @@ class ElevenLabsSession(StreamSocket):
     MULTI = False
 
     def __init__(self, websocket: WebSocket, state: ServerState) -> None:
-        super().__init__(websocket, state)
+        super().__init__(websocket, state, max_contexts=MAX_CONTEXTS if self.MULTI else 1)
         self.voice = websocket.path_params.get("voice_id", "")
         self.rate = 24000
         key = state.settings.api_key
         # No key at the upgrade: it may still come as xi_api_key in the first message.
         self._key_needed = key is not None and _header_key(websocket) is None
         self._closed: deque[str] = deque(maxlen=_CLOSED_REMEMBERED)
-        self.streams = StreamSet(
-            state, self.ROUTE, self._send_event, session=self.id,
-            max_contexts=MAX_CONTEXTS if self.MULTI else 1, on_error=self.send_failed,
-        )
 
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
         given = _header_key(websocket)
         return given is None or key_matches(key, given)
-
-    @property
-    def busy(self) -> bool:
-        return self.streams.busy
 
     async def on_open(self) -> None:
         """Refuse a voice or output format this server cannot speak, in ElevenLabs' words."""
@@ -139,12 +131,9 @@ class ElevenLabsSession(StreamSocket):
             return
         log.debug("elevenlabs %s: voice %s, model %r", self.id, self.voice, self.ws.query_params.get("model_id"))
 
-    async def on_close(self) -> None:
-        await self.streams.aclose()
-
     # -- client messages ------------------------------------------------------------------------
     async def on_bad_message(self, error: KokoroError) -> None:
-        await self._error(None, error)
+        await self.context_error(None, error)
 
     async def on_message(self, obj: dict[str, Any]) -> None:
         if self._key_needed:
@@ -157,7 +146,7 @@ class ElevenLabsSession(StreamSocket):
             self._key_needed = False
         cid = obj.get("context_id", "") if self.MULTI else ""
         if not isinstance(cid, str) or len(cid) > MAX_ID_CHARS:
-            await self._error(None, InvalidRequest(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
+            await self.context_error(None, InvalidRequest(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
             return
         if self.MULTI and obj.get("close_socket") is True:
             self.close(1000, "closed by client")
@@ -173,9 +162,9 @@ class ElevenLabsSession(StreamSocket):
                 })
                 self.close(1008, "max_active_conversations")
                 return
-            await self._error(cid, e)
+            await self.context_error(cid, e)
         except KokoroError as e:
-            await self._error(cid, e)
+            await self.context_error(cid, e)
 
     async def _message(self, cid: str, obj: dict[str, Any]) -> None:
         text = obj.get("text")
@@ -223,7 +212,7 @@ class ElevenLabsSession(StreamSocket):
             message["contextId"] = cid
         return message
 
-    async def _send_event(self, cid: str, event: Event) -> None:
+    async def send_event(self, cid: str, event: Event) -> None:
         if isinstance(event, Audio):
             alignment = char_alignment(event, len(event.data) / 2 / self.rate)
             await self.send_json(self._tag({
@@ -231,13 +220,13 @@ class ElevenLabsSession(StreamSocket):
                 "normalizedAlignment": alignment, "alignment": alignment,
             }, cid))
         elif isinstance(event, Failed):
-            await self._error(cid, event.error)
+            await self.context_error(cid, event.error)
         elif isinstance(event, Done):
             await self.send_json(self._tag({"isFinal": True}, cid))
             if not self.MULTI:
                 self.close(1000, "done")
 
-    async def _error(self, cid: str | None, error: KokoroError) -> None:
+    async def context_error(self, cid: str | None, error: KokoroError) -> None:
         await self.send_json(self._tag({"error": error.code, "message": error.message}, cid))
 
 
@@ -247,15 +236,12 @@ class MultiStreamSession(ElevenLabsSession):
 
 def _header_key(websocket: WebSocket) -> str | None:
     key = websocket.headers.get("xi-api-key")
-    if key is None:
-        scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-        key = token if scheme.lower() == "bearer" else None
-    return key
+    return key if key is not None else bearer_token(websocket.headers)
 
 
 def elevenlabs_routes() -> list[WebSocketRoute]:
     """The two routes (mount in the app's route list; ``own_key_paths`` gets :data:`PATH_PREFIX`)."""
     return [
-        WebSocketRoute(PATH_PREFIX + "{voice_id}/stream-input", stream_endpoint(ElevenLabsSession)),
-        WebSocketRoute(PATH_PREFIX + "{voice_id}/multi-stream-input", stream_endpoint(MultiStreamSession)),
+        WebSocketRoute(PATH_PREFIX + "{voice_id}/stream-input", websocket_route(ElevenLabsSession)),
+        WebSocketRoute(PATH_PREFIX + "{voice_id}/multi-stream-input", websocket_route(MultiStreamSession)),
     ]

@@ -50,7 +50,11 @@ protocol gets its own scheduling or synthesis path. Everything runs on the event
 and G2P run on worker threads.
 
 :class:`server.streaming.stream_set.StreamSet` keeps the contexts of one socket (Cartesia, ElevenLabs
-multiplex); :class:`server.websocket.stream_socket.StreamSocket` is the socket side every mapper shares.
+multiplex); :class:`server.websocket.session.WebSocketSession` is the socket side every mapper shares.
+
+Admission: the mapper decides what a turn is and refuses a new one while the server drains; the
+pieces of a turn it accepted are synthesised even while the server drains (only a model that is
+not ready refuses them), so a drain never cuts a reply mid-turn.
 """
 
 from __future__ import annotations
@@ -146,6 +150,11 @@ class TextStream:
     @property
     def ended(self) -> bool:
         return self._ended
+
+    @property
+    def mid_turn(self) -> bool:
+        """A turn has begun and was not flushed yet: its text may still be arriving."""
+        return not (self._ended or self._closed) and bool(self._buffered or self._turn_open)
 
     @property
     def busy(self) -> bool:
@@ -305,7 +314,7 @@ class TextStream:
         )
         async with Synthesis(self.state.backend, self.route, state=self.state, received=pieces[0].received) as job:
             try:
-                job.admit()
+                job.admit(started=True)  # the mapper admitted the turn; a drain lets it finish
                 first = await job.open(request)
                 async for chunk in job.chunks(first):
                     await self._put(await self._audio(chunk, job))
