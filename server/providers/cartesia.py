@@ -20,8 +20,8 @@ Client -> server, one JSON object per message (text or binary frame):
   first request.
 * ``{"context_id": ..., "cancel": true}`` — stop the context at once: queued text dropped, the
   running synthesis interrupted, no audio of it sent after this; its id is free at once (a request
-  reusing it opens a new context). An empty ``continue: false`` for a context that already ended
-  is ignored (the end repeated).
+  reusing it opens a new context). An empty ``continue: false`` for a context whose input already
+  ended is ignored (the end repeated).
 
 Server -> client, per context, in order: ``chunk`` (base64 audio, at most :data:`CHUNK_SECONDS`
 each, with ``flush_id`` once the context was flushed), ``timestamps`` after each segment's chunks
