@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.logs import configure as configure_logging
-from backends.startup import install_hint, settings_problems
+from backends.startup import ConfigError, install_hint, runtime_problem, settings_problems
 from server.settings import Settings
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def serve(settings: Settings) -> int:
     from server.app import create_app
     from server.metrics import Metrics
 
-    if (problem := port_problem(settings.host, settings.port)) is not None:
+    if (problem := port_problem(settings.host, settings.port) or runtime_problem(settings.backend)) is not None:
         print(f"kokoro-serve: {problem}", file=sys.stderr)
         return 2
     metrics = Metrics()
@@ -351,9 +351,8 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     except Exception as e:
         from backends.assets.official import AssetError
 
-        if isinstance(e, AssetError):
-            return _problem(f"{e} (the model directory: --model-dir / KOKORO_MODEL_DIR; "
-                            "`kokoro-serve assets` builds it)")
+        if isinstance(e, AssetError | ConfigError):  # each says what to do
+            return _problem(str(e))
         if (hint := install_hint(e)) is not None:
             return _problem(hint)
         raise
