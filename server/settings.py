@@ -91,7 +91,8 @@ class Settings(BackendConfig):
     # -- security -----------------------------------------------------------------------------
     api_key: SecretStr | None = Field(
         None,
-        description="When set, every route but `/ping` needs `Authorization: Bearer <key>` (WebSocket: at the upgrade).",
+        description="When set, every route but `/ping` needs the key: `Authorization: Bearer <key>` (WebSocket: at "
+        "the upgrade), the voice-agent protocols where their own clients send it (docs/operating.md).",
     )
     cors_origins: str = Field(
         "", description="Comma-separated origins allowed by CORS (`*` for any); empty: no CORS headers."
