@@ -6,6 +6,7 @@ audio as scheduled, the gaps a listener heard, first audio. Screenshots are kept
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def test_stop_stays_active_until_the_audio_ends_and_the_timeline_is_drawn(browse
     bars = page.locator("#timeline rect.audio")
     assert bars.count() == len(state["scheduled"]) >= 3
     xs = bars.evaluate_all("els => els.map(e => [+e.getAttribute('x'), +e.getAttribute('width')])")
-    assert all(b[0] >= a[0] for a, b in zip(xs, xs[1:], strict=False))  # in time order, on one axis
+    assert all(b[0] >= a[0] for a, b in itertools.pairwise(xs))  # in time order, on one axis
     assert page.locator("#timeline line.first").count() == 1
     assert page.locator("#timeline rect.gap").count() == len(state["gaps"])
     assert page.locator("#chunks").is_hidden()  # the numbers are there, folded away, not the display
