@@ -16,7 +16,7 @@ STAMP312P := .venv312-pipecat/.stamp-install
 export KOKORO_PORT ?= 8080
 export KOKORO_HOST ?= 127.0.0.1
 
-.PHONY: install serve test lint bench deploy-check deploy-venv first-run-check assets clean
+.PHONY: install serve test lint bench bench-deps deploy-check deploy-venv first-run-check assets clean
 
 # One line per step, so a long step is never silent.
 step = @printf '\n==> %s\n' "$(1)"
@@ -116,6 +116,10 @@ lint: install
 
 bench: install
 	$(PY) -m benchmarks all --quick
+
+# The benchmarks on top of `make serve`'s core, without torch: the `bench` extra.
+bench-deps: $(SERVE_STAMP)
+	$(PIP) install -e '.[bench]'
 
 deploy-check: install
 	bash deploy/check.sh

@@ -130,6 +130,5 @@ class ServerState:
             await asyncio.wait(tasks)
 
     def describe(self) -> dict[str, Any]:
-        """What /ping reports: the status and the backend's runtime, mode and model."""
-        info = self.backend.info
-        return {"status": self.status(), "backend": info.runtime, "mode": info.mode, "model": info.model}
+        """What /ping reports: the status and the backend's runtime, mode, model, device and dtype."""
+        return {"status": self.status(), **self.backend.info.describe()}

@@ -121,9 +121,9 @@ class ModelFiles:
         if onnx is None and pth is None:
             missing.insert(0, "a model (kokoro-v1.0*.onnx or kokoro-v1_0*.pth)")
         if missing:
-            raise AssetError(
-                f"model directory {root} lacks {', '.join(missing)}; run `kokoro-serve assets` to build it"
-            )
+            build = "kokoro-serve assets" + ("" if root == default_model_dir() else f" --model-dir {root}")
+            raise AssetError(f"model directory {root} lacks {', '.join(missing)}; build it with `{build}`, or "
+                             "point --model-dir / KOKORO_MODEL_DIR at a built one")
         return cls(root, onnx, voices, config, pth)  # type: ignore[arg-type]
 
 

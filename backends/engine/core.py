@@ -214,7 +214,8 @@ class Engine:
         async for _ in self.stream(warm):
             pass
         self._ready = True
-        log.info("backend ready: %s", self.info.describe())
+        fields = self.info.describe()  # JSON lines carry them as fields (backends.logs)
+        log.info("backend ready: %s", " ".join(f"{k}={v}" for k, v in fields.items()), extra=fields)
 
     async def aclose(self) -> None:
         self._closing = True

@@ -26,6 +26,7 @@ boto3 comes in when a client is first needed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -222,18 +223,27 @@ def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest
     args = parser.parse_args(argv)
     if not args.name:
         parser.error(f"{args.command}: --name (or --stack) is required")
-    if args.dry_run:
-        from deploy.sagemaker.dry_run import DryRunClients
+    if not args.dry_run:
+        return _main(args, clients, smoke)
+    from deploy.sagemaker.dry_run import DryRunClients, MarkedLines
 
-        clients = DryRunClients(args.region)
-        smoke = clients.smoke
+    clients = DryRunClients(args.region)
+    out, err = MarkedLines(sys.stdout), MarkedLines(sys.stderr)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # every line carries the mark
+        code = _main(args, clients, clients.smoke)
+        if code == 0:
+            print(clients.summary())
+        out.flush()
+        err.flush()
+    return code
+
+
+def _main(args: argparse.Namespace, clients: Any, smoke: SmokeTest | None) -> int:
     try:
         _run(args, clients or AwsClients(args.region), smoke or default_smoke)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.dry_run:
-        print(clients.summary())
     return 0
 
 
