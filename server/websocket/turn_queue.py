@@ -21,6 +21,8 @@ from backends.api import Overloaded
 from server.pipeline.synthesis import retrieve
 
 T = TypeVar("T")
+#: How long a session that ends waits for an answer already sending its terminal event.
+FINISH_S = 2.0
 
 
 class TurnQueue(Generic[T]):
@@ -109,6 +111,8 @@ class TurnQueue(Generic[T]):
             await asyncio.wait({task})
         finally:
             self._running = None
+            if not task.done() and self._finishing:  # the session is ending as the answer ends: let it
+                await asyncio.wait({task}, timeout=FINISH_S)
             if not task.done():  # the worker itself was cancelled: the session is ending
                 if not self._finishing:
                     self.cut = item

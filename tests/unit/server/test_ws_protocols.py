@@ -377,3 +377,27 @@ def test_a_turn_the_drain_cannot_finish_gets_the_protocols_error_then_1001(p):
     error = [f for f in frames if p.kind(f) == "error"]
     assert len(error) == 1 and "not_ready" in json.dumps(error[0]).lower(), frames
     assert not [f for f in frames if p.kind(f) == "end"]
+
+
+@pytest.mark.parametrize("p", PROTOCOLS, ids=ids)
+def test_a_message_the_server_fails_on_costs_that_message_only(p, monkeypatch, caplog):
+    """A bug in a protocol's handling of one message is logged with its traceback and answered with
+    the protocol's ``internal_error``; the session goes on."""
+    with client() as c:
+        with opened(p, c) as ws:
+            session = next(iter(c.app.state.kokoro.sessions))
+            real = type(session).on_message
+
+            async def buggy(self, obj):
+                if obj.get("boom"):
+                    raise ZeroDivisionError("a bug")
+                await real(self, obj)
+
+            monkeypatch.setattr(type(session), "on_message", buggy)
+            send(ws, boom=True)
+            error = until(p, ws, "error")
+            p.speak(ws, "r1", "Still here.")
+            frames = until(p, ws, "end")
+    assert "internal_error" in json.dumps(error[-1]).lower(), error
+    assert p.kind(frames[-1]) == "end" and audio(p, frames) > 0
+    assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
