@@ -8,6 +8,7 @@
   missing one is that one line (exit 2), never a failure inside the server's start-up.
 * :class:`ConfigError` — a setting whose value cannot be used (a lexicon file that is missing or
   malformed): its message names the setting, the value and the fix.
+* :func:`version` — the installed version every command's ``--version`` prints.
 
 Pure Python, importable by the agent (no runtime, no server).
 """
@@ -97,3 +98,14 @@ def settings_problems(error: Any, fields: Iterable[str], env_names: Callable[[st
         value = "" if isinstance(shown, dict) else f"={repr(shown)[:80]}"
         lines.append(f"{where}{value}: {problem['msg']}")
     return lines
+
+
+def version() -> str:
+    """The installed kokoro-serve's version, for every command's ``--version``."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("kokoro-serve")
+    except PackageNotFoundError:
+        return "unknown (not installed)"

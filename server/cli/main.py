@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.logs import configure as configure_logging
-from backends.startup import ConfigError, install_hint, runtime_problem, settings_problems
+from backends.startup import ConfigError, install_hint, runtime_problem, settings_problems, version
 from server.settings import Settings
 
 if TYPE_CHECKING:
@@ -257,16 +257,6 @@ def say(settings: Settings, args: argparse.Namespace) -> int:
 FLAGS = {"model_dir": "--model-dir", "log_level": "--log-level", "log_format": "--log-format", "backend": "--backend",
          "mode": "--mode", "host": "--host", "port": "--port", "device": "--device", "threads": "--threads",
          "api_key": "--api-key", "default_voice": "--voice"}
-
-
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("kokoro-serve")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
