@@ -138,7 +138,8 @@ def create_app(
             return
         metrics.ready.set(1)
         metrics.realtime.arm()  # judged from here: the warm-up is slow by nature
-        log.info("ready: %s", state.describe())
+        fields = state.describe()  # JSON lines carry them as fields (backends.logs)
+        log.info("ready: %s", " ".join(f"{k}={v}" for k, v in fields.items()), extra=fields)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

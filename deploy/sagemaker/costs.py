@@ -57,7 +57,7 @@ def _endpoint_lines(endpoints: Mapping[str, Mapping[str, Any]], configs: Mapping
         low, high = ranges.get(name, (count, count))
         scaled = f"{low}-{high} instances (autoscaling)" if name in ranges else f"{count} instance(s), fixed"
         lines.append(f"endpoint {name}: {kind} x {scaled}: {hourly(kind, low, high)}, billed from creation until "
-                     f"`down`, idle or not")
+                     "it is deleted, idle or not")
     return lines
 
 

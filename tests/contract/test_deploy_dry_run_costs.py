@@ -37,7 +37,7 @@ def test_every_line_carries_the_dry_run_mark(dry_up):
 def test_the_endpoint_is_listed_with_its_instance_type_count_range_and_hourly_cost(dry_up):
     lines = dry_up("--max-instances", "3")
     assert ("[dry run]   endpoint kokoro-tts: ml.g5.xlarge x 1-3 instances (autoscaling): $1.41-$4.22/h "
-            "(ml.g5.xlarge at $1.408/h), billed from creation until `down`, idle or not") in lines
+            "(ml.g5.xlarge at $1.408/h), billed from creation until it is deleted, idle or not") in lines
     header = next(line for line in lines if "what the stack keeps, and what it bills" in line)
     assert costs.AS_OF in header and "https://aws.amazon.com/sagemaker/ai/pricing/" in header
     assert "[dry run]   ECR repository kokoro-tts: $0.10 per GB-month of images" in lines
