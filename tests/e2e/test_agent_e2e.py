@@ -19,7 +19,8 @@ import pytest
 from tests.agent_support.process import agent_process
 from tests.agent_support.sse import iter_sse, pcm_of
 from tests.agent_support.wire_tap import WireTap, fake_runtime_server, requests_total
-from tests.support.live import ServerProcess
+
+pytestmark = pytest.mark.subprocess
 
 # A short first sentence, then more text written slowly: the first sentence is spoken while the rest
 # is still being generated. Kept short: real synthesis on a shared 2-core machine.
@@ -57,10 +58,9 @@ def speech_checks(events: list[dict], text: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def real_tts(tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("onnx") / "server.log", KOKORO_BACKEND="onnx").wait_ready(timeout=300)
-    yield proc.url
-    proc.stop()
+def real_tts(onnx_server):
+    """The suite's shared real-model server (``onnx_server``)."""
+    return onnx_server.url
 
 
 @pytest.fixture(scope="module")
