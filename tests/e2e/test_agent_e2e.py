@@ -72,6 +72,7 @@ def agent_on_real_tts(real_tts):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # the agent's start and a real-model reply
 def test_bidi_first_audio_arrives_before_the_reply_is_written(agent_on_real_tts):
     events, at = run_turn(agent_on_real_tts, {"prompt": "Say something", "mode": "bidi"})
     kinds = [e["type"] for e in events]
@@ -85,6 +86,7 @@ def test_bidi_first_audio_arrives_before_the_reply_is_written(agent_on_real_tts)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a real-model reply
 def test_batch_first_audio_arrives_after_the_reply_is_written(agent_on_real_tts):
     events, at = run_turn(agent_on_real_tts, {"prompt": "Say something", "mode": "batch"})
     kinds = [e["type"] for e in events]

@@ -80,6 +80,7 @@ def test_the_documentation_has_snippets_to_run():
 
 
 @pytest.mark.parametrize("snippet", RUN, ids=[s.id for s in RUN])
+@pytest.mark.timeout(SNIPPET_TIMEOUT_S + 120)  # the snippet's own limit, and the shared server's start
 def test_snippet_runs(snippet: Snippet, server, snippet_env, tmp_path):
     problem = parse(snippet)
     assert problem is None, f"{snippet.id} does not parse: {problem}"

@@ -12,7 +12,7 @@ from benchmarks.load import load_run
 from tests.support.inproc import metric
 from tests.support.live import ServerProcess
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(300)]  # real inference under load: minutes on a loaded CPU
 
 
 @pytest.mark.slow

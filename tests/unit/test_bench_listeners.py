@@ -77,6 +77,7 @@ def test_a_real_time_listener_counts_the_gaps_of_a_server_slower_than_playback(t
 
 
 @pytest.mark.subprocess
+@pytest.mark.timeout(300)  # every configuration of the sweep, each against its own server
 def test_the_quick_sweep_runs_every_configuration_and_the_late_arrival(tmp_path):
     """The whole --quick sweep, on the model-free runtime (the harness, not the figures)."""
     data = listeners.sweep(quick=True, backend="fake", log=lambda _m: None)
