@@ -12,6 +12,8 @@ import pytest
 from benchmarks.__main__ import NAMES, OWN_OPTIONS, main
 from benchmarks.results import validate
 
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess, pytest.mark.timeout(300)]  # a whole benchmark suite each
+
 SUITES = {name: [name, "--quick", "--backend", "fake"] for name in (
     "ttfa", "throughput", "payload", "overhead", "e2e", "agentproto", "load", "soak", "overload", "concurrent_probe")}
 SUITES["compare"] = ["compare", "--quick", "--backend", "fake"]

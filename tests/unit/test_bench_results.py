@@ -8,6 +8,7 @@ from benchmarks import overhead, results, throughput, ttfa
 from benchmarks.results import Result, validate
 
 
+@pytest.mark.subprocess
 def test_a_written_result_follows_the_schema(tmp_path):
     r = Result("ttfa", True, results.command_line("ttfa", True), config={"runs_per_mode": 1})
     r.samples = [
@@ -37,6 +38,7 @@ def test_a_written_result_follows_the_schema(tmp_path):
     assert data["benchmark"] == "ttfa"
 
 
+@pytest.mark.subprocess
 def test_validate_names_what_is_missing():
     data = Result("payload", False, "python -m benchmarks payload").to_dict()
     del data["samples"]
@@ -80,6 +82,7 @@ def test_markdown_table_formats_numbers_for_people():
     assert "| — | 12,345.7 |" in table
 
 
+@pytest.mark.subprocess
 def test_render_only_rewrites_the_table_from_the_json(tmp_path):
     from benchmarks.__main__ import main
 

@@ -67,6 +67,7 @@ def test_missing_assets_name_the_flag_the_variable_and_the_command(tmp_path, cap
 NO_TORCH = "import sys; sys.modules['torch'] = None; from server.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
+@pytest.mark.subprocess
 def test_a_missing_torch_gives_the_install_command_not_a_traceback(model_dir, tmp_path):
     say = subprocess.run([sys.executable, "-c", NO_TORCH, "say", "Hi.", "-o", str(tmp_path / "x.wav"),
                           "--backend", "torch", "--model-dir", str(model_dir)],
@@ -89,6 +90,7 @@ LOG_AFTER_MAIN = (
 )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("fmt", ["json", "plain"])
 def test_one_log_format_per_process_each_line_once(model_dir, fmt):
     done = subprocess.run([sys.executable, "-c", LOG_AFTER_MAIN, "voices", "--log-format", fmt,
