@@ -35,6 +35,10 @@ TITLES = {
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",
     "load": "Load: pipelined sessions, ordering and /ping under load",
     "soak": "Soak: memory over 1,000 mixed requests",
+    "churn": "Churn: 100,000 short sessions over every route (cancels, barge-ins, vanishing clients): memory, "
+             "tables at rest, unanswered requests",
+    "fuzz": "Fuzz: 10,000 random and malformed frames at each WebSocket protocol (typed answers, sessions and "
+            "/ping stay up)",
     "concurrent_probe": "The engine's configurations in process (mode, workers x intra-op threads): audio and CPU "
                         "per audio second",
 }
@@ -95,6 +99,9 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
                                                   "help": "windowed_decoder: the runtime measured (default torch)"}),
     "--mode": ("soak", "mode", {"choices": ["sequential", "concurrent"], "help": "soak: the server's mode "
                                                                                   "(default sequential)"}),
+    "--frames": ("fuzz", "frames", {"type": int, "help": "fuzz: frames per protocol (default 10,000; --quick 300)"}),
+    "--sessions": ("churn", "sessions", {"type": int, "help": "churn: sessions per run (default 100,000 on the fake "
+                                                              "runtime, --quick 2,000; 2,000 on onnx, --quick 200)"}),
 }
 
 

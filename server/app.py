@@ -120,6 +120,7 @@ def create_app(
     metrics.realtime.advice = default_advice(threads=settings.threads, mode=settings.mode, runtime=settings.backend,
                                              device=settings.device)
     state = ServerState(settings, backend, metrics)
+    metrics.watch_tables(state.table_sizes)
 
     async def load() -> None:
         try:

@@ -129,6 +129,12 @@ class ServerState:
         if tasks:
             await asyncio.wait(tasks)
 
+    def table_sizes(self) -> dict[str, int]:
+        """Entries per table kept per session or request, the server's and the backend's (what
+        ``kokoro_state_entries{table}`` shows; each is 0 at rest)."""
+        return {"server_sessions": len(self.sessions), "server_inflight": self.inflight,
+                **{f"backend_{name}": n for name, n in self.backend.table_sizes().items()}}
+
     def describe(self) -> dict[str, Any]:
         """What /ping reports: the status and the backend's runtime, mode, model, device and dtype."""
         return {"status": self.status(), **self.backend.info.describe()}

@@ -33,7 +33,11 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   (:meth:`~backends.engine.core.Engine.run_segments`), as the sequential mode's segments do: the
   runtime's frame durations kept (word timings work in both modes), audio clipped, and a failed
   batch retried one segment at a time, so one bad segment fails only its own request
-  (:class:`BackendFault`). The scheduler loop survives everything but ``aclose()``.
+  (:class:`BackendFault`). The loop is a :class:`~backends.engine.watch.WatchedTask`: should it fail
+  (a bug in its own code; runtime calls cannot reach it), the error is logged with its traceback,
+  every admitted request fails at once with :class:`BackendFault` and the loop starts again; after
+  three failures within a minute it stays down and ``check_health`` fails (``/ping`` 503). A
+  completion step that raises fails only the requests of that call.
 
 Admission: ``max_queue`` bounds the requests admitted at once (being answered or waiting). Each
 admitted request holds at most one queued segment and ``max_ahead`` unread chunks, so memory is
@@ -65,10 +69,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from backends.api import AudioChunk, Interrupted, NotReady, Overloaded, Segment, SynthesisRequest
+from backends.api import (
+    AudioChunk,
+    BackendFault,
+    Interrupted,
+    NotReady,
+    Overloaded,
+    Segment,
+    SynthesisRequest,
+)
 from backends.engine.core import Engine, SegmentResult
 from backends.engine.policy import input_tokens
 from backends.engine.schedule import Entry, Playout, RunningCall
+from backends.engine.watch import WatchedTask
 
 log = logging.getLogger("kokoro.backend")
 
@@ -127,7 +140,7 @@ class ConcurrentBackend(Engine):
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+        self.scheduler = WatchedTask("the batch scheduler", self._schedule, on_failure=self._fail_all)
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -176,20 +189,35 @@ class ConcurrentBackend(Engine):
             job.outbox.put_nowait(NotReady("server is shutting down"))
         self._queue.clear()
         self._set_queued(0)
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        self.scheduler.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
         await super().aclose()
 
     async def check_health(self) -> None:
         await super().check_health()
-        if self._task is not None and self._task.done() and not self._task.cancelled():
-            raise NotReady("the batch scheduler stopped")  # a bug; the next request restarts it
+        if self.scheduler.down is not None:
+            raise NotReady(f"{self.scheduler.down}: replace this instance")
+
+    def table_sizes(self) -> dict[str, int]:
+        return {**super().table_sizes(), **self._queue.sizes(), "queued_segments": self._queued,
+                "admitted_requests": len(self._jobs), "busy_workers": self.workers - self._free}
 
     def _ensure_loop(self) -> None:
-        if self._task is None or self._task.done():
+        if self.scheduler.down is not None:
+            raise BackendFault(self.scheduler.down)
+        if not self.scheduler.running:
             self._wake = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._schedule(), name="kokoro-scheduler")
+            self.scheduler.ensure()
+
+    def _fail_all(self, error: BaseException) -> None:
+        """The scheduler failed: every admitted request fails now (typed), the queue is emptied."""
+        fault = BackendFault(f"the batch scheduler failed: {type(error).__name__}: {error}")
+        for job in list(self._jobs):
+            self._drop(job)
+            job.outbox.put_nowait(fault)
+        self._queue.clear()
+        self._set_queued(0)
+        self._wake = asyncio.Event()  # the restarted loop's
 
     # -- requests -------------------------------------------------------------------------------
     async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
@@ -340,22 +368,32 @@ class ConcurrentBackend(Engine):
 
     def _finish(self, entries: list[Entry], results: Sequence[SegmentResult]) -> None:
         for entry, result in zip(entries, results, strict=True):
-            item: _Item = entry.item
-            job = item.job
-            if job.cancelled:
-                job.busy = False
-                continue
-            if isinstance(result.error, Interrupted):  # for a newcomer's first segment: runs again after it
-                self._enqueue(item, entry)
-                continue
-            job.busy = False
-            if result.error is not None:
-                job.outbox.put_nowait(self._as_error(result.error, job.request))
-                job.pending.clear()
-                continue
-            self.policy.segment_ready(job.playout, result.audio, job.request)
-            job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
-            self._submit_next(job)
+            job = entry.item.job
+            try:
+                self._finish_one(entry, result)
+            except Exception as e:  # a bug here fails this request, never leaves it waiting
+                log.error("request %s: handing its segment over failed", job.request.request_id, exc_info=e)
+                if not job.cancelled:
+                    self._drop(job)
+                    job.outbox.put_nowait(BackendFault(f"synthesis failed: {type(e).__name__}: {e}"))
         if self._wake is not None:
             self._wake.set()
+
+    def _finish_one(self, entry: Entry, result: SegmentResult) -> None:
+        item: _Item = entry.item
+        job = item.job
+        if job.cancelled:
+            job.busy = False
+            return
+        if isinstance(result.error, Interrupted):  # for a newcomer's first segment: runs again after it
+            self._enqueue(item, entry)
+            return
+        job.busy = False
+        if result.error is not None:
+            job.outbox.put_nowait(self._as_error(result.error, job.request))
+            job.pending.clear()
+            return
+        self.policy.segment_ready(job.playout, result.audio, job.request)
+        job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
+        self._submit_next(job)
 

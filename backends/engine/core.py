@@ -200,6 +200,11 @@ class Engine:
     def phonemize(self, text: str, lang: str) -> str:
         return self.pipeline.phonemes(text, lang)
 
+    def table_sizes(self) -> dict[str, int]:
+        """Entries per table kept per session, request or call (see :class:`~backends.api.Backend`);
+        the modes add their queues."""
+        return {"runtime_calls": len(self._calls), **self.policy.table_sizes()}
+
     # -- lifecycle ------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -49,6 +50,7 @@ from backends.engine.core import Engine, SegmentResult
 from backends.engine.schedule import Entry, Playout, RunningCall
 
 _Item = tuple[Segment, "asyncio.Future[SegmentResult]", Playout]
+log = logging.getLogger("kokoro.backend")
 
 
 class SequentialBackend(Engine):
@@ -70,6 +72,10 @@ class SequentialBackend(Engine):
         """Segments waiting for the worker (all requests), not counting the one being synthesised
         (the concurrent mode's meaning too)."""
         return len(self._queue)
+
+    def table_sizes(self) -> dict[str, int]:
+        return {**super().table_sizes(), **self._queue.sizes(), "waiting_segments": self._waiting,
+                "worker_busy": int(self._running)}
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -151,20 +157,24 @@ class SequentialBackend(Engine):
         entry = self._queue.pop()
         if entry is None:
             return
-        self._observer.queue_depth(len(self._queue))
         segment, future, playout = entry.item
-        self._running = True
-        interruptible = self.interrupts
-        call = self.policy.call_started(entry, playout, segment, "solo", interruptible=interruptible)
-        run = partial(self.run_segments, interrupt=call.interrupt if interruptible else None)
+        call: RunningCall | None = None
         try:
+            self._observer.queue_depth(len(self._queue))
+            interruptible = self.interrupts
+            call = self.policy.call_started(entry, playout, segment, "solo", interruptible=interruptible)
+            run = partial(self.run_segments, interrupt=call.interrupt if interruptible else None)
             work = asyncio.get_running_loop().run_in_executor(self._executor, run, [segment])
-        except Exception as e:  # the executor is shut down: fail this one, the queue goes on
-            self._running = False
-            self.policy.call_ended(call)
+        except Exception as e:  # the executor is shut down, or a bug: fail this one, the queue goes on
+            if not self._closing:
+                log.error("starting a runtime call failed", exc_info=e)
+            if call is not None:
+                self.policy.call_ended(call)
             if not future.done():
                 future.set_exception(e)
+            asyncio.get_running_loop().call_soon(self._run_next)
             return
+        self._running = True
         work.add_done_callback(partial(self._done, entry, call))
 
     def _done(self, entry: Entry, call: RunningCall, work: asyncio.Future[Any]) -> None:

@@ -236,6 +236,28 @@ class TextStream:
         self._wake.set()
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work(), name=f"text-stream-{self.route}-{self.session}")
+            self._worker.add_done_callback(self._worker_ended)
+
+    def _worker_ended(self, worker: asyncio.Task[None]) -> None:
+        """The worker ended: if it died (a bug outside a piece), say so — logged with its traceback,
+        a :class:`Failed` for the reader and every flush/end marker still queued, so no client waits
+        for an acknowledgement that would never come. The next text starts a new worker."""
+        if worker.cancelled() or worker.exception() is None or self._closed:
+            return
+        error = worker.exception()
+        log.error("%s: the text stream's worker failed", self.route, exc_info=error)
+        fault = BackendFault(f"synthesis failed: {type(error).__name__}")
+        self._out.put_nowait(Failed(fault, ""))
+        self._salvage_marks()
+
+    def _salvage_marks(self) -> None:
+        """Hand the reader every marker queued (its text is dropped: it failed with the worker)."""
+        marks = [item.event for item in self._queue if isinstance(item, _Mark)]
+        self._queue.clear()
+        self._queued_chars = 0
+        self._speaking = False
+        for event in marks:
+            self._out.put_nowait(Done(round(self._clock, 4)) if isinstance(event, Done) else event)
 
     async def _stop_worker(self) -> None:
         worker, self._worker = self._worker, None
@@ -269,7 +291,11 @@ class TextStream:
                 continue
             item = self._queue.popleft()
             if isinstance(item, _Mark):
-                await self._end_turn_audio()
+                try:
+                    await self._end_turn_audio()
+                except Exception as e:  # a bug costs the turn's last samples, never its marker
+                    log.exception("%s: ending a turn's audio failed", self.route)
+                    await self._put(Failed(BackendFault(f"synthesis failed: {type(e).__name__}"), ""))
                 event = Done(round(self._clock, 4)) if isinstance(item.event, Done) else item.event
                 await self._put(event)
                 continue

@@ -26,9 +26,12 @@ REAL_MODEL_ONLY = {
     "gpu": "the PyTorch runtime on a GPU",
 }
 
+#: Run quick by a test of their own, which checks their figures too.
+TESTED_APART = {"churn": "tests/e2e/test_churn.py", "fuzz": "tests/e2e/test_fuzz_protocols.py"}
+
 
 def test_every_suite_is_run_here_or_said_to_need_the_model():
-    assert set(SUITES) | set(REAL_MODEL_ONLY) == {*NAMES, *OWN_OPTIONS}
+    assert set(SUITES) | set(REAL_MODEL_ONLY) | set(TESTED_APART) == {*NAMES, *OWN_OPTIONS}
 
 
 @pytest.mark.parametrize("suite", list(SUITES))
