@@ -35,6 +35,7 @@ TITLES = {
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",
     "load": "Load: pipelined sessions, ordering and /ping under load",
     "soak": "Soak: memory over 1,000 mixed requests",
+    "capacity": "Capacity: the highest voice-agent load within a p95 first-audio target, and the autoscaling target",
     "concurrent_probe": "The engine's configurations in process (mode, workers x intra-op threads): audio and CPU "
                         "per audio second",
 }
@@ -76,6 +77,8 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
                                                    "repeat for both)"}),
     "--runtime": ("windowed_decoder", "runtime", {"choices": ["torch", "onnx"],
                                                   "help": "windowed_decoder: the runtime measured (default torch)"}),
+    "--target-ms": ("capacity", "target_ms", {"type": float, "help": "capacity: the p95 first audio a level must "
+                                                                       "keep, ms (default 300)"}),
     "--mode": ("soak", "mode", {"choices": ["sequential", "concurrent"], "help": "soak: the server's mode "
                                                                                   "(default sequential)"}),
 }
