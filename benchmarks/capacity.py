@@ -23,8 +23,6 @@ import asyncio
 import math
 from typing import Any
 
-import httpx
-
 from .live import LiveServer
 from .results import Result, command_line, load_average, markdown_table
 from .voiceload import WORKLOADS, CpuMeter, level_figures, run_closed, run_open, workload
@@ -73,45 +71,43 @@ def _levels(runtime: str, workload_name: str, quick: bool) -> list[int]:
         return [2, 8, 32] if workload_name == "sentence" else [4]
     if runtime == "onnx":
         return [1, 2, 4, 8]
-    return [1, 4, 16, 32, 48, 64, 96, 128] if workload_name == "sentence" else [1, 4, 16, 32, 64]
+    return [1, 4, 16, 32, 64, 96, 128, 192, 256] if workload_name == "sentence" else [1, 4, 16, 32, 64, 96]
 
 
 async def _measure_plan(srv: LiveServer, plan: dict[str, Any], *, quick: bool, target_ms: float,
                         duration_s: float, log: Any, reference_rate: float | None) -> list[dict[str, Any]]:
     samples = []
     meter = CpuMeter(srv.proc.pid if srv.proc is not None else None)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
-    async with httpx.AsyncClient(limits=limits, timeout=120.0) as http:
 
-        async def level(name: str, loop: str, load: float) -> dict[str, Any]:
-            session, call = workload(name, srv.url, srv.ws_url, http)
-            meter.start()
-            if loop == "closed":
-                timings, wall = await run_closed(call, session, int(load), duration_s)
-            else:
-                timings, wall = await run_open(call, load, duration_s)
-            figures = level_figures(timings, wall, meter.stop(), target_ms)
-            sample = {"plan": plan["label"], "workload": name, "loop": loop, "load": load, **figures,
-                      "load_1m": (load_average() or [None])[0]}
-            log(f"  {plan['label']:<28} {name:<8} {loop:<6} {load:>7g}: {figures['requests_per_s']:>7} req/s, "
-                f"p95 {figures['first_audio_ms_p95']} ms, refused {figures['refused']}, failed {figures['failed']}, "
-                f"CPU {figures['cpu_ms_per_request']} ms/req")
-            samples.append(sample)
-            srv.wait_idle(timeout_s=20)
-            return sample
+    async def level(name: str, loop: str, load: float) -> dict[str, Any]:
+        session, call = workload(name, srv.url, srv.ws_url)
+        meter.start()
+        if loop == "closed":
+            timings, wall = await run_closed(call, session, int(load), duration_s)
+        else:
+            timings, wall = await run_open(call, load, duration_s)
+        figures = level_figures(timings, wall, meter.stop(), target_ms)
+        sample = {"plan": plan["label"], "workload": name, "loop": loop, "load": load, **figures,
+                  "load_1m": (load_average() or [None])[0]}
+        log(f"  {plan['label']:<28} {name:<8} {loop:<6} {load:>7g}: {figures['requests_per_s']:>7} req/s, "
+            f"p95 {figures['first_audio_ms_p95']} ms, refused {figures['refused']}, failed {figures['failed']}, "
+            f"CPU {figures['cpu_ms_per_request']} ms/req")
+        samples.append(sample)
+        srv.wait_idle(timeout_s=20)
+        return sample
 
-        for name in plan["workloads"]:
-            misses = 0
-            for clients in _levels(plan["runtime"], name, quick):
-                sample = await level(name, "closed", clients)
-                misses = 0 if sample["within_target"] else misses + 1
-                if misses >= 2:
-                    break
-        held = _capacity(samples, "sentence")
-        rate = reference_rate or (held["requests_per_s"] if held else None)
-        if rate:
-            for k in (0.5, 2.0) if quick else (0.5, 1.0, 2.0, 4.0):
-                await level("sentence", "open", round(rate * k, 1))
+    for name in plan["workloads"]:
+        misses = 0
+        for clients in _levels(plan["runtime"], name, quick):
+            sample = await level(name, "closed", clients)
+            misses = 0 if sample["within_target"] else misses + 1
+            if misses >= 2:
+                break
+    held = _capacity(samples, "sentence")
+    rate = reference_rate or (held["requests_per_s"] if held else None)
+    if rate:
+        for k in (0.5, 2.0) if quick else (0.5, 1.0, 2.0, 4.0):
+            await level("sentence", "open", round(rate * k, 1))
     return samples
 
 

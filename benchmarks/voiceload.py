@@ -4,7 +4,8 @@ as a closed loop of clients or an open loop of arrivals, and what one level of l
 Workloads (each call is one request as :mod:`benchmarks.clients` times it, ``first_audio_s`` from
 the moment the request left):
 
-* ``sentence`` — one sentence, ``POST /invocations`` (PCM, streamed);
+* ``sentence`` — one sentence, ``POST /invocations`` (PCM, streamed), through a lean client of its
+  own (:class:`RawHttp`);
 * ``bidi`` — one agent turn of several sentences pipelined on the contract's WebSocket
   (``/invocations-bidirectional-stream``), as an agent sends each sentence its LLM finishes;
 * ``deepgram`` — the same turn on Deepgram's ``/v1/speak``: each sentence a ``Speak``, then ``Flush``.
@@ -26,11 +27,11 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import psutil
 
-from .clients import PlaybackClock, Timing, WsSession, post
+from .clients import PlaybackClock, Timing, WsSession
 from .loop import closed_loop
 from .results import ms, percentile, rnd
 
@@ -49,8 +50,67 @@ def _underrun(timing: Timing) -> float:
 
 
 # -- one request of each workload, on a session (or None: a connection of its own) ---------------
-async def _sentence(http: httpx.AsyncClient, url: str) -> Timing:
-    return await post(http, f"{url}/invocations", {"text": SENTENCE, "format": "pcm"}, timeout=120.0)
+class RawHttp:
+    """One HTTP/1.1 keep-alive connection, written by hand: a streamed ``POST`` whose chunks are
+    timed as they arrive. The load generator shares the cores with the server, and a general client
+    (httpx) costs it ~8 ms of CPU a request — at a hundred clients the generator, not the server,
+    would set the pace (its own queueing read as the server's first audio)."""
+
+    def __init__(self, url: str):
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._io: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def __aenter__(self) -> RawHttp:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._io is not None:
+            self._io[1].close()
+            self._io = None
+
+    async def post(self, path: str, body: dict[str, Any]) -> Timing:
+        timing = Timing("http")
+        t0 = time.perf_counter()
+        try:
+            if self._io is None:
+                self._io = await asyncio.open_connection(self.host, self.port)
+            reader, writer = self._io
+            data = json.dumps(body).encode()
+            writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                         % (path.encode(), self.host.encode(), len(data)) + data)
+            await writer.drain()
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+            status = int(head.split(" ", 2)[1])
+            if "transfer-encoding: chunked" in head:
+                while size := int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16):
+                    chunk = (await reader.readexactly(size + 2))[:-2]
+                    if status == 200:
+                        timing.heard(time.perf_counter() - t0, chunk)
+                await reader.readuntil(b"\r\n")
+                text = b""
+            else:
+                length = int(head.split("content-length:", 1)[1].split("\r\n", 1)[0]) if "content-length:" in head else 0
+                text = await reader.readexactly(length)
+            if status != 200:
+                timing.error = f"HTTP {status}: {text[:200].decode(errors='replace')}"
+                timing.code = "overloaded" if status == 503 else str(status)
+                return timing
+            if "connection: close" in head:
+                self.close()
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+            self.close()
+            timing.error = f"{type(exc).__name__}: {exc}"
+            return timing
+        timing.complete_s = time.perf_counter() - t0
+        return timing
+
+
+async def _sentence(http: RawHttp) -> Timing:
+    return await http.post("/invocations", {"text": SENTENCE, "format": "pcm"})
 
 
 async def _bidi(session: WsSession) -> Timing:
@@ -106,12 +166,17 @@ async def _speak_socket(ws_url: str) -> AsyncIterator[_Speak]:
             await ws.send(json.dumps({"type": "Close"}))
 
 
-def workload(name: str, url: str, ws_url: str, http: httpx.AsyncClient) -> tuple[
+def workload(name: str, url: str, ws_url: str) -> tuple[
         Callable[[int], contextlib.AbstractAsyncContextManager[Any]], Call]:
     """``(session, call)``: ``session(client)`` opens a client's connection, ``call(session)`` sends one
     request on it (``call(None)``: on a connection of its own)."""
     if name == "sentence":
-        return (lambda _c: contextlib.nullcontext()), (lambda _s: _sentence(http, url))
+        async def sentence_call(s: RawHttp | None) -> Timing:
+            if s is not None:
+                return await _sentence(s)
+            async with RawHttp(url) as own:
+                return await _sentence(own)
+        return (lambda _c: RawHttp(url)), sentence_call
     if name == "bidi":
         def bidi_session(_c: int) -> contextlib.AbstractAsyncContextManager[Any]:
             session = WsSession(ws_url, frames="binary", open_timeout=60)

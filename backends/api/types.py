@@ -120,5 +120,7 @@ class AudioChunk:
 def clip_audio(audio: np.ndarray) -> np.ndarray:
     """float32, 1-D, finite, in [-1, 1] (the model can peak above 1)."""
     out = np.asarray(audio, dtype=np.float32).reshape(-1)
-    out = np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
-    return np.clip(out, -1.0, 1.0, out=out)
+    if not np.isfinite(out).all():  # (one pass in C; nan_to_num costs ~0.2 ms of Python a call)
+        out = np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
+    np.minimum(out, 1.0, out=out)  # the ufuncs: np.clip's wrapper costs more than the work
+    return np.maximum(out, -1.0, out=out)
