@@ -24,9 +24,13 @@ import math
 from typing import Any
 
 from .live import LiveServer
-from .results import Result, command_line, load_average, markdown_table
-from .voiceload import WORKLOADS, CpuMeter, level_figures, run_closed, run_open, workload
+from .results import Result, command_line, load_average, markdown_table, ratio
+from .texts import PARAGRAPH, THROUGHPUT_TEXTS
+from .voiceload import WORKLOADS, CpuMeter, head_of_line, level_figures, run_closed, run_open, workload
 
+#: A 4,900-character request (the texts of the suite, over and over): its planning must hold up
+#: neither its own first audio nor a one-sentence request sent 50 ms after it.
+LONG_TEXT = " ".join([PARAGRAPH, *THROUGHPUT_TEXTS] * 40)[:4900].rsplit(" ", 1)[0]
 #: p95 first audio a level must keep (the flag ``--target-ms``).
 TARGET_MS = 300.0
 #: Share of the measured capacity the autoscaler aims for (room for a burst while a new instance starts).
@@ -96,6 +100,11 @@ async def _measure_plan(srv: LiveServer, plan: dict[str, Any], *, quick: bool, t
         srv.wait_idle(timeout_s=20)
         return sample
 
+    if plan["workloads"]:
+        hol = await head_of_line(srv.url, LONG_TEXT, 1 if quick else 5)
+        log(f"  {plan['label']:<28} first audio: {hol}")
+        samples.append({"plan": plan["label"], "workload": "head_of_line", "loop": "single", **hol})
+        srv.wait_idle(timeout_s=20)
     for name in plan["workloads"]:
         misses = 0
         for clients in _levels(plan["runtime"], name, quick):
@@ -113,7 +122,7 @@ async def _measure_plan(srv: LiveServer, plan: dict[str, Any], *, quick: bool, t
 
 def _capacity(samples: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
     """The level of ``name`` that answered the most requests a second within the target."""
-    within = [s for s in samples if s["workload"] == name and s["within_target"]]
+    within = [s for s in samples if s["workload"] == name and s.get("within_target")]
     return max(within, key=lambda s: s["requests_per_s"], default=None)
 
 
@@ -134,7 +143,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str | None =
         target_ms: float = TARGET_MS) -> Result:
     result = Result(benchmark="capacity", quick=quick, command=command_line("capacity", quick))
     plans = _plans(quick, backend)
-    duration_s = 1.5 if quick else 8.0
+    duration_s = 1.5 if quick else 6.0
     result.config = {"target_ms": target_ms, "headroom": HEADROOM, "level_s": duration_s, "plans": plans,
                      "gpu_standin": {"env": GPU_STANDIN, "calibration": CALIBRATION},
                      "workloads": {"sentence": "POST /invocations, one sentence", "bidi": "a 3-sentence turn on "
@@ -163,6 +172,13 @@ def _summarize(result: Result, plans: list[dict[str, Any]], target_ms: float) ->
             level = last["requests_per_s"] >= 0.9 * peak
             result.target(f"{plan['label']}: throughput levels off at {last['load']:g} requests/s offered",
                           ">= 0.9x the peak", f"{last['requests_per_s']} of {peak}", level)
+        for hol in (s for s in mine if s["workload"] == "head_of_line"):
+            behind, after = hol["behind_long_ms"], hol["behind_sentence_ms"]
+            own, alone = hol["long_own_ms"], hol["alone_ms"]
+            result.target(f"{plan['label']}: a sentence 50 ms after a 4,900-character request vs after a sentence",
+                          "<= 1.2x", ratio(behind, after), None if not (behind and after) else behind <= 1.2 * after)
+            result.target(f"{plan['label']}: the 4,900-character request's own first audio vs a sentence alone",
+                          "<= 1.2x", ratio(own, alone), None if not (own and alone) else own <= 1.2 * alone)
         held = capacity[plan["label"]]["sentence"]
         if plan["label"] == "fake-gpu/concurrent" and held:
             result.target("fake-gpu/concurrent: one-sentence requests/s held at p95 first audio <= target",
@@ -190,7 +206,9 @@ def body(data: dict[str, Any]) -> str:
                              held["cpu_ms_per_request"]])
     levels = [[s["plan"], s["workload"], s["loop"], s["load"], s["requests_per_s"], s["first_audio_ms_p50"],
                s["first_audio_ms_p95"], s["first_audio_ms_p99"], s["refused"], s["failed"], s["underrun_requests"],
-               s["cpu_ms_per_request"]] for s in data["samples"]]
+               s["cpu_ms_per_request"]] for s in data["samples"] if s["workload"] != "head_of_line"]
+    hol = [[s["plan"], s["alone_ms"], s["behind_sentence_ms"], s["behind_long_ms"], s["long_own_ms"], s["runs"]]
+           for s in data["samples"] if s["workload"] == "head_of_line"]
     rec = summary.get("recommendation")
     said = (f"**Recommended autoscaling target: {rec['target_sessions']} concurrent sessions per instance** "
             f"({rec['sessions_within_target']} bidi sessions held p95 first audio within {summary.get('target_ms'):g} ms "
@@ -202,6 +220,10 @@ def body(data: dict[str, Any]) -> str:
             "(closed loop: clients; each keeps one connection and sends again when answered):\n\n" + markdown_table(
                 ["plan", "workload", "clients", "requests/s", "first audio p50 ms", "p95 ms", "p99 ms",
                  "underrun requests", "server CPU ms/request"], rows)
+            + "\n\nFirst audio (ms, medians) of a one-sentence request alone, sent 50 ms after another one, and 50 ms "
+            "after a 4,900-character request; and that request's own:\n\n" + markdown_table(
+                ["plan", "sentence alone", "behind a sentence", "behind 4,900 characters", "4,900 characters' own",
+                 "runs"], hol)
             + "\n\nEvery level (open loop: arrivals a second, each on a new connection):\n\n" + markdown_table(
                 ["plan", "workload", "loop", "load", "requests/s", "p50 ms", "p95 ms", "p99 ms", "refused", "failed",
                  "underrun requests", "CPU ms/request"], levels)

@@ -211,6 +211,30 @@ def _shifted(timing: Timing, opened_s: float) -> Timing:
     return timing
 
 
+# -- a long text ahead of a short one -----------------------------------------------------------
+async def head_of_line(url: str, long_text: str, runs: int) -> dict[str, Any]:
+    """First audio of a one-sentence request alone, sent 50 ms after another one-sentence request
+    and 50 ms after ``long_text``; and ``long_text``'s own (medians of ``runs``, ms)."""
+
+    async def first_ms(text: str, delay_s: float = 0.0) -> float | None:
+        await asyncio.sleep(delay_s)
+        async with RawHttp(url) as http:
+            timing = await http.post("/invocations", {"text": text, "format": "pcm"})
+        return ms(timing.first_audio_s) if not timing.error else None
+
+    figures: dict[str, list[float | None]] = {"alone": [], "behind_sentence": [], "behind_long": [], "long_own": []}
+    await first_ms(SENTENCE)  # warm: the first request of a server pays for what it builds once
+    for _ in range(runs):
+        figures["alone"].append(await first_ms(SENTENCE))
+        figures["behind_sentence"].append((await asyncio.gather(first_ms(SENTENCE), first_ms(SENTENCE, 0.05)))[1])
+        own, behind = await asyncio.gather(first_ms(long_text), first_ms(SENTENCE, 0.05))
+        figures["behind_long"].append(behind)
+        figures["long_own"].append(own)
+    out: dict[str, Any] = {f"{k}_ms": rnd(percentile(v, 50), 1) for k, v in figures.items()}
+    out["runs"] = runs
+    return out
+
+
 # -- the loops ------------------------------------------------------------------------------------
 async def run_closed(call: Call, session: Callable[[int], Any], clients: int, duration_s: float) -> tuple[list[Timing], float]:
     loop = await closed_loop(lambda s, _c, _r: _timed(call, s), clients, duration_s=duration_s, session=session)

@@ -26,7 +26,9 @@ def test_capacity_quick_measures_every_workload_and_recommends_a_target_deploy_s
     seen = {(s["plan"], s["workload"], s["loop"]) for s in data["samples"]}
     assert {("fake-gpu/concurrent", w, "closed") for w in ("sentence", "bidi", "deepgram")} <= seen
     assert ("fake-gpu/sequential", "sentence", "open") in seen
-    for sample in data["samples"]:
+    hol = [s for s in data["samples"] if s["workload"] == "head_of_line"]
+    assert hol and all(s["behind_long_ms"] > 0 and s["long_own_ms"] > 0 for s in hol)
+    for sample in (s for s in data["samples"] if s["workload"] != "head_of_line"):
         assert sample["answered"] > 0 and sample["failed"] == 0, sample
         assert sample["first_audio_ms_p50"] <= sample["first_audio_ms_p95"] <= sample["first_audio_ms_p99"]
         assert sample["cpu_ms_per_request"] > 0
