@@ -47,3 +47,12 @@ def target_from(path: str | Path, instance_type: str | None = None) -> MeasuredT
               f"held p95 first audio <= {data['summary'].get('target_ms')} ms, x {rec.get('headroom')} headroom "
               f"({path})")
     return MeasuredTarget(float(rec["target_sessions"]), source)
+
+
+if __name__ == "__main__":  # the target alone, for the CDK app's context: -c target_sessions=$(...)
+    import sys
+
+    try:
+        print(f"{target_from(sys.argv[1]).target_sessions:g}")
+    except (DeployError, IndexError) as exc:
+        raise SystemExit(f"usage: python -m deploy.sagemaker.capacity CAPACITY_JSON ({exc})") from exc
