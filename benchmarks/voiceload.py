@@ -72,7 +72,9 @@ class RawHttp:
             self._io[1].close()
             self._io = None
 
-    async def post(self, path: str, body: dict[str, Any]) -> Timing:
+    async def post(self, path: str, body: dict[str, Any], *, hang_up_at_first_audio: bool = False) -> Timing:
+        """``body`` posted on the connection; with ``hang_up_at_first_audio`` the connection is closed
+        at the first audio (the server drops the rest of the request)."""
         timing = Timing("http")
         t0 = time.perf_counter()
         try:
@@ -90,6 +92,9 @@ class RawHttp:
                     chunk = (await reader.readexactly(size + 2))[:-2]
                     if status == 200:
                         timing.heard(time.perf_counter() - t0, chunk)
+                        if hang_up_at_first_audio and timing.first_audio_s is not None:
+                            self.close()
+                            return timing
                 await reader.readuntil(b"\r\n")
                 text = b""
             else:
@@ -214,12 +219,13 @@ def _shifted(timing: Timing, opened_s: float) -> Timing:
 # -- a long text ahead of a short one -----------------------------------------------------------
 async def head_of_line(url: str, long_text: str, runs: int) -> dict[str, Any]:
     """First audio of a one-sentence request alone, sent 50 ms after another one-sentence request
-    and 50 ms after ``long_text``; and ``long_text``'s own (medians of ``runs``, ms)."""
+    and 50 ms after ``long_text``; and ``long_text``'s own (medians of ``runs``, ms). Each client
+    hangs up at its first audio, so no run waits for the long text's whole reading."""
 
     async def first_ms(text: str, delay_s: float = 0.0) -> float | None:
         await asyncio.sleep(delay_s)
         async with RawHttp(url) as http:
-            timing = await http.post("/invocations", {"text": text, "format": "pcm"})
+            timing = await http.post("/invocations", {"text": text, "format": "pcm"}, hang_up_at_first_audio=True)
         return ms(timing.first_audio_s) if not timing.error else None
 
     figures: dict[str, list[float | None]] = {"alone": [], "behind_sentence": [], "behind_long": [], "long_own": []}
