@@ -71,6 +71,7 @@ def create_pipeline(config: BackendConfig, files: ModelFiles) -> TextPipeline:
         first_segment_max_words=config.first_segment_max_words,
         segment_phonemes=config.segment_phonemes,
         preload=g2p.preload,
+        check=g2p.check,
         phrase_end_mark=config.phrase_end_mark,
     )
 

@@ -39,6 +39,7 @@ TITLES = {
              "tables at rest, unanswered requests",
     "fuzz": "Fuzz: 10,000 random and malformed frames at each WebSocket protocol (typed answers, sessions and "
             "/ping stay up)",
+    "capacity": "Capacity: the highest voice-agent load within a p95 first-audio target, and the autoscaling target",
     "concurrent_probe": "The engine's configurations in process (mode, workers x intra-op threads): audio and CPU "
                         "per audio second",
 }
@@ -97,6 +98,8 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
                                                    "repeat for both)"}),
     "--runtime": ("windowed_decoder", "runtime", {"choices": ["torch", "onnx"],
                                                   "help": "windowed_decoder: the runtime measured (default torch)"}),
+    "--target-ms": ("capacity", "target_ms", {"type": float, "help": "capacity: the p95 first audio a level must "
+                                                                       "keep, ms (default 300)"}),
     "--mode": ("soak", "mode", {"choices": ["sequential", "concurrent"], "help": "soak: the server's mode "
                                                                                   "(default sequential)"}),
     "--frames": ("fuzz", "frames", {"type": int, "help": "fuzz: frames per protocol (default 10,000; --quick 300)"}),

@@ -79,6 +79,7 @@ from backends.api import (
     SynthesisRequest,
 )
 from backends.engine.core import Engine, SegmentResult
+from backends.engine.planning import known_count
 from backends.engine.policy import input_tokens
 from backends.engine.schedule import Entry, Playout, RunningCall
 from backends.engine.watch import WatchedTask
@@ -96,6 +97,7 @@ class _Job:
     pending: deque[Segment]
     playout: Playout
     outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    planned: int = 0  # how many of the request's segments have joined ``pending``
     busy: bool = False  # a segment of this job is queued or being synthesised
     cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
 
@@ -231,27 +233,49 @@ class ConcurrentBackend(Engine):
         policy.admit(self._queue, request)
         seq = next(self._seq)
         job = _Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
-                   playout=policy.playout(request))
+                   playout=policy.playout(request), planned=len(request.segments))
+        if request.plan is not None:  # segments planned from now on join the job's pending ones
+            request.plan.listen(partial(self._planned, job))
         self._jobs.add(job)
         deadline = self._timeout_at(request)
         with policy.tracked(request, job.playout):
             try:
                 self._ensure_loop()
-                for _ in range(len(request.segments)):
+                index = 0
+                while True:
                     self._submit_next(job)
                     out = await self._until(deadline, job.outbox.get())
                     if isinstance(out, BaseException):
                         raise out
                     self._submit_next(job)  # room in the collector again: let it run ahead
+                    out.count = known_count(request)
                     yield out
+                    # (its later segments join as they are planned: _planned)
+                    if await self.next_segment(request, index + 1, deadline) is None:
+                        break
+                    index += 1
             finally:
+                if request.plan is not None:
+                    request.plan.close()
                 self._drop(job)
+
+    def _planned(self, job: _Job) -> None:
+        """The planner read more of the job's text: its new segments wait their turn."""
+        if job.cancelled:
+            return
+        segments = job.request.segments
+        job.pending.extend(segments[job.planned:])
+        job.planned = len(segments)
+        self._submit_next(job)
 
     def _submit_next(self, job: _Job) -> None:
         if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
             return
         job.busy = True
-        self._enqueue(_Item(job, job.pending.popleft()))
+        segment = job.pending.popleft()
+        if job.request.plan is not None:
+            job.request.plan.want(segment.index + 1)
+        self._enqueue(_Item(job, segment))
 
     def _enqueue(self, item: _Item, entry: Entry | None = None) -> None:
         """Queue a job's segment (``entry``: one taken before, whose call was interrupted)."""
@@ -259,7 +283,10 @@ class ConcurrentBackend(Engine):
         if entry is not None:
             self._queue.requeue(entry)
         else:
-            left = len(item.segment.phonemes) + sum(len(s.phonemes) for s in job.pending)
+            plan = job.request.plan
+            later = plan.remaining_phonemes(item.segment.index) if plan is not None else sum(
+                len(s.phonemes) for s in job.pending)
+            left = len(item.segment.phonemes) + later
             self.policy.offer(self._queue, item, item.segment, job.playout, session=job.key, request_seq=job.seq,
                               remaining=left, busy=not self._free, interrupts=self.interrupts)
         self._set_queued(self._queued + 1)

@@ -47,6 +47,7 @@ from backends.api import (
     SynthesisRequest,
 )
 from backends.engine.core import Engine, SegmentResult
+from backends.engine.planning import known_count
 from backends.engine.schedule import Entry, Playout, RunningCall
 
 _Item = tuple[Segment, "asyncio.Future[SegmentResult]", Playout]
@@ -102,19 +103,17 @@ class SequentialBackend(Engine):
         playout = policy.playout(request)
         seq = next(self._seq)
         key = policy.session_of(request)
-        count = len(request.segments)
-        left = sum(len(s.phonemes) for s in request.segments)
         with policy.tracked(request, playout):
             outstanding: list[asyncio.Future[SegmentResult]] = []
 
             def offer(segment: Segment) -> asyncio.Future[SegmentResult]:
-                nonlocal left
                 future: asyncio.Future[SegmentResult] = loop.create_future()
                 outstanding.append(future)
                 self._set_waiting(self._waiting + 1)
+                left = len(segment.phonemes) + (request.plan.remaining_phonemes(segment.index)
+                                                if request.plan is not None else 0)
                 policy.offer(self._queue, (segment, future, playout), segment, playout, session=key,
                              request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts)
-                left -= len(segment.phonemes)
                 self._observer.queue_depth(len(self._queue))
                 self._run_next()
                 return future
@@ -127,8 +126,9 @@ class SequentialBackend(Engine):
                     policy.abandon(partial(_holds, future))
 
             try:
+                segment: Segment | None = request.segments[0]
                 future = offer(request.segments[0])
-                for i, segment in enumerate(request.segments):
+                while segment is not None:
                     try:
                         result = await self._until(timeout_at, future)
                     except KokoroError:
@@ -140,13 +140,22 @@ class SequentialBackend(Engine):
                     if result.error is not None:
                         raise self._as_error(result.error, request) from result.error
                     policy.segment_ready(playout, result.audio, request)
-                    if i + 1 < count:
+                    index = segment.index + 1
+                    following = request.segments[index] if index < len(request.segments) else None
+                    if following is not None:
                         # Offered before this chunk is handed on, so the worker's next pick can be it
                         # (a short request is not kept waiting behind another session's segment
                         # while its chunk is being sent); at most one segment ahead of the reader.
-                        future = offer(request.segments[i + 1])
-                    yield self._chunk(segment, count, result)
+                        future = offer(following)
+                    yield self._chunk(segment, known_count(request), result)
+                    if following is None:  # not planned yet (or the end): this chunk never waits for it
+                        following = await self.next_segment(request, index, timeout_at)
+                        if following is not None:
+                            future = offer(following)
+                    segment = following
             finally:
+                if request.plan is not None:
+                    request.plan.close()
                 for pending in list(outstanding):
                     settle(pending)
 

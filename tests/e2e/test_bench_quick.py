@@ -27,7 +27,8 @@ REAL_MODEL_ONLY = {
 }
 
 #: Run quick by a test of their own, which checks their figures too.
-TESTED_APART = {"churn": "tests/e2e/test_churn.py", "fuzz": "tests/e2e/test_fuzz_protocols.py"}
+TESTED_APART = {"churn": "tests/e2e/test_churn.py", "fuzz": "tests/e2e/test_fuzz_protocols.py",
+                "capacity": "tests/e2e/test_bench_capacity.py"}
 
 
 def test_every_suite_is_run_here_or_said_to_need_the_model():
