@@ -12,6 +12,8 @@ import pytest
 from deploy.sagemaker import costs, deploy
 from tests.support.live import REPO
 
+pytestmark = pytest.mark.cloud
+
 
 @pytest.fixture
 def dry_up(monkeypatch, capsys):

@@ -17,6 +17,8 @@ from tests.agent_support.process import agent_process
 from tests.agent_support.wire_tap import fake_runtime_server
 from tests.support.live import ServerProcess, free_port
 
+pytestmark = [pytest.mark.browser, pytest.mark.subprocess]
+
 CHROMIUM = shutil.which("chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -14,9 +14,13 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from benchmarks import results
 from benchmarks.__main__ import BENCH_MODULES
 from benchmarks.results import Result
+
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess]
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_PARTY = {"backends", "server", "agent", "deploy", "benchmarks", "tests"}

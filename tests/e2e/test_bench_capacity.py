@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from benchmarks.__main__ import main
 from benchmarks.capacity import HEADROOM
 from benchmarks.results import validate
 from deploy.sagemaker.deploy import main as deploy_main
+
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess]
 
 
 def test_capacity_quick_measures_every_workload_and_recommends_a_target_deploy_sets(tmp_path, model_dir,
@@ -35,6 +39,7 @@ def test_capacity_quick_measures_every_workload_and_recommends_a_target_deploy_s
     rec = data["summary"]["recommendation"]
     assert rec["from"] == "fake-gpu/concurrent" and rec["target_sessions"] == max(1, math.floor(
         rec["sessions_within_target"] * HEADROOM))
+
     assert "Recommended autoscaling target" in (tmp_path / "capacity.md").read_text()
 
     capsys.readouterr()

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.__main__ import main
 from benchmarks.results import validate
+
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess]
 
 
 def test_churn_quick_leaves_nothing_behind(tmp_path, model_dir, monkeypatch):

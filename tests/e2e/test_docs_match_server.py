@@ -20,6 +20,8 @@ import websockets
 
 from tests.support.live import REPO, ServerProcess
 
+pytestmark = pytest.mark.subprocess
+
 DOCS = REPO / "docs"
 
 

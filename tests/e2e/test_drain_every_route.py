@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.support.live import ServerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 FIRST, SECOND = "The first part of the reply is here.", "And the second part follows it now."
 #: The bidi request queued behind the first: long enough to be waiting or under way at SIGTERM.
 LONGER = f"{SECOND} The last one ends the reply."

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.__main__ import main
 from benchmarks.results import validate
+
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess]
 
 
 def test_fuzz_quick_every_frame_answered_or_ignored_and_everything_stays_up(tmp_path, model_dir, monkeypatch):
