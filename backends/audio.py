@@ -248,12 +248,14 @@ class Mp3Encoder(_BaseEncoder):
         self._lame.set_in_sample_rate(self.sample_rate)
         self._lame.set_channels(1)
         self._lame.set_quality(2)
+        self._fed = False
 
     def _encode(self, audio: np.ndarray) -> bytes:
+        self._fed = True
         return bytes(self._lame.encode(to_pcm16(audio)))
 
     def _finish(self) -> bytes:
-        return bytes(self._lame.flush())
+        return bytes(self._lame.flush()) if self._fed else b""  # lameenc refuses to flush an empty stream
 
 
 # format: (container, codec, bit rate, container options)

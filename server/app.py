@@ -4,7 +4,8 @@ Routes (docs/wire-contract.md, docs/openai-api.md, docs/voice-agents.md): ``GET 
 ``warnings`` while synthesis falls behind real time, ``server.realtime_watch``), ``POST /invocations``, ``WS
 /invocations-bidirectional-stream``, ``GET /metrics``, the OpenAI-compatible routes and the
 voice-agent protocols (Deepgram's ``WS /v1/speak``, Cartesia's ``WS /tts/websocket``, ElevenLabs'
-``WS /v1/text-to-speech/{voice}/stream-input`` and ``multi-stream-input``); every
+``WS /v1/text-to-speech/{voice}/stream-input`` and ``multi-stream-input``) and their HTTP twins
+(``POST /v1/speak``, ``/tts/bytes``, ``/tts/sse``, ``/v1/text-to-speech/{voice}[/stream][/with-timestamps]``); every
 speech route goes through the one synthesis pipeline (``server.pipeline.synthesis``). The app knows the
 backend only through the :class:`~backends.api.Backend` protocol. Middleware: ``x-request-id`` on
 every ``/v1/`` answer (``server.openai.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
@@ -41,10 +42,15 @@ from server.openai.request_id import RequestIdMiddleware
 from server.openai.routes import openai_routes
 from server.providers.cartesia import PATH as CARTESIA_PATH
 from server.providers.cartesia import cartesia_routes
+from server.providers.cartesia_http import BYTES_PATH as CARTESIA_BYTES
+from server.providers.cartesia_http import SSE_PATH as CARTESIA_SSE
+from server.providers.cartesia_http import cartesia_http_routes
 from server.providers.deepgram import PATH as DEEPGRAM_PATH
 from server.providers.deepgram import deepgram_routes
+from server.providers.deepgram_http import deepgram_http_routes
 from server.providers.elevenlabs import PATH_PREFIX as ELEVENLABS_PATHS
 from server.providers.elevenlabs import elevenlabs_routes
+from server.providers.elevenlabs_http import elevenlabs_http_routes
 from server.realtime_watch import default_advice
 from server.sagemaker.bidi import websocket_endpoint
 from server.sagemaker.invocations import invocations_endpoint
@@ -162,11 +168,14 @@ def create_app(
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *openai_routes(backend, settings),
         *deepgram_routes(),
+        *deepgram_http_routes(),
         *cartesia_routes(),
+        *cartesia_http_routes(),
         *elevenlabs_routes(),
+        *elevenlabs_http_routes(),
     ]
-    # WebSocket protocols that check their clients' own key
-    own_key_paths = (DEEPGRAM_PATH, CARTESIA_PATH, ELEVENLABS_PATHS)
+    # the providers' routes, WebSocket and HTTP, check their clients' own key
+    own_key_paths = (DEEPGRAM_PATH, CARTESIA_PATH, CARTESIA_BYTES, CARTESIA_SSE, ELEVENLABS_PATHS)
     middleware: list[Middleware] = [Middleware(RequestIdMiddleware)]  # outermost: every /v1/ answer has one
     if settings.cors_origin_list:
         middleware.append(Middleware(

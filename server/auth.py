@@ -7,9 +7,9 @@ SageMaker poll without credentials). Keys are compared as SHA-256 digests with
 A refused HTTP request gets 401 with the JSON error body (in OpenAI's shape under ``/v1/``); a refused WebSocket gets a 401 HTTP
 response at the upgrade (the denial-response extension), or a 1008 close where the server lacks it.
 CORS preflight (``OPTIONS`` with ``Access-Control-Request-Method``) passes through to the CORS layer.
-WebSocket routes of other providers' protocols (``own_key_paths``: Deepgram's ``/v1/speak`` …) pass
-through too: their clients send the key their own way, and the route checks it with
-:func:`key_matches` (``server.websocket.session``).
+Routes of other providers' protocols (``own_key_paths``: Deepgram's ``/v1/speak`` …), WebSocket and
+HTTP alike, pass through too: their clients send the key their own way, and the route checks it
+with :func:`key_matches` (``server.websocket.session``, ``server.providers``).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class BearerAuth:
         if kind not in ("http", "websocket") or scope.get("path") in self.open_paths:
             await self.app(scope, receive, send)
             return
-        if kind == "websocket" and self._own_key(str(scope.get("path", ""))):
+        if self._own_key(str(scope.get("path", ""))):
             await self.app(scope, receive, send)  # the route checks the protocol's own key
             return
         if kind == "http" and scope.get("method") == "OPTIONS" and _is_preflight(scope):

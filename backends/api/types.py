@@ -90,6 +90,9 @@ class SynthesisRequest:
     created: float = field(default_factory=time.perf_counter)
     # An identifier for fairness across sessions (the WebSocket session id, or the request id).
     session: str = ""
+    # The session's turn: on a socket with several contexts each new context counts one higher, and
+    # the newest is the one being listened to (the scheduling policy's rule 9).
+    turn: int = 0
 
 
 @dataclass(slots=True)

@@ -288,7 +288,7 @@ class ConcurrentBackend(Engine):
                 len(s.phonemes) for s in job.pending)
             left = len(item.segment.phonemes) + later
             self.policy.offer(self._queue, item, item.segment, job.playout, session=job.key, request_seq=job.seq,
-                              remaining=left, busy=not self._free, interrupts=self.interrupts)
+                              remaining=left, busy=not self._free, interrupts=self.interrupts, turn=job.request.turn)
         self._set_queued(self._queued + 1)
         if self._wake is not None:
             self._wake.set()

@@ -49,6 +49,15 @@ The cost of a call (:class:`CostModel`) is measured per kind — alone (every co
 calls (a share of the cores), a batch of ``n`` — as a running average of seconds per input token
 (``cost_smoothing``); rule 5 uses the kind the call runs as, rule 6 the kind "beside".
 
+9. **The newest turn** (every order). On a socket with several contexts (ElevenLabs'
+   multi-stream-input, Cartesia) each new context is a higher ``turn`` of its session, and the
+   newest is the one being listened to: a client that barges in opens a new context and may leave
+   the old one to run out (LiveKit flushes and closes a context as soon as the reply's text ends,
+   and on interruption only opens the next one). So a session's queued segments of older turns go
+   after every segment of its newest turn: the new reply waits for at most the one segment
+   already running, never for the rest of the abandoned one, which still runs when nothing newer
+   is queued (a client may still play it).
+
 With ``deadlines`` off, rules 1-8 give way to the mode's plain order (sequential: first in, first
 out; concurrent: round-robin by session) and the usual first cut; the load is still reported.
 
@@ -234,7 +243,17 @@ class SchedulingPolicy:
         return "deadline" if self.config.deadlines else self.plain_order
 
     def rank(self, queue: SegmentQueue) -> Callable[[Entry], tuple[Any, ...]]:
-        """The sort key of the queue's order for the entries queued now (smaller runs sooner)."""
+        """The sort key of the queue's order for the entries queued now (smaller runs sooner),
+        behind rule 9: a session's older turns after its newest."""
+        order = self._order_rank(queue)
+        newest: dict[str, int] = {}
+        for e in queue.entries:
+            newest[e.session] = max(newest.get(e.session, e.turn), e.turn)
+        if all(e.turn == newest[e.session] for e in queue.entries):
+            return order
+        return lambda e: (e.turn < newest[e.session], *order(e))
+
+    def _order_rank(self, queue: SegmentQueue) -> Callable[[Entry], tuple[Any, ...]]:
         if self.order == "fifo":
             return lambda e: (e.seq,)
         if self.order == "round_robin":
@@ -290,11 +309,12 @@ class SchedulingPolicy:
                          f"({self.load.delivered:.1f} audio-s/s); try another instance or again shortly")
 
     def offer(self, queue: SegmentQueue, item: Any, segment: Segment, playout: Playout, *, session: str,
-              request_seq: int, remaining: float, busy: bool, interrupts: bool) -> None:
+              request_seq: int, remaining: float, busy: bool, interrupts: bool, turn: int = 0) -> None:
         """Queue ``item``, a request's next runnable ``segment``; when no worker is free (``busy``),
         interrupt a running call for it if rule 5 allows."""
         entry = queue.push(item, session=session, request_seq=request_seq, due=playout.due,
-                           phonemes=len(segment.phonemes), playing=playout.runs_out is not None, remaining=remaining)
+                           phonemes=len(segment.phonemes), playing=playout.runs_out is not None, remaining=remaining,
+                           turn=turn)
         if not busy or not interrupts:
             return
         any_later = self.config.overload == "admit" and self.overloaded(queue)

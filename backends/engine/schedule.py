@@ -86,7 +86,8 @@ class Entry:
     playing: bool = False  # a later segment: its request's audio already plays
     remaining: float = 0.0  # phonemes its request has left, this segment's included
     passed: int = 0  # first segments taken ahead of it while the server was overloaded
-    turn: int = 0  # its session's place in the round when it was queued or taken
+    turn: int = 0  # its request's turn within the session (rule 9: the newest turn goes first)
+    round_place: int = 0  # its session's place in the round when it was queued or taken
 
 
 @dataclass
@@ -118,14 +119,14 @@ class SegmentQueue:
         """Round-robin by session (the session served or joined longest ago first), then the
         session's oldest request, then the order of arrival. An entry whose session has nothing
         queued (one taken and running) keeps the place it had when it was taken."""
-        return (self._turn.get(entry.session, entry.turn), entry.request_seq, entry.seq)
+        return (self._turn.get(entry.session, entry.round_place), entry.request_seq, entry.seq)
 
     def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, phonemes: int = 0,
-             playing: bool = False, remaining: float = 0.0) -> Entry:
+             playing: bool = False, remaining: float = 0.0, turn: int = 0) -> Entry:
         if session not in self._turn:
             self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
         entry = Entry(item, session, request_seq, due, next(self._clock), phonemes, playing, remaining,
-                      turn=self._turn[session])
+                      turn=turn, round_place=self._turn[session])
         self._entries.append(entry)
         return entry
 
@@ -154,7 +155,7 @@ class SegmentQueue:
             taken.append(entry)
         for entry in taken:
             self._entries.remove(entry)
-            entry.turn = self._turn[entry.session] = next(self._clock)  # served: to the end of the round
+            entry.round_place = self._turn[entry.session] = next(self._clock)  # served: to the end of the round
         self._forget({entry.session for entry in taken})
         if taken and self.served is not None:
             self.served(taken, self._entries)
@@ -163,7 +164,7 @@ class SegmentQueue:
     def requeue(self, entry: Entry) -> None:
         """Put back an entry that was taken (its call was interrupted): same due, same place."""
         self._entries.append(entry)
-        self._turn.setdefault(entry.session, entry.turn)
+        self._turn.setdefault(entry.session, entry.round_place)
 
     def outranks(self, entry: Entry, other: Entry) -> bool:
         """Whether queued ``entry`` would be taken before ``other`` if that were queued too."""

@@ -113,7 +113,8 @@ class SequentialBackend(Engine):
                 left = len(segment.phonemes) + (request.plan.remaining_phonemes(segment.index)
                                                 if request.plan is not None else 0)
                 policy.offer(self._queue, (segment, future, playout), segment, playout, session=key,
-                             request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts)
+                             request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts,
+                             turn=request.turn)
                 self._observer.queue_depth(len(self._queue))
                 self._run_next()
                 return future

@@ -11,7 +11,8 @@ Client -> server, one JSON object per message (text or binary frame):
 * a generation request — ``context_id``, ``transcript``, ``continue``, ``voice`` (``{"mode":
   "id", "id": ...}``: a Kokoro voice, a blend ``a(2)+b(1)`` or an alias of
   ``KOKORO_VOICE_ALIASES``; none: the server's default), ``model_id`` (any; accepted, not used),
-  ``output_format`` (``container: raw``, ``encoding: pcm_s16le | pcm_f32le``, ``sample_rate``),
+  ``output_format`` (``container: raw``, ``encoding: pcm_s16le | pcm_f32le | pcm_mulaw | pcm_alaw``,
+  ``sample_rate``: ``server.providers.formats``),
   ``add_timestamps``, ``generation_config.speed`` (Kokoro's speed, 0.5-2.0), ``flush`` (a manual
   flush), ``max_buffer_delay_ms`` (0: each transcript is spoken as sent — the client cut it;
   otherwise the text is cut at sentence ends server-side, the first clause early). Requests on one
@@ -48,9 +49,10 @@ from starlette.websockets import WebSocket
 
 from backends.api import MAX_SPEED, MIN_SPEED, KokoroError, NotReady, UnknownVoice
 from server.auth import bearer_token, key_matches
-from server.pipeline.params import MAX_ID_CHARS, MAX_VOICE_CHARS, SAMPLE_RATES
+from server.pipeline.params import MAX_ID_CHARS, MAX_VOICE_CHARS
 from server.providers.alignment import joined, words_of
 from server.providers.contexts import ContextSession
+from server.providers.formats import BYTES_PER_SAMPLE, cartesia_format
 from server.state import ServerState
 from server.streaming.text_stream import Audio, Done, Event, Failed, Flushed, StreamOptions
 from server.websocket.admission import websocket_route
@@ -59,7 +61,6 @@ log = logging.getLogger("kokoro.cartesia")
 PATH = "/tts/websocket"
 #: Longest audio in one ``chunk`` message (clients cap a message at 1 MiB; this stays far below).
 CHUNK_SECONDS = 0.5
-_ENCODINGS = {"pcm_s16le": ("pcm", 2), "pcm_f32le": ("f32", 4)}
 
 
 class CartesiaError(KokoroError):
@@ -68,8 +69,8 @@ class CartesiaError(KokoroError):
     code, status = "invalid_request", 400
 
 
-def parse_options(obj: dict[str, Any], voices: Any) -> StreamOptions:
-    """The stream options of a context's first generation request. Raises a typed error."""
+def voice_and_speed(obj: dict[str, Any], voices: Any) -> tuple[str | None, float]:
+    """The voice (None: the server's default) and speed of a generation request. Raises a typed error."""
     voice = obj.get("voice")
     voice_id: Any = None
     if isinstance(voice, dict):
@@ -87,31 +88,25 @@ def parse_options(obj: dict[str, Any], voices: Any) -> StreamOptions:
     if voice_id is not None and voice_id not in voices:
         raise UnknownVoice(f"unknown voice {voice_id[:64]!r}; available: {', '.join(voices.names())}")
 
-    fmt = obj.get("output_format") or {}
-    if not isinstance(fmt, dict):
-        raise CartesiaError("'output_format' must be an object")
-    container = fmt.get("container", "raw")
-    if container != "raw":
-        raise CartesiaError(f"output_format.container {str(container)[:20]!r} is not supported; use 'raw'")
-    encoding = fmt.get("encoding", "pcm_s16le")
-    if encoding not in _ENCODINGS:
-        raise CartesiaError(f"output_format.encoding must be one of {', '.join(_ENCODINGS)}")
-    rate = fmt.get("sample_rate", 24000)
-    if isinstance(rate, float) and rate.is_integer():
-        rate = int(rate)
-    if isinstance(rate, bool) or rate not in SAMPLE_RATES:
-        raise CartesiaError(f"output_format.sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}")
-
     speed: Any = 1.0
     config = obj.get("generation_config")
     if isinstance(config, dict) and config.get("speed") is not None:
         speed = config["speed"]
-        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed):
-            raise CartesiaError("generation_config.speed must be a number")
-        if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise CartesiaError(f"generation_config.speed must be between {MIN_SPEED} and {MAX_SPEED}")
+    elif isinstance(obj.get("speed"), (int, float)) and not isinstance(obj.get("speed"), bool):
+        speed = obj["speed"]
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed):
+        raise CartesiaError("generation_config.speed must be a number")
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise CartesiaError(f"generation_config.speed must be between {MIN_SPEED} and {MAX_SPEED}")
+    return voice_id, float(speed)
+
+
+def parse_options(obj: dict[str, Any], voices: Any) -> StreamOptions:
+    """The stream options of a context's first generation request. Raises a typed error."""
+    voice, speed = voice_and_speed(obj, voices)
+    fmt = cartesia_format(obj.get("output_format"))
     return StreamOptions(
-        voice=voice_id, speed=float(speed), sample_rate=rate, encoding=_ENCODINGS[encoding][0],  # type: ignore[arg-type]
+        voice=voice, speed=speed, sample_rate=fmt.sample_rate, encoding=fmt.encoding,  # type: ignore[arg-type]
         word_timings=obj.get("add_timestamps") is True,
     )
 
@@ -163,7 +158,7 @@ class CartesiaSession(ContextSession):
             stream = self.streams.open(cid, options)
             extra = self.streams.extra(cid)
             extra.update(
-                flushes=0, flushed=0, tail="", rate=options.sample_rate, sample_bytes=4 if options.encoding == "f32" else 2,
+                flushes=0, flushed=0, tail="", rate=options.sample_rate, sample_bytes=BYTES_PER_SAMPLE[options.encoding] or 1,
                 timestamps=options.word_timings, delay=obj.get("max_buffer_delay_ms"),
             )
             log.debug("cartesia %s: context %s opened (model %r)", self.id, cid[:32], obj.get("model_id"))
@@ -224,7 +219,7 @@ class CartesiaSession(ContextSession):
         status = error.status if 400 <= error.status < 600 else 500
         await self.send_json({
             "type": "error", "context_id": cid, "status_code": status, "done": done,
-            "error": error.message, "title": error.code,
+            "error": error.message, "title": error.code, "error_code": error.code, "message": error.message,
         })
 
 

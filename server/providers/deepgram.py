@@ -3,10 +3,13 @@
 ``DeepgramSageMakerTTSService`` (SageMaker's model invocation path ``v1/speak``) speak Kokoro unchanged.
 
 Query: ``model`` (the voice: a Kokoro voice name, a blend ``a(2)+b(1)``, or an alias from
-``KOKORO_VOICE_ALIASES`` such as ``aura-2-thalia-en=af_heart``; anything else speaks the default
-voice with a ``Warning``), ``encoding`` (``linear16`` only; another is refused at the upgrade, 400),
-``sample_rate`` (default 24000), ``speed`` (clamped to 0.5-2.0). Other parameters (``mip_opt_out``,
-``container``, ``bit_rate``, ``tag`` …) are accepted and ignored.
+``KOKORO_VOICE_ALIASES`` such as ``aura-2-thalia-en=af_heart``; none: the default voice; anything
+else is refused at the upgrade, 400, as Deepgram refuses an unknown model), ``encoding``
+(``linear16``, or ``mulaw``/``alaw`` for telephony) and ``sample_rate`` (``server.providers.formats``;
+default linear16 at 24000; another format is refused at the upgrade, 400, with the reason in the
+body and the ``dg-error`` header), ``speed`` (clamped to 0.5-2.0). Other parameters
+(``mip_opt_out``, ``container``, ``bit_rate``, ``tag`` …) are accepted and ignored. ``POST
+/v1/speak`` is the REST twin (``server.providers.deepgram_http``).
 
 Client messages, in text or binary frames alike (SageMaker delivers binary): ``Speak {text}`` (text
 of any size: a token, a word, sentences; cut at sentence ends, the first clause of each turn started
@@ -18,7 +21,7 @@ type, ``Speak`` without text, text past the buffer limit, a piece that could not
 ``Warning {description, code}`` and the session goes on.
 
 Server messages: ``Metadata {request_id, model_name, model_version, model_uuid}`` at open, binary
-frames of raw PCM s16le at ``sample_rate`` (one per synthesised segment), ``Flushed``, ``Cleared``,
+frames of raw audio (the asked encoding) at ``sample_rate`` (one per synthesised segment), ``Flushed``, ``Cleared``,
 ``Warning``. ``sequence_id`` counts the flushes of the socket (the first ``Flushed`` is 0);
 ``Cleared`` carries the number the next ``Flush`` would get. No word timings (Deepgram has none).
 
@@ -34,8 +37,19 @@ from typing import Any
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from backends.api import MAX_SPEED, MIN_SPEED, KokoroError, NotReady
-from server.auth import authorization, key_matches
+from backends.api import KokoroError, NotReady
+from server.auth import key_matches
+from server.providers.common import refuse_upgrade
+from server.providers.deepgram_http import (
+    MODEL_VERSION,
+    authorized,
+    clamped_speed,
+    error_body,
+    model_uuid,
+    model_voice,
+)
+from server.providers.formats import deepgram_format
+from server.state import ServerState
 from server.streaming.text_stream import (
     Audio,
     Cleared,
@@ -46,12 +60,10 @@ from server.streaming.text_stream import (
     StreamOptions,
     TextStream,
 )
-from server.websocket.admission import deny, websocket_route
+from server.websocket.admission import websocket_route
 from server.websocket.session import WebSocketSession
 
 PATH = "/v1/speak"
-SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
-MODEL_VERSION = "kokoro-82m"
 IGNORED_TYPES = ("KeepAlive",)
 
 
@@ -62,13 +74,11 @@ class DeepgramSession(WebSocketSession):
         super().__init__(websocket, state)
         q = websocket.query_params
         self.model = q.get("model") or ""
-        self.warnings: list[tuple[str, str]] = []
-        voice = self._voice(self.model)
-        self.sample_rate = int(q.get("sample_rate") or 24000)
-        speed = _float(q.get("speed"))
+        fmt = deepgram_format(q, http=False)  # checked at the upgrade
+        self.sample_rate = fmt.sample_rate
         options = StreamOptions(
-            voice=voice, speed=min(MAX_SPEED, max(MIN_SPEED, speed)) if speed else 1.0,
-            sample_rate=self.sample_rate,
+            voice=model_voice(state.backend.voices, self.model), speed=clamped_speed(q.get("speed")),
+            sample_rate=fmt.sample_rate, encoding=fmt.encoding,  # type: ignore[arg-type]
         )
         self.stream = TextStream(state, self.ROUTE, options, session=self.id)
         self.sequence = 0
@@ -76,26 +86,10 @@ class DeepgramSession(WebSocketSession):
 
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
-        scheme, token = authorization(websocket.headers)
-        if scheme in ("token", "bearer") and key_matches(key, token):
-            return True
         protocols = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",")]
         if len(protocols) == 2 and protocols[0].lower() == "token" and key_matches(key, protocols[1]):
             return True
-        return key_matches(key, websocket.query_params.get("token"))
-
-    def _voice(self, model: str) -> str | None:
-        catalog = self.state.backend.voices
-        if not model:
-            return None
-        if model in catalog:
-            return model
-        self.warnings.append((
-            f"model {model[:80]!r} is not a Kokoro voice, blend or alias (KOKORO_VOICE_ALIASES); "
-            f"speaking the default voice {catalog.default!r}",
-            "UNKNOWN_VOICE",
-        ))
-        return None
+        return authorized(websocket.headers, websocket.query_params, key)
 
     # -- the protocol -------------------------------------------------------------------------
     @property
@@ -114,10 +108,8 @@ class DeepgramSession(WebSocketSession):
     async def on_open(self) -> None:
         await self.send_json({
             "type": "Metadata", "request_id": self.request_id, "model_name": self.model or self._default_voice(),
-            "model_version": MODEL_VERSION, "model_uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"kokoro:{self.model}")),
+            "model_version": MODEL_VERSION, "model_uuid": model_uuid(self.model),
         })
-        for description, code in self.warnings:
-            await self.warn(description, code)
         self.spawn(self._pump(), "send")
 
     def _default_voice(self) -> str:
@@ -181,23 +173,17 @@ class DeepgramSession(WebSocketSession):
         await self.stream.aclose()
 
 
-def _float(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
-
-
 async def _speak_endpoint(websocket: WebSocket) -> None:
-    q = websocket.query_params
-    problem = None
-    if q.get("encoding", "linear16").lower() != "linear16":
-        problem = f"encoding {q.get('encoding', '')[:20]!r} is not supported; use linear16"
-    elif (q.get("sample_rate") or "24000") not in {str(r) for r in SAMPLE_RATES}:
-        problem = f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}"
-    if problem is not None:
-        body = {"err_code": "INVALID_QUERY_PARAMETER", "err_msg": problem}
-        await deny(websocket, 400, body, close_code=1008, reason="INVALID_QUERY_PARAMETER")
+    """The upgrade: a format the socket cannot stream, or a model that is no voice, is refused
+    with Deepgram's 400 body and its reason in the ``dg-error`` header (Pipecat shows it)."""
+    state: ServerState = websocket.app.state.kokoro
+    try:
+        deepgram_format(websocket.query_params, http=False)
+        model_voice(state.backend.voices, websocket.query_params.get("model"))
+    except KokoroError as e:
+        status, body = error_body(e, str(uuid.uuid4()))
+        await refuse_upgrade(websocket, status, body, headers={"dg-error": body["err_msg"][:200]},
+                             reason=body["err_code"])
         return
     await _endpoint(websocket)
 

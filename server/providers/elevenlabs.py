@@ -4,8 +4,11 @@ mappers onto the streaming text buffer (``server.streaming.text_stream``) and th
 ElevenLabs' clients (Pipecat's ``ElevenLabsTTSService``, LiveKit's ElevenLabs plugin, the SDKs).
 
 Connection: ``voice_id`` in the path is a Kokoro voice, a blend or an alias of
-``KOKORO_VOICE_ALIASES``; the query's ``output_format=pcm_<rate>`` sets the rate (default
-``pcm_24000``; other formats are refused), ``model_id`` is accepted and not used. The key
+``KOKORO_VOICE_ALIASES``; the query's ``output_format`` (``server.providers.formats``: ``pcm_<rate>``,
+``ulaw_8000``, ``alaw_8000``, ``mp3_<rate>_<kbps>``; default ``mp3_44100_128``, the service's) sets
+the audio; an unknown voice (404) or a format this server does not produce (400) is refused at the
+upgrade with ElevenLabs' ``detail`` body. ``model_id`` is accepted and not used. The HTTP twins are
+in ``server.providers.elevenlabs_http``. The key
 goes in the ``xi-api-key`` header (or ``Authorization: Bearer``) or as ``xi_api_key`` in the first
 message, checked against ``KOKORO_API_KEY`` (any key passes where none is configured).
 
@@ -24,9 +27,10 @@ Client -> server, one JSON object per message:
   ``{"close_socket": true}`` closes the socket (1000). At most five contexts are open on a
   socket, as on ElevenLabs; one more gets the ``max_active_conversations`` error and a 1008 close.
 
-Server -> client: ``{"audio": base64 PCM s16le, "isFinal": false, "alignment": {...},
+Server -> client: ``{"audio": base64 audio, "isFinal": false, "alignment": {...},
 "normalizedAlignment": {...}}`` per segment (``chars``, ``charStartTimesMs``, ``charDurationsMs``
-relative to that message's audio; both alignments are of the text as sent), then ``{"isFinal":
+relative to that message's audio — they restart at 0 in every message, as the service's do; both
+alignments are of the text as sent), then ``{"isFinal":
 true}``; multi adds ``contextId`` to each. A message that cannot be served gets ``{"error": code,
 "message": ...}`` and the session goes on.
 
@@ -45,6 +49,7 @@ import math
 from collections import deque
 from typing import Any
 
+from starlette.requests import Request
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
@@ -58,9 +63,11 @@ from backends.api import (
     UnknownVoice,
 )
 from server.auth import bearer_token, key_matches
-from server.pipeline.params import MAX_ID_CHARS, SAMPLE_RATES
+from server.pipeline.params import MAX_ID_CHARS
 from server.providers.alignment import char_alignment, joined
+from server.providers.common import refuse_upgrade
 from server.providers.contexts import ContextSession
+from server.providers.formats import elevenlabs_format
 from server.state import ServerState
 from server.streaming.text_stream import Audio, Done, Event, Failed, StreamOptions
 from server.websocket.admission import websocket_route
@@ -71,18 +78,6 @@ PATH_PREFIX = "/v1/text-to-speech/"
 #: ElevenLabs' limit of contexts open on one multi-stream socket.
 MAX_CONTEXTS = 5
 _CLOSED_REMEMBERED = 64
-
-
-def output_rate(value: str | None) -> int:
-    """The sample rate of ``output_format=pcm_<rate>``. Raises :class:`InvalidRequest`."""
-    if value is None:
-        return 24000
-    kind, _, rate = value.partition("_")
-    if kind == "pcm" and rate.isdigit() and int(rate) in SAMPLE_RATES:
-        return int(rate)
-    raise InvalidRequest(
-        f"output_format {value[:40]!r} is not supported; use one of {', '.join(f'pcm_{r}' for r in SAMPLE_RATES)}"
-    )
 
 
 def voice_speed(obj: dict[str, Any]) -> float:
@@ -107,28 +102,18 @@ class ElevenLabsSession(ContextSession):
     def __init__(self, websocket: WebSocket, state: ServerState) -> None:
         super().__init__(websocket, state, max_contexts=MAX_CONTEXTS if self.MULTI else 1)
         self.voice = websocket.path_params.get("voice_id", "")
-        self.rate = 24000
+        self.format = elevenlabs_format(websocket.query_params.get("output_format"), http=False)  # checked at the upgrade
         key = state.settings.api_key
         # No key at the upgrade: it may still come as xi_api_key in the first message.
-        self._key_needed = key is not None and _header_key(websocket) is None
+        self._key_needed = key is not None and header_key(websocket) is None
         self._closed: deque[str] = deque(maxlen=_CLOSED_REMEMBERED)
 
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
-        given = _header_key(websocket)
+        given = header_key(websocket)
         return given is None or key_matches(key, given)
 
     async def on_open(self) -> None:
-        """Refuse a voice or output format this server cannot speak, in ElevenLabs' words."""
-        try:
-            if self.voice not in self.state.backend.voices:
-                names = ", ".join(self.state.backend.voices.names())
-                raise UnknownVoice(f"unknown voice {self.voice[:64]!r}; available: {names}")
-            self.rate = output_rate(self.ws.query_params.get("output_format"))
-        except KokoroError as e:
-            await self.send_json({"message": e.message, "error": e.code, "code": 1008})
-            self.close(1008, e.code)
-            return
         log.debug("elevenlabs %s: voice %s, model %r", self.id, self.voice, self.ws.query_params.get("model_id"))
 
     # -- client messages ------------------------------------------------------------------------
@@ -182,7 +167,9 @@ class ElevenLabsSession(ContextSession):
                 return
             if self.draining:
                 raise NotReady("server is shutting down")
-            options = StreamOptions(voice=self.voice, speed=voice_speed(obj), sample_rate=self.rate, word_timings=True)
+            fmt = self.format
+            options = StreamOptions(voice=self.voice, speed=voice_speed(obj), sample_rate=fmt.sample_rate,
+                                    encoding=fmt.encoding, bit_rate=fmt.bit_rate, word_timings=True)  # type: ignore[arg-type]
             stream = self.streams.open(cid, options)
             self.streams.extra(cid).update(unflushed=False, closing=False, tail="")
         extra = self.streams.extra(cid)
@@ -214,7 +201,9 @@ class ElevenLabsSession(ContextSession):
 
     async def send_event(self, cid: str, event: Event) -> None:
         if isinstance(event, Audio):
-            alignment = char_alignment(event, len(event.data) / 2 / self.rate)
+            # times restart at 0 in every message, as the service sends them (Pipecat adds them up)
+            seconds = self.format.seconds(event.data)
+            alignment = char_alignment(event, event.duration if seconds is None else seconds)
             await self.send_json(self._tag({
                 "audio": base64.b64encode(event.data).decode("ascii"), "isFinal": False,
                 "normalizedAlignment": alignment, "alignment": alignment,
@@ -234,14 +223,42 @@ class MultiStreamSession(ElevenLabsSession):
     MULTI = True
 
 
-def _header_key(websocket: WebSocket) -> str | None:
+def header_key(websocket: WebSocket | Request) -> str | None:
+    """The key of ``xi-api-key`` or ``Authorization: Bearer`` (None: neither was sent)."""
     key = websocket.headers.get("xi-api-key")
     return key if key is not None else bearer_token(websocket.headers)
+
+
+async def refuse_unservable(websocket: WebSocket) -> bool:
+    """At the upgrade: refuse (HTTP 400/404, ElevenLabs' ``detail`` body) a voice or output format
+    this server cannot speak. Returns whether it refused."""
+    state: ServerState = websocket.app.state.kokoro
+    voice = websocket.path_params.get("voice_id", "")
+    try:
+        if voice not in state.backend.voices:
+            names = ", ".join(state.backend.voices.names())
+            raise UnknownVoice(f"A voice with voice_id '{voice[:64]}' was not found (voices: {names}).")
+        elevenlabs_format(websocket.query_params.get("output_format"), http=False)
+    except KokoroError as e:
+        code = "voice_not_found" if isinstance(e, UnknownVoice) else e.code
+        await refuse_upgrade(websocket, e.status, {"detail": {"status": code, "message": e.message}}, reason=code)
+        return True
+    return False
+
+
+def _endpoint(session_class: type[ElevenLabsSession]) -> Any:
+    serve = websocket_route(session_class)
+
+    async def endpoint(websocket: WebSocket) -> None:
+        if not await refuse_unservable(websocket):
+            await serve(websocket)
+
+    return endpoint
 
 
 def elevenlabs_routes() -> list[WebSocketRoute]:
     """The two routes (mount in the app's route list; ``own_key_paths`` gets :data:`PATH_PREFIX`)."""
     return [
-        WebSocketRoute(PATH_PREFIX + "{voice_id}/stream-input", websocket_route(ElevenLabsSession)),
-        WebSocketRoute(PATH_PREFIX + "{voice_id}/multi-stream-input", websocket_route(MultiStreamSession)),
+        WebSocketRoute(PATH_PREFIX + "{voice_id}/stream-input", _endpoint(ElevenLabsSession)),
+        WebSocketRoute(PATH_PREFIX + "{voice_id}/multi-stream-input", _endpoint(MultiStreamSession)),
     ]

@@ -9,7 +9,8 @@ from typing import Any, Literal
 from backends.api import SAMPLE_RATE, KokoroError
 from server.pipeline.word_timings import WordTiming
 
-Encoding = Literal["pcm", "f32"]
+#: The wire encodings of ``backends.wire_audio``.
+Encoding = Literal["pcm", "f32", "mulaw", "alaw", "mp3"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +22,13 @@ class StreamOptions:
     lang: str | None = None
     sample_rate: int = SAMPLE_RATE
     encoding: Encoding = "pcm"
+    #: MP3's bit rate in b/s (None: the encoder's default).
+    bit_rate: int | None = None
     word_timings: bool = False
     #: The first piece of a turn may end at a clause once it holds this many words (None: off).
     first_clause_words: int | None = 6
+    #: The session's turn (``SynthesisRequest.turn``): a socket's newer contexts count higher.
+    turn: int = 0
 
 
 @dataclass(frozen=True, slots=True)

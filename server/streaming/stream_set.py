@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class StreamSet:
         self._send = send
         self._on_error = on_error
         self._contexts: dict[str, _Context] = {}
+        self._turns = 0
 
     def __contains__(self, context_id: object) -> bool:
         return context_id in self._contexts
@@ -85,6 +87,8 @@ class StreamSet:
             raise InvalidRequest(f"context {context_id[:64]!r} is already open")
         if len(self._contexts) >= self.max_contexts:
             raise Overloaded(f"at most {self.max_contexts} contexts may be open on one socket")
+        self._turns += 1  # the newest context is the turn being heard (the scheduling policy's rule 9)
+        options = dataclasses.replace(options, turn=self._turns)
         stream = TextStream(self.state, self.route, options, session=self.session, **stream_kw)
         ctx = _Context(stream)
         self._contexts[context_id] = ctx

@@ -31,8 +31,8 @@ Contract (stable; the protocol mappers are built on it):
   stream stays usable; its audio clock restarts at 0. Returns once nothing of the cleared turn
   can be yielded any more.
 * iteration — exactly one reader task (``async for event in stream``). Events come strictly in
-  input order. An :class:`Audio` carries one segment's encoded bytes (``pcm`` s16le, or ``f32``
-  float32 little-endian, at ``sample_rate``), its place on the turn's clock (``offset``,
+  input order. An :class:`Audio` carries one segment's encoded bytes (``encoding`` at ``sample_rate``:
+  ``backends.wire_audio``), its place on the turn's clock (``offset``,
   ``duration``) and, when ``word_timings`` was asked and the runtime reports durations (see
   :attr:`TextStream.timed`), the words it speaks with start/end seconds on that clock
   (``server.pipeline.word_timings``). A piece that fails (unknown voice, overloaded, backend fault) yields
@@ -67,8 +67,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from backends.api import (
     SAMPLE_RATE,
     AudioChunk,
@@ -78,8 +76,9 @@ from backends.api import (
     SynthesisRequest,
     TextTooLong,
 )
-from backends.audio import PcmEncoder
+from backends.audio import Encoder
 from backends.text.chunker import SentenceChunker
+from backends.wire_audio import BYTES_PER_SAMPLE, wire_encoder
 from server.pipeline.synthesis import Synthesis, retrieve
 from server.pipeline.word_timings import WordTiming, segment_word_timings
 from server.streaming.events import Audio, Cleared, Done, Event, Failed, Flushed, StreamOptions
@@ -320,12 +319,13 @@ class TextStream:
 
     async def _end_turn_audio(self) -> None:
         """At a flush or the end: the resampler's last samples (another rate than the model's)."""
-        if self.options.sample_rate == SAMPLE_RATE:
+        width = BYTES_PER_SAMPLE.get(self.options.encoding)
+        if self.options.sample_rate == SAMPLE_RATE and width is not None:
             return
         encoder, self._encoder = self._encoder, _encoder(self.options)
         tail = await asyncio.to_thread(encoder.flush)
-        if tail:
-            seconds = len(tail) / (4 if self.options.encoding == "f32" else 2) / self.options.sample_rate
+        if tail:  # a compressed encoding's tail is the padding of its last frame: no time of its own
+            seconds = len(tail) / width / self.options.sample_rate if width else 0.0
             await self._put(Audio(tail, round(self._clock, 4), seconds, ""))
             self._clock += seconds
 
@@ -334,7 +334,7 @@ class TextStream:
         text = " ".join(p.text for p in pieces)
         o = self.options
         request = SynthesisRequest(
-            text=text, voice=o.voice, speed=o.speed, lang=o.lang, session=self.session,
+            text=text, voice=o.voice, speed=o.speed, lang=o.lang, session=self.session, turn=o.turn,
             # the first piece of a turn: the server's fast first segment; later ones: audio is playing
             fast_first=None if pieces[0].first else False,
         )
@@ -359,7 +359,7 @@ class TextStream:
 
     async def _audio(self, chunk: AudioChunk, job: Synthesis) -> Audio:
         encoder = self._encoder
-        cheap = self.options.sample_rate == chunk.sample_rate
+        cheap = self.options.sample_rate == chunk.sample_rate and self.options.encoding in ("pcm", "f32")
         data = encoder.encode(chunk.audio) if cheap else await asyncio.to_thread(encoder.encode, chunk.audio)
         words: tuple[WordTiming, ...] = ()
         if self.timed and chunk.durations is not None:
@@ -377,13 +377,5 @@ class TextStream:
         )
 
 
-class _F32Encoder(PcmEncoder):
-    """float32 little-endian PCM (Cartesia's ``pcm_f32le``)."""
-
-    def _encode(self, audio: np.ndarray) -> bytes:
-        return np.asarray(audio, dtype="<f4").tobytes()
-
-
-def _encoder(options: StreamOptions) -> PcmEncoder:
-    cls = _F32Encoder if options.encoding == "f32" else PcmEncoder
-    return cls(options.sample_rate)
+def _encoder(options: StreamOptions) -> Encoder:
+    return wire_encoder(options.encoding, options.sample_rate, options.bit_rate)

@@ -11,7 +11,8 @@ refusal message (if it has one) and a close: 1013 (try again later) for 503, 100
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -22,6 +23,8 @@ from server.pipeline.http import RETRY_AFTER_S
 from server.pipeline.synthesis import Synthesis
 from server.state import ServerState
 from server.websocket.session import WebSocketSession
+
+log = logging.getLogger("kokoro.websocket")
 
 
 def websocket_route(session_class: type[WebSocketSession]) -> Callable[[WebSocket], Awaitable[None]]:
@@ -68,11 +71,13 @@ async def refuse(websocket: WebSocket, error: KokoroError, *, status: int | None
 
 
 async def deny(websocket: WebSocket, status: int, body: dict[str, Any], *, close_code: int, reason: str,
-               message: dict[str, Any] | None = None) -> None:
-    """The one way an upgrade is refused (see the module docstring)."""
+               message: dict[str, Any] | None = None, headers: Mapping[str, str] | None = None) -> None:
+    """The one way an upgrade is refused (see the module docstring): an ordinary answer, logged at
+    INFO. ``headers`` go with the HTTP response (a provider's own error header)."""
+    log.info("%s: upgrade refused (%d %s)", websocket.url.path, status, reason)
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
-        await websocket.send_denial_response(JSONResponse(body, status_code=status, headers=headers))
+        extra = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else {}
+        await websocket.send_denial_response(JSONResponse(body, status_code=status, headers={**extra, **(headers or {})}))
         return
     await websocket.accept()
     if message is not None:

@@ -280,3 +280,24 @@ def test_the_load_is_reported_as_streams_begin_and_end():
         policy.segment_ready(playout, [0.0] * RATE * 2, request("s"))  # two seconds of audio made
         assert recorder.loads[-1] == (1.0, pytest.approx(0.2))  # over the 10 s window
     assert recorder.loads[-1][0] == 0.0 and playout.ended
+
+
+def test_a_sessions_newest_turn_goes_before_what_is_left_of_its_older_turns():
+    """Rule 9. A client that barges in opens a new context on the same socket and leaves the old
+    one to run out (LiveKit's ElevenLabs plugin): the old reply's next piece, queued earlier, waits
+    behind the new reply's segments; another session's order is untouched by it."""
+    clock = Clock()
+    policy, _ = make_policy(clock)
+    queue = policy.new_queue()
+
+    def offer(name: str, session: str, created: float, turn: int) -> None:
+        clock.now = created
+        playout = policy.playout(SynthesisRequest(text="x", session=session, created=created, turn=turn))
+        policy.offer(queue, name, segment(0.5), playout, session=session, request_seq=0, remaining=50,
+                     busy=True, interrupts=False, turn=turn)
+
+    offer("old reply, next piece", "s", 0.0, turn=1)
+    offer("other session", "t", 1.0, turn=0)
+    offer("new reply", "s", 2.0, turn=2)
+    clock.now = 2.5
+    assert [queue.pop().item for _ in range(3)] == ["other session", "new reply", "old reply, next piece"]

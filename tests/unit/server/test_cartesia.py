@@ -117,7 +117,7 @@ def test_cancel_stops_the_context_at_once_and_the_next_context_plays():
 @pytest.mark.parametrize(("fields", "status", "title"), [
     ({"voice": {"mode": "id", "id": "nobody"}}, 404, "unknown_voice"),
     ({"output_format": {"container": "mp3", "encoding": "pcm_s16le", "sample_rate": 24000}}, 400, "invalid_request"),
-    ({"output_format": {"container": "raw", "encoding": "pcm_mulaw", "sample_rate": 8000}}, 400, "invalid_request"),
+    ({"output_format": {"container": "raw", "encoding": "pcm_u8", "sample_rate": 8000}}, 400, "invalid_request"),
     ({"generation_config": {"speed": 9}}, 400, "invalid_request"),
     ({"voice": {"mode": "embedding", "embedding": [0.1]}}, 400, "invalid_request"),
 ])

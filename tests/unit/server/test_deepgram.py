@@ -139,19 +139,21 @@ def test_text_past_the_buffer_limit_is_refused_with_a_warning(make_client):
     assert warning["type"] == "Warning" and warning["code"] == "TEXT_TOO_LONG"
 
 
-def test_an_unknown_voice_speaks_the_default_with_a_warning_and_an_alias_resolves():
+def test_an_unknown_model_is_refused_as_deepgram_refuses_it_and_an_alias_resolves():
     voices = fake_voices().with_aliases({"aura-2-thalia-en": "am_other"})  # KOKORO_VOICE_ALIASES
     with TestClient(build_app(fake_synth(), voices=voices)) as c:
         wait_for(lambda: c.get("/ping").status_code == 200)
-        with c.websocket_connect("/v1/speak?model=aura-2-helena-en") as ws:
-            meta, warning = receive(ws), receive(ws)
+        with pytest.raises(WebSocketDenialResponse) as refused, c.websocket_connect("/v1/speak?model=aura-2-helena-en"):
+            pass
         with c.websocket_connect("/v1/speak?model=aura-2-thalia-en") as ws:
             meta2 = receive(ws)
             speak(ws, "Hello.")
             ws.send_text(json.dumps({"type": "Flush"}))
             frames = until(ws, "Flushed")
-    assert meta["model_name"] == "aura-2-helena-en"
-    assert warning["type"] == "Warning" and warning["code"] == "UNKNOWN_VOICE"
+    body = refused.value.json()
+    assert refused.value.status_code == 400 and body["err_code"] == "Bad Request"
+    assert body["err_msg"].startswith("Bad Request: No such model/version combination found.")
+    assert "aura-2-helena-en" in refused.value.headers["dg-error"]  # Pipecat shows this header
     assert meta2["model_name"] == "aura-2-thalia-en" and frames[0]["type"] == "audio"
 
 
@@ -167,13 +169,28 @@ def test_sample_rate_is_honoured(make_client):
     assert sizes[16000] == pytest.approx(sizes[24000] * 2 / 3, rel=0.01)
 
 
-def test_unsupported_encoding_is_refused_at_the_upgrade(make_client):
+def test_unsupported_encoding_is_refused_at_the_upgrade_with_the_reason(make_client):
     with make_client() as c, pytest.raises(WebSocketDenialResponse) as refused:
-        with c.websocket_connect("/v1/speak?model=af_test&encoding=mulaw"):
+        with c.websocket_connect("/v1/speak?model=af_test&encoding=mp3"):
             pass
     assert refused.value.status_code == 400
+    assert refused.value.json()["err_code"] == "INVALID_QUERY_PARAMETER"
+    assert "linear16, mulaw or alaw" in refused.value.json()["err_msg"]
 
 
+@pytest.mark.parametrize("encoding", ["mulaw", "alaw"])
+def test_telephony_encodings_stream_one_byte_per_sample_at_8khz(make_client, encoding):
+    with make_client() as c, c.websocket_connect(f"/v1/speak?model=af_test&encoding={encoding}&sample_rate=8000") as ws:
+        receive(ws)
+        speak(ws, "Exactly the same words.")
+        ws.send_text(json.dumps({"type": "Flush"}))
+        g711 = sum(f.get("bytes", 0) for f in until(ws, "Flushed"))
+    with make_client() as c, c.websocket_connect("/v1/speak?model=af_test&encoding=linear16&sample_rate=8000") as ws:
+        receive(ws)
+        speak(ws, "Exactly the same words.")
+        ws.send_text(json.dumps({"type": "Flush"}))
+        pcm = sum(f.get("bytes", 0) for f in until(ws, "Flushed"))
+    assert g711 * 2 == pytest.approx(pcm, abs=4)
 def test_the_key_is_checked_in_deepgrams_own_header_where_one_is_set(make_client):
     with make_client(api_key="sekret") as c:
         with c.websocket_connect(URL, headers={"Authorization": "Token sekret"}) as ws:
