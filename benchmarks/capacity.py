@@ -121,8 +121,8 @@ async def _measure_plan(srv: LiveServer, plan: dict[str, Any], *, quick: bool, t
 
 
 def _capacity(samples: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    """The level of ``name`` that answered the most requests a second within the target."""
-    within = [s for s in samples if s["workload"] == name and s.get("within_target")]
+    """The closed-loop level of ``name`` that answered the most requests a second within the target."""
+    within = [s for s in samples if s["workload"] == name and s["loop"] == "closed" and s.get("within_target")]
     return max(within, key=lambda s: s["requests_per_s"], default=None)
 
 

@@ -281,6 +281,11 @@ def _failed(exc: BaseException) -> Timing:
 
 
 # -- what a level adds up to ----------------------------------------------------------------------
+def within_target(answered: int, refused: int, failed: int, p95_ms: float | None, target_ms: float) -> bool:
+    """Whether a level was held: everything answered (nothing refused, nothing failed), p95 first
+    audio within the target."""
+    return answered > 0 and refused == 0 and failed == 0 and p95_ms is not None and p95_ms <= target_ms
+
 class CpuMeter:
     """The CPU seconds a process (and its children) used between :meth:`start` and :meth:`stop`."""
 
@@ -305,9 +310,8 @@ class CpuMeter:
 
 
 def level_figures(timings: list[Timing], wall_s: float, cpu_s: float, target_ms: float) -> dict[str, Any]:
-    """Requests/s answered, first audio p50/p95/p99 (answered requests; a refused or failed one
-    counts at infinity in the p95 target only when it was not refused at once), underruns, and
-    server CPU per answered request."""
+    """Requests/s answered, first audio p50/p95/p99 of the answered requests, refusals (503 /
+    ``overloaded``) and failures apart, underruns, and server CPU per answered request."""
     answered = [t for t in timings if not t.error and t.first_audio_s is not None]
     refused = [t for t in timings if t.error and ("503" in t.error or (t.code or "") == "overloaded")]
     failed = len(timings) - len(answered) - len(refused)
@@ -322,5 +326,5 @@ def level_figures(timings: list[Timing], wall_s: float, cpu_s: float, target_ms:
         "underrun_requests": sum(_underrun(t) > 0.02 for t in answered),
         "cpu_ms_per_request": ms(cpu_s / len(answered)) if answered else None,
         "wall_s": rnd(wall_s, 2),
-        "within_target": bool(answered) and failed == 0 and p95 is not None and p95 * 1000 <= target_ms,
+        "within_target": within_target(len(answered), len(refused), failed, ms(p95), target_ms),
     }
