@@ -1,4 +1,4 @@
-# kokoro-serve — the two commands: `make serve` and `make test`.
+# kokoro-serve — the two commands: `make serve` and `make test` (and `make check`, the fast lane).
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -13,10 +13,18 @@ TEST_EXTRAS ?= dev,torch,agent,deploy,s3,languages
 PY312 ?= $(shell ls ~/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1 || command -v python3.12)
 STAMP312 := .venv312/.stamp-install
 STAMP312P := .venv312-pipecat/.stamp-install
+# The tests: in parallel (pytest-xdist), each module's tests on one worker, and every test of a shared
+# server or of the torch runtime on one (tests/conftest.py groups them; the longest groups go first).
+TEST_WORKERS ?= 4
+PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider
+PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+# The fast lane leaves out what needs the model, torch, a browser, the cloud stand-ins, a benchmark or
+# a process of its own (--fast-lane fails a test that starts a process or reads the model anyway).
+FAST_LANE := not model and not torch and not browser and not cloud and not bench and not subprocess
 export KOKORO_PORT ?= 8080
 export KOKORO_HOST ?= 127.0.0.1
 
-.PHONY: install serve test lint bench deploy-check deploy-venv first-run-check assets clean
+.PHONY: install serve test check lint bench bench-deps deploy-check deploy-venv first-run-check assets clean
 
 # One line per step, so a long step is never silent.
 step = @printf '\n==> %s\n' "$(1)"
@@ -105,7 +113,7 @@ $(STAMP312P): Makefile
 test: install $(STAMP312) $(STAMP312P)
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(PYTEST) $(PARALLEL) --durations=25
 	.venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312 --ignore=tests/agent_py312/pipecat
 	.venv312-pipecat/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312/pipecat
 	bash deploy/check.sh --static
@@ -114,8 +122,16 @@ lint: install
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
 	$(VENV)/bin/mypy
 
+# The inner loop: lint, types, and the tests that need no model and start no process.
+check: lint
+	$(PYTEST) -n 2 --dist loadgroup --no-loadscope-reorder --fast-lane -m "$(FAST_LANE)"
+
 bench: install
 	$(PY) -m benchmarks all --quick
+
+# The benchmarks on top of `make serve`'s core, without torch: the `bench` extra.
+bench-deps: $(SERVE_STAMP)
+	$(PIP) install -e '.[bench]'
 
 deploy-check: install
 	bash deploy/check.sh

@@ -23,21 +23,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from backends.logs import configure
-from backends.startup import install_hint, settings_problems
+from backends.startup import install_hint, settings_problems, version
 
 from .settings import AgentSettings
 
 FLAG_NAMES = {"scripted_reply": "--reply"}  # the flags not named after their field
-
-
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("kokoro-serve")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:

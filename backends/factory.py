@@ -18,6 +18,7 @@ from backends.assets.build import REBUILT_PTH, ModelFiles, default_model_dir
 from backends.assets.voices import VoiceStore
 from backends.config import BackendConfig
 from backends.runtimes.onnx import load_vocab
+from backends.startup import ConfigError
 from backends.text.g2p.frontends import G2P
 from backends.text.lexicon import Lexicon
 from backends.text.planner import TextPipeline
@@ -53,7 +54,11 @@ def create_synthesizer(config: BackendConfig, files: ModelFiles, voices: VoiceSt
 
 def create_g2p(config: BackendConfig) -> G2P:
     """The G2P of every language (front ends built on first use), with ``KOKORO_LEXICON`` loaded."""
-    lexicon = Lexicon.from_file(config.lexicon) if config.lexicon else None
+    try:
+        lexicon = Lexicon.from_file(config.lexicon) if config.lexicon else None
+    except ValueError as e:
+        raise ConfigError(f"{e} (KOKORO_LEXICON); point it at a JSON object of {{language: {{word: phonemes}}}} "
+                          "(docs/languages.md), or unset it") from None
     return G2P(english=config.english_g2p, lexicon=lexicon, torch_free=config.backend != "torch")
 
 
@@ -66,6 +71,7 @@ def create_pipeline(config: BackendConfig, files: ModelFiles) -> TextPipeline:
         first_segment_max_words=config.first_segment_max_words,
         segment_phonemes=config.segment_phonemes,
         preload=g2p.preload,
+        check=g2p.check,
         phrase_end_mark=config.phrase_end_mark,
     )
 

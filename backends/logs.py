@@ -3,8 +3,10 @@
 :func:`configure` gives the root logger one handler and routes the libraries that install their
 own (uvicorn, bedrock-agentcore) through it, so every line of a process — the server's or the
 agent's — comes once, in one format. ``plain``: ``time LEVEL logger: message``; ``json``: one
-object per line with ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message`` and, for an
-exception, ``error`` and ``traceback`` (what a log collector such as CloudWatch parses).
+object per line with ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``, each field the
+call passed as ``extra`` (``log.info("backend ready: ...", extra={"backend": "onnx"})`` gives a
+``"backend"`` key, so a collector queries fields, not text) and, for an exception, ``error`` and
+``traceback`` (what a log collector such as CloudWatch parses).
 
 Pure Python, importable by the agent (no runtime, no server).
 """
@@ -33,8 +35,14 @@ class _Rename(logging.Filter):
         return True
 
 
+#: The attributes every LogRecord has (and uvicorn's terminal-coloured copy of its message): anything
+#: else on a record came from the call's ``extra``.
+_RECORD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime",
+                                                                                     "color_message"}
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record."""
+    """One JSON object per record, with the call's ``extra`` fields as keys of their own."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -43,10 +51,12 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _RECORD_ATTRS and k not in entry
+                      and not k.startswith("_")})
         if record.exc_info and record.exc_info[1] is not None:
             entry["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
             entry["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        return json.dumps(entry, ensure_ascii=False, default=str)
 
 
 def formatter(fmt: str) -> logging.Formatter:

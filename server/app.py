@@ -126,6 +126,7 @@ def create_app(
     metrics.realtime.advice = default_advice(threads=settings.threads, mode=settings.mode, runtime=settings.backend,
                                              device=settings.device)
     state = ServerState(settings, backend, metrics)
+    metrics.watch_tables(state.table_sizes)
 
     async def load() -> None:
         try:
@@ -144,7 +145,8 @@ def create_app(
             return
         metrics.ready.set(1)
         metrics.realtime.arm()  # judged from here: the warm-up is slow by nature
-        log.info("ready: %s", state.describe())
+        fields = state.describe()  # JSON lines carry them as fields (backends.logs)
+        log.info("ready: %s", " ".join(f"{k}={v}" for k, v in fields.items()), extra=fields)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

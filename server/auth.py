@@ -9,7 +9,7 @@ response at the upgrade (the denial-response extension), or a 1008 close where t
 CORS preflight (``OPTIONS`` with ``Access-Control-Request-Method``) passes through to the CORS layer.
 Routes of other providers' protocols (``own_key_paths``: Deepgram's ``/v1/speak`` …), WebSocket and
 HTTP alike, pass through too: their clients send the key their own way, and the route checks it
-with :func:`key_matches` (``server.websocket.stream_socket``, ``server.providers``).
+with :func:`key_matches` (``server.websocket.session``, ``server.providers``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -25,6 +26,18 @@ OPEN_PATHS = frozenset({"/ping"})
 
 def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
+
+
+def authorization(headers: Mapping[str, str]) -> tuple[str, str]:
+    """The ``Authorization`` header as ``(scheme in lower case, credentials)`` (``("", "")`` when absent)."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return scheme.lower(), token.strip()
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, else None."""
+    scheme, token = authorization(headers)
+    return token if scheme == "bearer" else None
 
 
 def key_matches(want: str, given: str | bytes | None) -> bool:

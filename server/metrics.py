@@ -31,6 +31,11 @@ Series (all prefixed ``kokoro_``):
   requests in progress ask for (one audio-second per second each) against what the runtime made
   over the last ``KOKORO_LOAD_WINDOW_S``: demanded above delivered for a while means overload (an
   alert, or a scaling signal: publish the ratio as a custom CloudWatch metric for SageMaker).
+* ``state_entries{table}`` — entries in each table the server and the backend keep per session,
+  request or runtime call (the scheduler's queue and round, listeners, running calls, admitted
+  requests, open sessions, requests in flight; names in docs/operating.md), read at scrape time:
+  each is 0 at rest once the last audio has run out, so one that grows while nothing runs is
+  state kept past its session.
 * ``process_*`` — the server process's CPU seconds, memory, open files and start time
   (prometheus-client's process collector, on this registry; Linux).
 
@@ -39,6 +44,8 @@ The observer calls also feed :attr:`Metrics.realtime`, the slow-machine watch
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -49,6 +56,8 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from server.realtime_watch import RealtimeWatch
 
@@ -158,5 +167,27 @@ class Metrics:
     def first_audio(self, route: str, seconds: float) -> None:
         self.ttfa.labels(route=route).observe(seconds)
 
+    def watch_tables(self, sizes: Callable[[], dict[str, int]]) -> None:
+        """Publish ``sizes()`` (table name -> entries) as ``kokoro_state_entries{table}`` at each
+        scrape (the app passes its state's :meth:`~server.state.ServerState.table_sizes`)."""
+        self.registry.register(_Tables(sizes))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _Tables(Collector):
+    """``kokoro_state_entries{table}``, read when scraped (on the event loop: ``/metrics``)."""
+
+    def __init__(self, sizes: Callable[[], dict[str, int]]):
+        self._sizes = sizes
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # read only at scrape: the backend may not be built when the registry checks names
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("kokoro_state_entries", "Entries in each table kept per session, request or "
+                                   "runtime call (0 at rest).", labels=["table"])
+        for table, n in sorted(self._sizes().items()):
+            family.add_metric([table], n)
+        yield family

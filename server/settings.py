@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -76,7 +78,11 @@ class Settings(BackendConfig):
         "WebSocket session (1008) or cuts the POST response, counted in `kokoro_send_timeouts_total`.",
     )
     drain_timeout_s: float = Field(
-        30.0, ge=0, description="On SIGTERM, how long in-flight work may take before sockets are closed anyway."
+        20.0, ge=0,
+        validation_alias=AliasChoices("KOKORO_DRAIN_S", "KOKORO_DRAIN_TIMEOUT_S", "drain_timeout_s"),
+        description="On SIGTERM, how long the turns already started may take to finish (every route) before what "
+        "is left gets an error and a 1001 close; the default leaves the server's own shutdown inside SageMaker's 30 s "
+        "before SIGKILL.",
     )
 
     # -- assets -------------------------------------------------------------------------------
@@ -89,7 +95,8 @@ class Settings(BackendConfig):
     # -- security -----------------------------------------------------------------------------
     api_key: SecretStr | None = Field(
         None,
-        description="When set, every route but `/ping` needs `Authorization: Bearer <key>` (WebSocket: at the upgrade).",
+        description="When set, every route but `/ping` needs the key: `Authorization: Bearer <key>` (WebSocket: at "
+        "the upgrade), the voice-agent protocols where their own clients send it (docs/operating.md).",
     )
     cors_origins: str = Field(
         "", description="Comma-separated origins allowed by CORS (`*` for any); empty: no CORS headers."
@@ -109,13 +116,25 @@ class Settings(BackendConfig):
         return BackendConfig.model_construct(**{name: getattr(self, name) for name in BackendConfig.model_fields})
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """``python -m server.settings``: the settings the environment gives, or one line per bad one (exit 2)."""
+    from pydantic import ValidationError
+
+    from backends.startup import settings_problems
+
     parser = argparse.ArgumentParser(prog="python -m server.settings", description="print the settings the "
                                      "environment gives (the table of every variable: settings_table.py)")
     parser.parse_args(argv)
-    for key, value in Settings.from_env(os.environ).model_dump().items():
+    try:
+        settings = Settings.from_env(os.environ if environ is None else environ)
+    except ValidationError as e:
+        for line in settings_problems(e, Settings.model_fields, Settings.env_names):
+            print(f"python -m server.settings: {line}", file=sys.stderr)
+        return 2
+    for key, value in settings.model_dump().items():
         print(f"{key} = {value!r}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

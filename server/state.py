@@ -1,9 +1,12 @@
 """What one app instance knows about itself: readiness, in-flight work, sessions, draining.
 
 Everything here lives on the event loop (no locks): handlers and sessions call it from the loop
-only. :meth:`ServerState.drain` is the graceful-shutdown path (SIGTERM): /ping turns 503, new
-requests and sessions are refused, in-flight requests and the requests a session already queued
-finish, then sessions close 1001. After ``drain_timeout_s`` whatever is left is cut short.
+only. :meth:`ServerState.drain` is the graceful-shutdown path (SIGTERM): /ping turns 503 at once,
+new requests, sessions and turns are refused, every turn already started finishes — in-flight
+requests, the requests a session queued, a voice-agent turn whose text is still arriving — and
+each session closes 1001 as soon as it has nothing unfinished. After ``drain_timeout_s`` whatever
+is left is cut: each WebSocket session sends its protocol's error for the unfinished turns, then
+closes 1001.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ class Drainable(Protocol):
 
     def begin_drain(self) -> None: ...
 
-    async def abort(self, code: int, reason: str) -> None: ...
+    async def abort(self, code: int, reason: str) -> None:
+        """Cut the session: unfinished turns get the protocol's error, then the socket closes ``code``."""
 
 
 class ServerState:
@@ -57,6 +61,11 @@ class ServerState:
         """Raise :class:`NotReady` unless new work may start."""
         if self.draining:
             raise NotReady("server is shutting down")
+        self.check_ready()
+
+    def check_ready(self) -> None:
+        """Raise :class:`NotReady` unless the model can synthesise (loaded, warmed up); a drain does
+        not stop the work already admitted."""
         if self.load_error is not None:
             raise NotReady("the model failed to load; see the server log")
         if not self.backend.ready:
@@ -92,9 +101,9 @@ class ServerState:
 
     # -- shutdown -----------------------------------------------------------------------------
     async def drain(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
-        """Refuse new work, let accepted work finish, close sessions 1001. True when all finished
-        in time; on timeout, sessions are closed 1001 at once and HTTP streams are left to the
-        server's own shutdown."""
+        """Refuse new work, let started work finish, sessions close 1001 once nothing of theirs is
+        unfinished. True when all finished in time; on timeout, the sessions left are cut (their
+        protocol's error, then 1001) and HTTP streams are left to the server's own shutdown."""
         timeout = self.settings.drain_timeout_s if timeout is None else timeout
         if not self.draining:
             self.draining = True
@@ -120,7 +129,12 @@ class ServerState:
         if tasks:
             await asyncio.wait(tasks)
 
+    def table_sizes(self) -> dict[str, int]:
+        """Entries per table kept per session or request, the server's and the backend's (what
+        ``kokoro_state_entries{table}`` shows; each is 0 at rest)."""
+        return {"server_sessions": len(self.sessions), "server_inflight": self.inflight,
+                **{f"backend_{name}": n for name, n in self.backend.table_sizes().items()}}
+
     def describe(self) -> dict[str, Any]:
-        """What /ping reports: the status and the backend's runtime, mode and model."""
-        info = self.backend.info
-        return {"status": self.status(), "backend": info.runtime, "mode": info.mode, "model": info.model}
+        """What /ping reports: the status and the backend's runtime, mode, model, device and dtype."""
+        return {"status": self.status(), **self.backend.info.describe()}

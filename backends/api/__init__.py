@@ -44,6 +44,7 @@ from backends.api.types import (
     MIN_SPEED,
     SAMPLE_RATE,
     AudioChunk,
+    PlannedSegments,
     Segment,
     SentenceContext,
     SynthesisRequest,
@@ -53,7 +54,7 @@ from backends.api.types import (
 __all__ = [
     "MAX_PHONEMES", "MAX_SPEED", "MIN_SPEED", "SAMPLE_RATE", "AudioChunk", "Backend", "BackendCapabilities",
     "BackendFault", "BackendInfo", "BackendObserver", "Capabilities", "EmptyText", "Interrupt",
-    "Interrupted", "InvalidJSON", "InvalidRequest", "KokoroError", "NoObserver", "NotReady", "Overloaded", "Segment",
+    "Interrupted", "InvalidJSON", "InvalidRequest", "KokoroError", "NoObserver", "NotReady", "Overloaded", "PlannedSegments", "Segment",
     "SentenceContext", "SynthesisRequest", "SynthesisTimeout", "Synthesizer", "TextTooLong", "UnknownVoice", "Unsupported",
     "VoiceCatalog", "clip_audio",
 ]

@@ -135,3 +135,8 @@ class Backend(Protocol):
     def phonemize(self, text: str, lang: str) -> str:
         """The phonemes the runtime would read for ``text`` (word timings align with them).
         Blocking (G2P): call it from a worker thread."""
+
+    def table_sizes(self) -> dict[str, int]:
+        """Entries in each table the backend keeps per session, request or runtime call, by a
+        fixed name (``kokoro_state_entries``): every one is 0 once the requests have ended and their
+        audio has run out, so a table that grows at rest is state kept past its session."""

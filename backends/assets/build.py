@@ -120,10 +120,12 @@ class ModelFiles:
         missing = [name for name, p in (("voices", voices), ("config.json", config)) if p is None or not p.exists()]
         if onnx is None and pth is None:
             missing.insert(0, "a model (kokoro-v1.0*.onnx or kokoro-v1_0*.pth)")
-        if missing:
-            raise AssetError(
-                f"model directory {root} lacks {', '.join(missing)}; run `kokoro-serve assets` to build it"
-            )
+        if missing:  # the directory named once: where the fix (the command) needs it, else in the text
+            default = root == default_model_dir()
+            what = f"the model directory {root}" if default else "the model directory"
+            build = "kokoro-serve assets" + ("" if default else f" --model-dir {root}")
+            raise AssetError(f"{what} lacks {', '.join(missing)}; build it with `{build}`, or point --model-dir / "
+                             "KOKORO_MODEL_DIR at a built one")
         return cls(root, onnx, voices, config, pth)  # type: ignore[arg-type]
 
 

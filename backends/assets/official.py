@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import socket
 import tempfile
 import time
 import urllib.error
@@ -71,6 +72,11 @@ class AssetError(RuntimeError):
 
 def _asset_error(message: str) -> Exception:
     return AssetError(message)
+
+
+#: What to do when the upstream cannot be reached: the documented ways round it.
+ELSEWHERE = ("take the files from a place you can reach: `kokoro-serve assets --source DIR|https://...|s3://...`, "
+             "or KOKORO_OFFICIAL_URL=<a mirror of the model-files-v1.0 release> (docs/models-and-voices.md)")
 
 
 class NotFound(Exception):
@@ -133,7 +139,11 @@ def _transfer(url: str, part: Path, size: int | None, timeout: float, progress: 
             raise _Retry(f"HTTP {e.code} from {url}") from e
         raise _asset_error(f"{url}: HTTP {e.code} {e.reason}; check the URL (KOKORO_OFFICIAL_URL or --source)") from e
     except (urllib.error.URLError, OSError, HTTPException) as e:
-        raise _Retry(f"{url}: {getattr(e, 'reason', e)}") from e
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, socket.gaierror):  # no DNS answer: offline, or a wrong host; retrying cannot help
+            host = urllib.parse.urlparse(url).hostname
+            raise _asset_error(f"cannot resolve {host} ({reason.strerror or reason}): offline? {ELSEWHERE}") from None
+        raise _Retry(f"{url}: {reason}") from e
     with response:
         resumed = offset and response.status == 206
         if offset and not resumed:
@@ -170,7 +180,7 @@ def download(
     progress: Progress = lambda _m: None,
     sleep: Callable[[float], None] = time.sleep,
     checksum_from: str = "pinned",
-    hint: str = "Run the command again, or point KOKORO_OFFICIAL_URL at a mirror of the model-files-v1.0 release",
+    hint: str = f"Run the command again, or {ELSEWHERE}",
 ) -> Path:
     """Download ``url`` to ``dest``, verified against ``sha256``/``size`` when given; see the module doc.
 
@@ -188,7 +198,7 @@ def download(
         except _Retry as e:
             if attempt == attempts:
                 raise _asset_error(f"{label}: giving up after {attempts} attempts: {e}; run the command again "
-                                   "to resume") from e
+                                   f"to resume, or {ELSEWHERE}") from None
             pause = min(2.0 ** (attempt - 1), 30.0)
             progress(f"  {label}: {e}; retrying in {pause:.0f}s ({attempt}/{attempts - 1})")
             sleep(pause)
@@ -302,8 +312,31 @@ class _Source:
         return []
 
 
+@contextlib.contextmanager
+def _aws_errors(source: str) -> Iterator[None]:
+    """botocore's errors (no credentials, access denied, no such bucket, no network) as one-line AssetErrors."""
+    try:
+        yield
+    except Exception as e:
+        if not type(e).__module__.startswith("botocore"):
+            raise
+        if type(e).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+            raise AssetError(f"{source}: no AWS credentials found; set AWS_PROFILE (or AWS_ACCESS_KEY_ID and "
+                             "AWS_SECRET_ACCESS_KEY) for an identity that may read it, or give --source a "
+                             "directory or an https:// URL") from None
+        detail = getattr(e, "response", {}).get("Error", {})
+        what = f"{detail.get('Code')}: {detail.get('Message')}" if detail else str(e)
+        raise AssetError(f"{source}: {what}; check the prefix and that your AWS identity may read it "
+                         "(s3:GetObject, s3:ListBucket)") from None
+
+
 def fetch_assets(source: str, model_dir: Path, *, progress: Progress = lambda _m: None) -> list[str]:
     """Copy the official assets that ``source`` has into ``model_dir``; returns the names fetched."""
+    with _aws_errors(source):
+        return _fetch_assets(source, model_dir, progress)
+
+
+def _fetch_assets(source: str, model_dir: Path, progress: Progress) -> list[str]:
     src = _Source(source)
     sums_stream = src.open("SHA256SUMS")
     sums = _parse_sums(sums_stream.read().decode()) if sums_stream else {}

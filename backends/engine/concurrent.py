@@ -33,7 +33,11 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   (:meth:`~backends.engine.core.Engine.run_segments`), as the sequential mode's segments do: the
   runtime's frame durations kept (word timings work in both modes), audio clipped, and a failed
   batch retried one segment at a time, so one bad segment fails only its own request
-  (:class:`BackendFault`). The scheduler loop survives everything but ``aclose()``.
+  (:class:`BackendFault`). The loop is a :class:`~backends.engine.watch.WatchedTask`: should it fail
+  (a bug in its own code; runtime calls cannot reach it), the error is logged with its traceback,
+  every admitted request fails at once with :class:`BackendFault` and the loop starts again; after
+  three failures within a minute it stays down and ``check_health`` fails (``/ping`` 503). A
+  completion step that raises fails only the requests of that call.
 
 Admission: ``max_queue`` bounds the requests admitted at once (being answered or waiting). Each
 admitted request holds at most one queued segment and ``max_ahead`` unread chunks, so memory is
@@ -65,10 +69,20 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from backends.api import AudioChunk, Interrupted, NotReady, Overloaded, Segment, SynthesisRequest
+from backends.api import (
+    AudioChunk,
+    BackendFault,
+    Interrupted,
+    NotReady,
+    Overloaded,
+    Segment,
+    SynthesisRequest,
+)
 from backends.engine.core import Engine, SegmentResult
+from backends.engine.planning import known_count
 from backends.engine.policy import input_tokens
 from backends.engine.schedule import Entry, Playout, RunningCall
+from backends.engine.watch import WatchedTask
 
 log = logging.getLogger("kokoro.backend")
 
@@ -83,6 +97,7 @@ class _Job:
     pending: deque[Segment]
     playout: Playout
     outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    planned: int = 0  # how many of the request's segments have joined ``pending``
     busy: bool = False  # a segment of this job is queued or being synthesised
     cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
 
@@ -127,7 +142,7 @@ class ConcurrentBackend(Engine):
         self._jobs: set[_Job] = set()
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+        self.scheduler = WatchedTask("the batch scheduler", self._schedule, on_failure=self._fail_all)
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -176,20 +191,35 @@ class ConcurrentBackend(Engine):
             job.outbox.put_nowait(NotReady("server is shutting down"))
         self._queue.clear()
         self._set_queued(0)
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        self.scheduler.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
         await super().aclose()
 
     async def check_health(self) -> None:
         await super().check_health()
-        if self._task is not None and self._task.done() and not self._task.cancelled():
-            raise NotReady("the batch scheduler stopped")  # a bug; the next request restarts it
+        if self.scheduler.down is not None:
+            raise NotReady(f"{self.scheduler.down}: replace this instance")
+
+    def table_sizes(self) -> dict[str, int]:
+        return {**super().table_sizes(), **self._queue.sizes(), "queued_segments": self._queued,
+                "admitted_requests": len(self._jobs), "busy_workers": self.workers - self._free}
 
     def _ensure_loop(self) -> None:
-        if self._task is None or self._task.done():
+        if self.scheduler.down is not None:
+            raise BackendFault(self.scheduler.down)
+        if not self.scheduler.running:
             self._wake = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._schedule(), name="kokoro-scheduler")
+            self.scheduler.ensure()
+
+    def _fail_all(self, error: BaseException) -> None:
+        """The scheduler failed: every admitted request fails now (typed), the queue is emptied."""
+        fault = BackendFault(f"the batch scheduler failed: {type(error).__name__}: {error}")
+        for job in list(self._jobs):
+            self._drop(job)
+            job.outbox.put_nowait(fault)
+        self._queue.clear()
+        self._set_queued(0)
+        self._wake = asyncio.Event()  # the restarted loop's
 
     # -- requests -------------------------------------------------------------------------------
     async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
@@ -203,27 +233,49 @@ class ConcurrentBackend(Engine):
         policy.admit(self._queue, request)
         seq = next(self._seq)
         job = _Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
-                   playout=policy.playout(request))
+                   playout=policy.playout(request), planned=len(request.segments))
+        if request.plan is not None:  # segments planned from now on join the job's pending ones
+            request.plan.listen(partial(self._planned, job))
         self._jobs.add(job)
         deadline = self._timeout_at(request)
         with policy.tracked(request, job.playout):
             try:
                 self._ensure_loop()
-                for _ in range(len(request.segments)):
+                index = 0
+                while True:
                     self._submit_next(job)
                     out = await self._until(deadline, job.outbox.get())
                     if isinstance(out, BaseException):
                         raise out
                     self._submit_next(job)  # room in the collector again: let it run ahead
+                    out.count = known_count(request)
                     yield out
+                    # (its later segments join as they are planned: _planned)
+                    if await self.next_segment(request, index + 1, deadline) is None:
+                        break
+                    index += 1
             finally:
+                if request.plan is not None:
+                    request.plan.close()
                 self._drop(job)
+
+    def _planned(self, job: _Job) -> None:
+        """The planner read more of the job's text: its new segments wait their turn."""
+        if job.cancelled:
+            return
+        segments = job.request.segments
+        job.pending.extend(segments[job.planned:])
+        job.planned = len(segments)
+        self._submit_next(job)
 
     def _submit_next(self, job: _Job) -> None:
         if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
             return
         job.busy = True
-        self._enqueue(_Item(job, job.pending.popleft()))
+        segment = job.pending.popleft()
+        if job.request.plan is not None:
+            job.request.plan.want(segment.index + 1)
+        self._enqueue(_Item(job, segment))
 
     def _enqueue(self, item: _Item, entry: Entry | None = None) -> None:
         """Queue a job's segment (``entry``: one taken before, whose call was interrupted)."""
@@ -231,7 +283,10 @@ class ConcurrentBackend(Engine):
         if entry is not None:
             self._queue.requeue(entry)
         else:
-            left = len(item.segment.phonemes) + sum(len(s.phonemes) for s in job.pending)
+            plan = job.request.plan
+            later = plan.remaining_phonemes(item.segment.index) if plan is not None else sum(
+                len(s.phonemes) for s in job.pending)
+            left = len(item.segment.phonemes) + later
             self.policy.offer(self._queue, item, item.segment, job.playout, session=job.key, request_seq=job.seq,
                               remaining=left, busy=not self._free, interrupts=self.interrupts, turn=job.request.turn)
         self._set_queued(self._queued + 1)
@@ -340,22 +395,32 @@ class ConcurrentBackend(Engine):
 
     def _finish(self, entries: list[Entry], results: Sequence[SegmentResult]) -> None:
         for entry, result in zip(entries, results, strict=True):
-            item: _Item = entry.item
-            job = item.job
-            if job.cancelled:
-                job.busy = False
-                continue
-            if isinstance(result.error, Interrupted):  # for a newcomer's first segment: runs again after it
-                self._enqueue(item, entry)
-                continue
-            job.busy = False
-            if result.error is not None:
-                job.outbox.put_nowait(self._as_error(result.error, job.request))
-                job.pending.clear()
-                continue
-            self.policy.segment_ready(job.playout, result.audio, job.request)
-            job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
-            self._submit_next(job)
+            job = entry.item.job
+            try:
+                self._finish_one(entry, result)
+            except Exception as e:  # a bug here fails this request, never leaves it waiting
+                log.error("request %s: handing its segment over failed", job.request.request_id, exc_info=e)
+                if not job.cancelled:
+                    self._drop(job)
+                    job.outbox.put_nowait(BackendFault(f"synthesis failed: {type(e).__name__}: {e}"))
         if self._wake is not None:
             self._wake.set()
+
+    def _finish_one(self, entry: Entry, result: SegmentResult) -> None:
+        item: _Item = entry.item
+        job = item.job
+        if job.cancelled:
+            job.busy = False
+            return
+        if isinstance(result.error, Interrupted):  # for a newcomer's first segment: runs again after it
+            self._enqueue(item, entry)
+            return
+        job.busy = False
+        if result.error is not None:
+            job.outbox.put_nowait(self._as_error(result.error, job.request))
+            job.pending.clear()
+            return
+        self.policy.segment_ready(job.playout, result.audio, job.request)
+        job.outbox.put_nowait(self._chunk(item.segment, len(job.request.segments), result))
+        self._submit_next(job)
 

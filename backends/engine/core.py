@@ -36,8 +36,8 @@ The step, for a list of segments (one runtime call's worth):
 Threading: ``run_segments`` runs on a worker thread (never the event loop) and never raises: each
 :class:`SegmentResult` holds audio or the error for its segment. Every runtime call in it is
 registered with the watchdog, so ``check_health`` fails while one call has run longer than the
-request timeout. Everything else is called on the event loop; planning (G2P) and loading run on
-the engine's own single preparation thread. The observer is called from worker threads
+request timeout. Everything else is called on the event loop; loading and first segments run on a
+preparation pool, the rest of each text on a planning pool (:mod:`backends.engine.planning`). The observer is called from worker threads
 (``segment_done``, ``batch_done``, ``interrupted``) and from the event loop (``queue_depth``,
 ``underrun``).
 
@@ -85,8 +85,8 @@ from backends.api import (
 from backends.assets.voices import VoiceStore
 from backends.config import BackendConfig
 from backends.engine.joins import shape_segment
+from backends.engine.planning import PLAN_THREADS, SegmentFeed, plan_first
 from backends.engine.policy import CallKind, SchedulingPolicy, input_tokens
-from backends.text.lang import resolve_lang, voice_language
 from backends.text.planner import TextPipeline
 
 log = logging.getLogger("kokoro.backend")
@@ -141,7 +141,9 @@ class Engine:
         self._observer: BackendObserver = observer if observer is not None else NoObserver()
         self._ready = False
         self._closing = False
-        self._prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-prep")
+        # Loading and first segments on one pool, the rest of the texts on another (planning.py).
+        self._prep_executor = ThreadPoolExecutor(max_workers=PLAN_THREADS, thread_name_prefix="kokoro-prep")
+        self._plan_executor = ThreadPoolExecutor(max_workers=PLAN_THREADS, thread_name_prefix="kokoro-plan")
         self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
         self.policy = SchedulingPolicy(self.config, plain_order=self.plain_order, sample_rate=synthesizer.sample_rate,
                                        observer=self._observer, clock=clock)
@@ -200,6 +202,11 @@ class Engine:
     def phonemize(self, text: str, lang: str) -> str:
         return self.pipeline.phonemes(text, lang)
 
+    def table_sizes(self) -> dict[str, int]:
+        """Entries per table kept per session, request or call (see :class:`~backends.api.Backend`);
+        the modes add their queues."""
+        return {"runtime_calls": len(self._calls), **self.policy.table_sizes()}
+
     # -- lifecycle ------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
@@ -214,11 +221,13 @@ class Engine:
         async for _ in self.stream(warm):
             pass
         self._ready = True
-        log.info("backend ready: %s", self.info.describe())
+        fields = self.info.describe()  # JSON lines carry them as fields (backends.logs)
+        log.info("backend ready: %s", " ".join(f"{k}={v}" for k, v in fields.items()), extra=fields)
 
     async def aclose(self) -> None:
         self._closing = True
         self._prep_executor.shutdown(wait=False, cancel_futures=True)
+        self._plan_executor.shutdown(wait=False, cancel_futures=True)
 
     async def check_health(self) -> None:
         if not self.ready:
@@ -243,20 +252,9 @@ class Engine:
         raise NotImplementedError
 
     # -- requests -------------------------------------------------------------------------------
-    def _plan(self, request: SynthesisRequest, short: bool = False) -> SynthesisRequest:
-        voice = self.voices.resolve(request.voice)  # raises UnknownVoice / InvalidRequest
-        fast = self.config.fast_first_segment if request.fast_first is None else request.fast_first
-        request.voice = voice
-        request.lang = resolve_lang(request.text, request.lang, voice_language(voice), self.config.default_lang)
-        request.segments = self.pipeline.plan(
-            request.text, voice=voice, speed=request.speed, lang=request.lang, fast_first=fast,
-            short_first_words=self.config.short_first_segment_words if short else None,
-            windowed=self.config.windowed_first_segment and self.synthesizer.capabilities.windowed,
-        )
-        return request
-
     async def prepare(self, request: SynthesisRequest) -> SynthesisRequest:
-        """Validate and plan ``request`` off the event loop. Raises a :class:`KokoroError`."""
+        """Validate the request and plan its first segment off the event loop; the rest is planned
+        behind it (``request.plan``), so first audio never waits for it. Raises a :class:`KokoroError`."""
         if self._closing:
             raise NotReady("server is shutting down")
         limit = self.config.max_text_chars
@@ -265,7 +263,23 @@ class Engine:
         loop = asyncio.get_running_loop()
         short = self.policy.short_first(request)  # (before this request counts as its session's own)
         with self.policy.tracked(request):
-            return await loop.run_in_executor(self._prep_executor, self._plan, request, short)
+            windowed = self.config.windowed_first_segment and self.synthesizer.capabilities.windowed
+            rest = await loop.run_in_executor(self._prep_executor, plan_first, request, self.pipeline, self.voices,
+                                              self.config, short, windowed)
+        request.plan = SegmentFeed(request.segments, rest, self._plan_executor, text_chars=len(request.text))
+        request.plan.want(1)  # the next ones are planned while the first is synthesised
+        return request
+
+    async def next_segment(self, request: SynthesisRequest, index: int, deadline: float | None) -> Segment | None:
+        """Segment ``index`` of a prepared request (planned by now, as a rule), or None after its
+        last; by the request's ``deadline``. Raises the planner's error as the client's."""
+        if request.plan is None:  # planned whole by the caller
+            return request.segments[index] if index < len(request.segments) else None
+        try:
+            segment: Segment | None = await self._until(deadline, request.plan.get(index))
+        except Exception as e:
+            raise self._as_error(e, request) from e
+        return segment
 
     def _timeout_at(self, request: SynthesisRequest) -> float | None:
         timeout = self.config.request_timeout_s

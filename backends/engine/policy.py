@@ -355,6 +355,12 @@ class SchedulingPolicy:
             self._running.remove(call)
         self._preemption.ended(call)
 
+    def table_sizes(self) -> dict[str, int]:
+        """Entries in each of the policy's tables kept per session or request (all 0 at rest, once
+        the audio delivered has run out): listeners, running calls, streams counted as demanding."""
+        return {**self._listeners.sizes(self.clock()), "running_calls": len(self._running),
+                "preemptible_calls": len(self._preemption), "load_streams": self.load.streams}
+
     # -- rule 6, 7: holding a worker, solo calls ------------------------------------------------
     def start_by(self, entry: Entry, segment: Segment) -> float:
         """When ``entry`` must start beside another call to be ready by its due."""

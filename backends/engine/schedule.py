@@ -87,6 +87,7 @@ class Entry:
     remaining: float = 0.0  # phonemes its request has left, this segment's included
     passed: int = 0  # first segments taken ahead of it while the server was overloaded
     turn: int = 0  # its request's turn within the session (rule 9: the newest turn goes first)
+    round_place: int = 0  # its session's place in the round when it was queued or taken
 
 
 @dataclass
@@ -97,7 +98,10 @@ class SegmentQueue:
     #: Told of every take: the entries taken and those left queued (the policy counts passes).
     served: Callable[[list[Entry], list[Entry]], None] | None = None
     _entries: list[Entry] = field(default_factory=list)
-    _turn: dict[str, int] = field(default_factory=dict)  # session -> when it last joined or was served
+    #: Session -> when it last joined or was served, for sessions with entries queued only: a
+    #: session with nothing queued joins the end of the round when it queues again, so its key
+    #: goes as its last entry leaves (every HTTP request is a session of its own).
+    _turn: dict[str, int] = field(default_factory=dict)
     _clock: Iterator[int] = field(default_factory=itertools.count)
 
     def __len__(self) -> int:
@@ -113,14 +117,16 @@ class SegmentQueue:
 
     def turn(self, entry: Entry) -> tuple[Any, ...]:
         """Round-robin by session (the session served or joined longest ago first), then the
-        session's oldest request, then the order of arrival."""
-        return (self._turn.get(entry.session, 0), entry.request_seq, entry.seq)
+        session's oldest request, then the order of arrival. An entry whose session has nothing
+        queued (one taken and running) keeps the place it had when it was taken."""
+        return (self._turn.get(entry.session, entry.round_place), entry.request_seq, entry.seq)
 
     def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, phonemes: int = 0,
              playing: bool = False, remaining: float = 0.0, turn: int = 0) -> Entry:
-        if not any(e.session == session for e in self._entries):
+        if session not in self._turn:
             self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
-        entry = Entry(item, session, request_seq, due, next(self._clock), phonemes, playing, remaining, turn=turn)
+        entry = Entry(item, session, request_seq, due, next(self._clock), phonemes, playing, remaining,
+                      turn=turn, round_place=self._turn[session])
         self._entries.append(entry)
         return entry
 
@@ -149,7 +155,8 @@ class SegmentQueue:
             taken.append(entry)
         for entry in taken:
             self._entries.remove(entry)
-            self._turn[entry.session] = next(self._clock)  # served: to the end of the round
+            entry.round_place = self._turn[entry.session] = next(self._clock)  # served: to the end of the round
+        self._forget({entry.session for entry in taken})
         if taken and self.served is not None:
             self.served(taken, self._entries)
         return taken
@@ -157,6 +164,7 @@ class SegmentQueue:
     def requeue(self, entry: Entry) -> None:
         """Put back an entry that was taken (its call was interrupted): same due, same place."""
         self._entries.append(entry)
+        self._turn.setdefault(entry.session, entry.round_place)
 
     def outranks(self, entry: Entry, other: Entry) -> bool:
         """Whether queued ``entry`` would be taken before ``other`` if that were queued too."""
@@ -169,18 +177,39 @@ class SegmentQueue:
 
     def remove(self, match: Callable[[Any], bool]) -> int:
         """Drop every entry whose item matches; returns how many."""
-        kept = [e for e in self._entries if not match(e.item)]
+        kept: list[Entry] = []
+        gone: set[str] = set()
+        for e in self._entries:
+            if match(e.item):
+                gone.add(e.session)
+            else:
+                kept.append(e)
         dropped = len(self._entries) - len(kept)
-        self._entries = kept
+        if dropped:
+            self._entries = kept
+            self._forget(gone)
         return dropped
 
     def clear(self) -> list[Entry]:
         entries, self._entries = self._entries, []
+        self._turn.clear()
         return entries
+
+    def _forget(self, sessions: set[str]) -> None:
+        """Drop the round's place of each of ``sessions`` that has nothing queued any more."""
+        queued = {e.session for e in self._entries} if sessions else set()
+        for session in sessions - queued:
+            self._turn.pop(session, None)
+
+    def sizes(self) -> dict[str, int]:
+        """Entries per table (the queue's own state; all 0 when nothing is queued)."""
+        return {"queue_entries": len(self._entries), "queue_turns": len(self._turn)}
 
 
 class Listeners:
-    """Per session: requests in progress and when the audio delivered to it runs out."""
+    """Per session: requests in progress and when the audio delivered to it runs out. A session
+    is forgotten once it has no request in progress and its audio ran out (no session outlives
+    its last audio, however many there were)."""
 
     def __init__(self) -> None:
         self._active: Counter[str] = Counter()
@@ -206,11 +235,21 @@ class Listeners:
 
     def hears_something(self, session: str, now: float) -> bool:
         """Whether ``session`` has a request in progress or audio still playing at ``now``."""
-        for other, until in list(self._playing.items()):  # forget sessions whose audio ran out
+        self.sweep(now)
+        return session in self._active or session in self._playing
+
+    def sweep(self, now: float) -> None:
+        """Forget the sessions whose audio ran out by ``now`` and that have no request in progress."""
+        for other, until in list(self._playing.items()):
             if until <= now and other not in self._active:
                 del self._playing[other]
                 self._turns.pop(other, None)
-        return session in self._active or session in self._playing
+
+    def sizes(self, now: float) -> dict[str, int]:
+        """Sessions per table at ``now`` (those whose audio ran out are forgotten first)."""
+        self.sweep(now)
+        return {"listeners_active": len(self._active), "listeners_playing": len(self._playing),
+                "listeners_turns": len(self._turns)}
 
     def newer_turn(self, session: str, turn: int, *, note: bool = False) -> bool:
         """Whether ``turn`` is newer than every turn of ``session`` so far: its listener has moved
@@ -250,6 +289,9 @@ class Preemption:
     def ended(self, call: RunningCall) -> None:
         with contextlib.suppress(ValueError):
             self._calls.remove(call)
+
+    def __len__(self) -> int:
+        return len(self._calls)
 
     def abandon(self, match: Callable[[Any], bool]) -> None:
         """Interrupt the running calls whose queue item ``match`` es: their request was closed

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -46,9 +47,11 @@ from backends.api import (
     SynthesisRequest,
 )
 from backends.engine.core import Engine, SegmentResult
+from backends.engine.planning import known_count
 from backends.engine.schedule import Entry, Playout, RunningCall
 
 _Item = tuple[Segment, "asyncio.Future[SegmentResult]", Playout]
+log = logging.getLogger("kokoro.backend")
 
 
 class SequentialBackend(Engine):
@@ -70,6 +73,10 @@ class SequentialBackend(Engine):
         """Segments waiting for the worker (all requests), not counting the one being synthesised
         (the concurrent mode's meaning too)."""
         return len(self._queue)
+
+    def table_sizes(self) -> dict[str, int]:
+        return {**super().table_sizes(), **self._queue.sizes(), "waiting_segments": self._waiting,
+                "worker_busy": int(self._running)}
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -96,20 +103,18 @@ class SequentialBackend(Engine):
         playout = policy.playout(request)
         seq = next(self._seq)
         key = policy.session_of(request)
-        count = len(request.segments)
-        left = sum(len(s.phonemes) for s in request.segments)
         with policy.tracked(request, playout):
             outstanding: list[asyncio.Future[SegmentResult]] = []
 
             def offer(segment: Segment) -> asyncio.Future[SegmentResult]:
-                nonlocal left
                 future: asyncio.Future[SegmentResult] = loop.create_future()
                 outstanding.append(future)
                 self._set_waiting(self._waiting + 1)
+                left = len(segment.phonemes) + (request.plan.remaining_phonemes(segment.index)
+                                                if request.plan is not None else 0)
                 policy.offer(self._queue, (segment, future, playout), segment, playout, session=key,
                              request_seq=seq, remaining=left, busy=self._running, interrupts=self.interrupts,
                              turn=request.turn)
-                left -= len(segment.phonemes)
                 self._observer.queue_depth(len(self._queue))
                 self._run_next()
                 return future
@@ -122,8 +127,9 @@ class SequentialBackend(Engine):
                     policy.abandon(partial(_holds, future))
 
             try:
+                segment: Segment | None = request.segments[0]
                 future = offer(request.segments[0])
-                for i, segment in enumerate(request.segments):
+                while segment is not None:
                     try:
                         result = await self._until(timeout_at, future)
                     except KokoroError:
@@ -135,13 +141,22 @@ class SequentialBackend(Engine):
                     if result.error is not None:
                         raise self._as_error(result.error, request) from result.error
                     policy.segment_ready(playout, result.audio, request)
-                    if i + 1 < count:
+                    index = segment.index + 1
+                    following = request.segments[index] if index < len(request.segments) else None
+                    if following is not None:
                         # Offered before this chunk is handed on, so the worker's next pick can be it
                         # (a short request is not kept waiting behind another session's segment
                         # while its chunk is being sent); at most one segment ahead of the reader.
-                        future = offer(request.segments[i + 1])
-                    yield self._chunk(segment, count, result)
+                        future = offer(following)
+                    yield self._chunk(segment, known_count(request), result)
+                    if following is None:  # not planned yet (or the end): this chunk never waits for it
+                        following = await self.next_segment(request, index, timeout_at)
+                        if following is not None:
+                            future = offer(following)
+                    segment = following
             finally:
+                if request.plan is not None:
+                    request.plan.close()
                 for pending in list(outstanding):
                     settle(pending)
 
@@ -152,20 +167,24 @@ class SequentialBackend(Engine):
         entry = self._queue.pop()
         if entry is None:
             return
-        self._observer.queue_depth(len(self._queue))
         segment, future, playout = entry.item
-        self._running = True
-        interruptible = self.interrupts
-        call = self.policy.call_started(entry, playout, segment, "solo", interruptible=interruptible)
-        run = partial(self.run_segments, interrupt=call.interrupt if interruptible else None)
+        call: RunningCall | None = None
         try:
+            self._observer.queue_depth(len(self._queue))
+            interruptible = self.interrupts
+            call = self.policy.call_started(entry, playout, segment, "solo", interruptible=interruptible)
+            run = partial(self.run_segments, interrupt=call.interrupt if interruptible else None)
             work = asyncio.get_running_loop().run_in_executor(self._executor, run, [segment])
-        except Exception as e:  # the executor is shut down: fail this one, the queue goes on
-            self._running = False
-            self.policy.call_ended(call)
+        except Exception as e:  # the executor is shut down, or a bug: fail this one, the queue goes on
+            if not self._closing:
+                log.error("starting a runtime call failed", exc_info=e)
+            if call is not None:
+                self.policy.call_ended(call)
             if not future.done():
                 future.set_exception(e)
+            asyncio.get_running_loop().call_soon(self._run_next)
             return
+        self._running = True
         work.add_done_callback(partial(self._done, entry, call))
 
     def _done(self, entry: Entry, call: RunningCall, work: asyncio.Future[Any]) -> None:

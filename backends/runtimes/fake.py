@@ -38,6 +38,9 @@ its text, now and later) — or an :class:`~backends.api.Interrupt` stops it; ``
 :class:`threading.Event`: every call waits on it) and ``load_gate`` (``load()`` waits on it: a
 model still loading). What was run is recorded: ``calls`` (segment texts in call order),
 ``batches`` (the texts of each call), ``solo`` (texts of calls run alone), ``interrupted``.
+Each record keeps its last ``record_limit`` entries (older ones are dropped in halves), so a server
+on the fake runtime does not grow with the calls it has made (a churn or soak run measures the
+server, not the stand-in's notes).
 A call that overlaps another on a runtime declared not ``thread_safe`` raises ``RuntimeError``.
 
 Threading: thread-safe (by default); the latency is a wait on the calling worker thread, so it
@@ -69,6 +72,8 @@ class FakeSynthesizer(Synthesizer):
     name = "fake"
     sample_rate = SAMPLE_RATE
     model_name = "fake"
+    #: Entries kept in each of ``calls``, ``batches``, ``solo`` and ``interrupted``.
+    record_limit = 20_000
 
     def __init__(
         self,
@@ -189,6 +194,9 @@ class FakeSynthesizer(Synthesizer):
             self.batches.append([s.text for s in segments])
             if solo and self._capabilities.solo_calls:
                 self.solo.extend(s.text for s in segments)
+            for record in (self.calls, self.batches, self.solo, self.interrupted):
+                if len(record) > self.record_limit:
+                    del record[: len(record) // 2]
             self.active += 1
             self.max_active = max(self.max_active, self.active)
             overlapping = self.active > 1 and not self._capabilities.thread_safe

@@ -63,10 +63,15 @@ class Lexicon:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Lexicon:
+        """The lexicon in ``path``; a one-line ``ValueError`` naming the file and what is wrong with it."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"lexicon {path}: {e}") from None
+        except FileNotFoundError:
+            raise ValueError(f"lexicon {path}: no such file") from None
+        except OSError as e:
+            raise ValueError(f"lexicon {path}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise ValueError(f"lexicon {path}: not valid JSON ({e})") from None
         if not isinstance(data, dict):
             raise ValueError(f"lexicon {path}: expected a JSON object of languages")
         try:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from backends.api import MAX_PHONEMES, EmptyText, Segment, SentenceContext
@@ -184,7 +184,9 @@ class SegmentPlan:
 
 class TextPipeline:
     """Plans the segments of a request. ``phonemize(text, lang) -> str``; ``vocab`` filters phonemes
-    to what the model knows, so ``len(segment.phonemes)`` is its token count."""
+    to what the model knows, so ``len(segment.phonemes)`` is its token count; ``check(text, lang)``
+    raises for letters ``phonemize`` would refuse (the whole text is checked before it is planned
+    segment by segment)."""
 
     def __init__(
         self,
@@ -196,9 +198,11 @@ class TextPipeline:
         segment_phonemes: int = 300,
         max_phonemes: int = MAX_PHONEMES,
         preload: Callable[[str], None] | None = None,
+        check: Callable[[str, str], None] | None = None,
         phrase_end_mark: str = "",
     ):
         self._phonemize = phonemize
+        self._check = check
         self._preload = preload
         #: Put after the phonemes of a segment cut between words inside a clause (``phrase``), so
         #: the model reads it as going on rather than ending (docs/speech-quality.md measures it).
@@ -287,7 +291,34 @@ class TextPipeline:
         segment short, after at most this many words where a cut can go. ``windowed``: the runtime
         decodes windows of a sentence, so the segments of a first sentence cut early carry it
         (:class:`~backends.api.SentenceContext`) and are not packed with other sentences."""
+        return list(self.plan_iter(text, voice=voice, speed=speed, lang=lang, fast_first=fast_first,
+                                   short_first_words=short_first_words, windowed=windowed))
+
+    def plan_iter(
+        self, text: str, *, voice: str, speed: float = 1.0, lang: str = "en-us", fast_first: bool = True,
+        short_first_words: int | None = None, windowed: bool = False,
+    ) -> Iterator[Segment]:
+        """:meth:`plan_steps` without the flags."""
+        return (segment for segment, _ in self.plan_steps(
+            text, voice=voice, speed=speed, lang=lang, fast_first=fast_first, short_first_words=short_first_words,
+            windowed=windowed))
+
+    def plan_steps(
+        self, text: str, *, voice: str, speed: float = 1.0, lang: str = "en-us", fast_first: bool = True,
+        short_first_words: int | None = None, windowed: bool = False,
+    ) -> Iterator[tuple[Segment, bool]]:
+        """:meth:`plan`'s segments one at a time, each phonemised only when it is asked for: the
+        first segment costs the G2P of its own clause (of its sentence, ``windowed``), not the
+        whole text's, and a later one the G2P of the sentences it packs (and of the one after it,
+        to know it does not fit). The whole text's letters are checked first (``check``), so a
+        letter no front end reads is refused before any segment. Raises
+        :class:`~backends.api.EmptyText` at the first segment when nothing in the text is spoken.
+        Each comes with whether it is known to be the last (a segment handed on before the rest of
+        the text is read is not; the iterator then ends without another). Not thread-safe: advance
+        it from one thread at a time."""
         text = normalize(text)
+        if self._check is not None:
+            self._check(text, lang)
         units = [(sentence, True) for sentence in split_sentences(text)]  # (text, ends its sentence)
         first_units = 1
         if fast_first and units:
@@ -298,24 +329,32 @@ class TextPipeline:
                     rest = _split_at(rest[0], clause_boundaries(rest[0]))
                 units[:1] = [(first, not rest), *((r, i == len(rest) - 1) for i, r in enumerate(rest))]
                 first_units = 1 + len(rest)
-        pieces: list[SegmentPlan] = []
+        mark = self.phrase_end_mark
+        for i, (p, final) in enumerate(self._grow(self._pieces(units, first_units, lang, windowed))):
+            yield Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and p.sentence is None
+                          and len(p.phonemes) < self.max_phonemes else p.phonemes,
+                          voice=voice, speed=speed, index=i, lang=lang, ends=p.ends, sentence=p.sentence), final
+
+    def _pieces(self, units: list[tuple[str, bool]], first_units: int, lang: str, windowed: bool) -> Iterator[SegmentPlan]:
+        """Each unit's pieces within the phoneme limit, unit by unit; the first sentence's held until
+        all of it is read when it becomes windows, and everything held until something is spoken."""
+        held: list[SegmentPlan] = []
+        spoken = False
+        windows = windowed and first_units > 1
         for u, (unit, closes) in enumerate(units):
             fitted = self._fit(unit, lang)
             ends = [boundary_kind(p.text) for p in fitted[:-1]] + ["sentence" if closes else boundary_kind(unit)]
-            pieces.extend(SegmentPlan(p.text, p.phonemes, end) for p, end in zip(fitted, ends, strict=True) if p.phonemes)
-            if u == first_units - 1:
-                first_pieces = len(pieces)
-        if not any(any(c.isalpha() for c in p.phonemes) for p in pieces):
+            held.extend(SegmentPlan(p.text, p.phonemes, end) for p, end in zip(fitted, ends, strict=True) if p.phonemes)
+            if windows and u < first_units - 1:
+                continue
+            if windows and u == first_units - 1:
+                held = self._windows(held)
+            spoken = spoken or any(any(c.isalpha() for c in p.phonemes) for p in held)
+            if spoken:
+                yield from held
+                held = []
+        if not spoken:
             raise EmptyText("text has nothing to pronounce")
-        if windowed and first_units > 1:
-            pieces[:first_pieces] = self._windows(pieces[:first_pieces])
-        mark = self.phrase_end_mark
-        return [
-            Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and p.sentence is None
-                    and len(p.phonemes) < self.max_phonemes else p.phonemes,
-                    voice=voice, speed=speed, index=i, lang=lang, ends=p.ends, sentence=p.sentence)
-            for i, p in enumerate(self._grow(pieces))
-        ]
 
     def _windows(self, pieces: list[SegmentPlan]) -> list[SegmentPlan]:
         """The pieces of one sentence, each with its share of the sentence (its phonemes and the
@@ -330,21 +369,32 @@ class TextPipeline:
             at = end
         return out
 
-    def _grow(self, pieces: list[SegmentPlan]) -> list[SegmentPlan]:
+    def _grow(self, pieces: Iterable[SegmentPlan]) -> Iterator[tuple[SegmentPlan, bool]]:
         """Pack pieces into segments that at most double in size, up to ``segment_phonemes``.
 
-        The first piece always stands alone (first audio), and each later segment may hold at most
-        twice the phonemes of the one before it: its synthesis then takes about as long as the
-        previous segment plays (at a real-time factor up to ~0.5), so playback has no gaps, while
-        short sentences still share a segment once the stream is under way.
+        The first piece always stands alone (first audio: it is handed on as soon as it is read),
+        and each later segment may hold at most twice the phonemes of the one before it: its
+        synthesis then takes about as long as the previous segment plays (at a real-time factor up
+        to ~0.5), so playback has no gaps, while short sentences still share a segment once the
+        stream is under way. A segment is handed on once the piece after it does not fit in it,
+        with whether it is the last.
         """
-        out: list[SegmentPlan] = []
+        before = 0  # phonemes of the segment before ``last``
+        last: SegmentPlan | None = None
+        first = True
         for piece in pieces:
-            if len(out) >= 2 and out[-1].sentence is None and piece.sentence is None:
-                budget = min(self.segment_phonemes, max(2 * len(out[-2].phonemes), self.min_pack))
-                if len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
-                    last = out[-1]
-                    out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}", piece.ends)
+            if first:
+                yield piece, False
+                before, first = len(piece.phonemes), False
+                continue
+            if last is not None and last.sentence is None and piece.sentence is None:
+                budget = min(self.segment_phonemes, max(2 * before, self.min_pack))
+                if len(last.phonemes) + 1 + len(piece.phonemes) <= budget:
+                    last = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}", piece.ends)
                     continue
-            out.append(piece)
-        return out
+            if last is not None:
+                yield last, False
+                before = len(last.phonemes)
+            last = piece
+        if last is not None:
+            yield last, True

@@ -26,6 +26,7 @@ boto3 comes in when a client is first needed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploy.cli import env_pairs
 from deploy.sagemaker import agent_runtime, endpoint, stack, teardown
+from deploy.sagemaker.capacity import GUESSED_TARGET_SESSIONS, target_from
 from deploy.sagemaker.endpoint import DeployError, EndpointSpec
 from deploy.sagemaker.rollout import AwsClients, DeployResult, Scaling, SmokeTest, default_smoke, deploy
 
@@ -63,8 +65,28 @@ def spec_from_args(args: argparse.Namespace, model_data_url: str | None) -> Endp
                         **_endpoint_fields(args))
 
 
+def _target_sessions(args: argparse.Namespace) -> float:
+    """``--target-sessions``, or the measured one of ``--capacity-from`` (said aloud), or the guess."""
+    if args.capacity_from is None:
+        return GUESSED_TARGET_SESSIONS if args.target_sessions is None else args.target_sessions
+    if args.target_sessions is not None:
+        raise DeployError("--target-sessions and --capacity-from both set the autoscaling target: pass one")
+    measured = target_from(args.capacity_from, getattr(args, "instance_type", None))
+    print(f"autoscaling target from the measured capacity: {measured.describe()}")
+    return measured.target_sessions
+
+
 def _scaling(args: argparse.Namespace) -> Scaling | None:
-    return None if args.no_autoscaling else Scaling(args.min_instances, args.max_instances, args.target_sessions)
+    return None if args.no_autoscaling else Scaling(args.min_instances, args.max_instances, _target_sessions(args))
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target-sessions", type=float, default=None,
+                   help=f"concurrent sessions per instance the autoscaler aims for (default "
+                        f"{GUESSED_TARGET_SESSIONS:g}, a guess: prefer --capacity-from)")
+    p.add_argument("--capacity-from", metavar="FILE", default=None,
+                   help="set the target from a measured capacity: the JSON `python -m benchmarks capacity` writes "
+                        "(benchmarks/results/capacity.json)")
 
 
 def _global_options(parser: argparse.ArgumentParser, where: str, region: str | None) -> None:
@@ -95,7 +117,7 @@ def _endpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--startup-timeout", type=int, default=endpoint.DEFAULT_STARTUP_TIMEOUT_S)
     p.add_argument("--min-instances", type=int, default=1)
     p.add_argument("--max-instances", type=int, default=4)
-    p.add_argument("--target-sessions", type=float, default=8.0)
+    _target_args(p)
     p.add_argument("--no-autoscaling", action="store_true")
     p.add_argument("--skip-smoke", action="store_true", help="do not run the bidirectional smoke test")
     p.add_argument("--wait-timeout", type=float, default=3600, help="seconds to wait for InService")
@@ -131,7 +153,7 @@ def _parser(settings: DeploySettings | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("scale", help="set autoscaling on an existing endpoint")
     s.add_argument("--min-instances", type=int, default=1)
     s.add_argument("--max-instances", type=int, default=4)
-    s.add_argument("--target-sessions", type=float, default=8.0)
+    _target_args(s)
 
     sub.add_parser("smoke", help="run the bidirectional smoke test against an endpoint")
 
@@ -198,7 +220,7 @@ def _run(args: argparse.Namespace, clients: Any, smoke: SmokeTest) -> None:
     elif args.command == "scale":
         policy = endpoint.configure_autoscaling(
             clients.client("application-autoscaling"), args.name, min_instances=args.min_instances,
-            max_instances=args.max_instances, target_sessions=args.target_sessions)
+            max_instances=args.max_instances, target_sessions=_target_sessions(args))
         print(f"scaling policy {policy} set")
     elif args.command == "smoke":
         report = smoke(args.name, clients.region)
@@ -222,18 +244,27 @@ def main(argv: list[str] | None = None, *, clients: Any = None, smoke: SmokeTest
     args = parser.parse_args(argv)
     if not args.name:
         parser.error(f"{args.command}: --name (or --stack) is required")
-    if args.dry_run:
-        from deploy.sagemaker.dry_run import DryRunClients
+    if not args.dry_run:
+        return _main(args, clients, smoke)
+    from deploy.sagemaker.dry_run import DryRunClients, MarkedLines
 
-        clients = DryRunClients(args.region)
-        smoke = clients.smoke
+    clients = DryRunClients(args.region)
+    out, err = MarkedLines(sys.stdout), MarkedLines(sys.stderr)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # every line carries the mark
+        code = _main(args, clients, clients.smoke)
+        if code == 0:
+            print(clients.summary())
+        out.flush()
+        err.flush()
+    return code
+
+
+def _main(args: argparse.Namespace, clients: Any, smoke: SmokeTest | None) -> int:
     try:
         _run(args, clients or AwsClients(args.region), smoke or default_smoke)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.dry_run:
-        print(clients.summary())
     return 0
 
 

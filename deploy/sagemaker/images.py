@@ -116,16 +116,23 @@ def build_and_push(ecr: Any, repo_uri: str, build: Build, log: Callable[[str], N
     subprocess.run(command, cwd=REPO_ROOT, check=True)
 
 
+#: Builds and pushes an image: ``(ecr, repo_uri, build, log)`` (:func:`build_and_push`, or a dry run's plan).
+Builder = Callable[[Any, str, Build, Callable[[str], None]], None]
+
+
 def resolve_image(ecr: Any, repo_uri: str, region: str, build: Build, *, given: str | None,
-                  log: Callable[[str], None]) -> str | None:
+                  log: Callable[[str], None], builder: Builder | None = None) -> str | None:
     """The image to run: ``given``, else the one pushed under ``build.tag``, else one built now with
-    Docker. Without Docker, log the commands to run and return None."""
+    Docker (``builder`` instead where given). Without Docker, log the commands to run and return None."""
     if given:
         return given
     found = pushed_image(ecr, repo_uri, build.tag)
     if found:
         log(f"image {found}: exists")
         return found
+    if builder is not None:
+        builder(ecr, repo_uri, build, log)
+        return pushed_image(ecr, repo_uri, build.tag)
     if docker_available():
         build_and_push(ecr, repo_uri, build, log)
         return pushed_image(ecr, repo_uri, build.tag)

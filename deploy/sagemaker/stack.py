@@ -138,10 +138,12 @@ def _agent(clients: Any, place: roles.Place, names: StackNames, image: str, plan
 
 def _images(clients: Any, plan: UpPlan, repo_uri: str, log: Callable[[str], None]) -> tuple[str, str | None]:
     ecr = clients.client("ecr")
+    builder = getattr(clients, "image_builder", None)  # a dry run plans the build instead of running Docker
     gpu = endpoint.default_ami(plan.endpoint.get("instance_type", endpoint.DEFAULT_INSTANCE_TYPE)) is not None
     image = images.resolve_image(ecr, repo_uri, clients.region, images.GPU if gpu else images.CPU,
-                                 given=plan.image, log=log)
-    agent_image = (images.resolve_image(ecr, repo_uri, clients.region, images.AGENT, given=plan.agent_image, log=log)
+                                 given=plan.image, log=log, builder=builder)
+    agent_image = (images.resolve_image(ecr, repo_uri, clients.region, images.AGENT, given=plan.agent_image, log=log,
+                                        builder=builder)
                    if plan.with_agent else None)
     if image is None or (plan.with_agent and agent_image is None):
         raise DeployError("no image to run yet: build and push it with the commands above (or pass --image / "

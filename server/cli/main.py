@@ -10,9 +10,10 @@
   — build/verify the model directory (``--official``: the upstream model and 54 voices, pinned;
   ``--torch``: the PyTorch checkpoint too, which the torch runtime otherwise builds at its first load).
 * ``kokoro-serve voices`` — list the loaded voices (the default is marked).
-* ``kokoro-serve say TEXT -o FILE [--voice V] [--speed S]`` — synthesise to a file; the format
-  comes from the extension (wav, mp3, pcm, opus, aac, flac; see ``server/cli/say.py``). ``TEXT``
-  ``-`` reads stdin; ``-o -`` writes to stdout.
+* ``kokoro-serve say TEXT -o FILE [--voice V] [--speed S] [--url URL]`` — synthesise to a file; the
+  format comes from the extension (wav, mp3, pcm, opus, aac, flac; see ``server/cli/say.py``). ``TEXT``
+  ``-`` reads stdin; ``-o -`` writes to stdout. An unknown voice is refused before the model loads;
+  ``--url`` has a running server synthesise it instead (``server/cli/say_remote.py``), nothing loaded.
 
 What cannot start says so in one line on stderr (exit 2), not a traceback: a bad setting (the
 variable or flag, the value, what is allowed; ``backends.startup``), a port already in use
@@ -20,9 +21,11 @@ variable or flag, the value, what is allowed; ``backends.startup``), a port alre
 install command). Every log line of the process goes through one handler, plain or JSON
 (``KOKORO_LOG_FORMAT``, ``backends.logs``).
 
-Signals (serve): the first SIGTERM/SIGINT drains (``/ping`` 503, new work refused, in-flight
-requests and queued WebSocket requests finish, sockets close 1001, at most
-``KOKORO_DRAIN_TIMEOUT_S``), then the server exits 0; a second signal skips the wait.
+Signals (serve): the first SIGTERM/SIGINT drains (``/ping`` 503 at once; new sessions, requests
+and turns refused; every turn already started finishes on every route — in-flight requests,
+queued WebSocket requests, a voice-agent turn whose text is still arriving — and each socket
+closes 1001 when it has nothing unfinished; at most ``KOKORO_DRAIN_S``, after which what is left
+gets its protocol's error and a 1001 close), then the server exits 0; a second signal skips the wait.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.logs import configure as configure_logging
-from backends.startup import install_hint, settings_problems
+from backends.startup import ConfigError, install_hint, runtime_problem, settings_problems, version
 from server.settings import Settings
 
 if TYPE_CHECKING:
@@ -140,7 +143,7 @@ def serve(settings: Settings) -> int:
     from server.app import create_app
     from server.metrics import Metrics
 
-    if (problem := port_problem(settings.host, settings.port)) is not None:
+    if (problem := port_problem(settings.host, settings.port) or runtime_problem(settings.backend)) is not None:
         print(f"kokoro-serve: {problem}", file=sys.stderr)
         return 2
     metrics = Metrics()
@@ -212,11 +215,35 @@ async def _say(settings: Settings, args: argparse.Namespace, text: str) -> Any:
         await backend.aclose()
 
 
+def check_voice(settings: Settings, voice: str | None) -> None:
+    """An unknown voice refused from the voice files alone, before the model loads (UnknownVoice)."""
+    from backends.assets.build import ModelFiles, default_model_dir
+    from backends.assets.official import AssetError
+    from backends.assets.voices import VoiceStore
+
+    try:
+        files = ModelFiles.discover(Path(settings.model_dir or default_model_dir()))
+    except AssetError:
+        return  # no model directory yet: loading builds or refuses it
+    VoiceStore.from_path(files.voices, settings.default_voice, settings.voice_alias_map).resolve(voice)
+
+
 def say(settings: Settings, args: argparse.Namespace) -> int:
     from server.cli.say import format_for
 
     format_for(str(args.output), args.format)  # a bad format fails before the model loads
     text = sys.stdin.read() if args.text == "-" else args.text
+    if args.url:
+        from server.cli.say_remote import say_remote
+
+        key = settings.api_key.get_secret_value() if settings.api_key else None
+        result = say_remote(args.url, text, str(args.output), args.format, voice=args.voice, speed=args.speed,
+                            sample_rate=args.sample_rate, lang=args.lang, api_key=key)
+        length = f"{result.seconds:.2f}s of " if result.seconds else ""
+        print(f"wrote {length}{result.format} audio ({result.bytes_written:,} bytes) to {args.output}, "
+              f"synthesised by {args.url}", file=sys.stderr)
+        return 0
+    check_voice(settings, args.voice)
     result = asyncio.run(_say(settings, args, text))
     print(f"wrote {result.seconds:.2f}s of {result.format} audio ({result.segments} segments) to {args.output}",
           file=sys.stderr)
@@ -230,16 +257,6 @@ def say(settings: Settings, args: argparse.Namespace) -> int:
 FLAGS = {"model_dir": "--model-dir", "log_level": "--log-level", "log_format": "--log-format", "backend": "--backend",
          "mode": "--mode", "host": "--host", "port": "--port", "device": "--device", "threads": "--threads",
          "api_key": "--api-key", "default_voice": "--voice"}
-
-
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("kokoro-serve")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -271,7 +288,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="scheduling (KOKORO_MODE, default sequential; concurrent batches across clients)")
     p.add_argument("--host", help="interface (KOKORO_HOST, default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, help="port (KOKORO_PORT / SAGEMAKER_BIND_TO_PORT, default 8080)")
-    p.add_argument("--api-key", help="require `Authorization: Bearer KEY` on every route but /ping (KOKORO_API_KEY)")
+    p.add_argument("--api-key", help="require the key on every route but /ping: Authorization: Bearer KEY, or where a "
+                   "voice-agent protocol's clients send it (KOKORO_API_KEY)")
     p.add_argument("--voice", dest="default_voice", metavar="VOICE",
                    help="the default voice, for requests that name none (KOKORO_DEFAULT_VOICE)")
 
@@ -295,6 +313,8 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     runtime(p, ["onnx", "torch"])
     p.add_argument("text", help="the text ('-' reads stdin)")
+    p.add_argument("--url", help="synthesise on a server already running there (e.g. http://127.0.0.1:8080; "
+                   "its key: KOKORO_API_KEY) instead of loading the model here")
     p.add_argument("-o", "--output", type=Path, required=True, help="output file ('-' for stdout)")
     p.add_argument("--voice", help="voice name or blend such as 'a(2)+b(1)' (default: the default voice)")
     p.add_argument("--speed", type=float, default=1.0, help="0.5 to 2.0 (default 1.0)")
@@ -351,9 +371,8 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     except Exception as e:
         from backends.assets.official import AssetError
 
-        if isinstance(e, AssetError):
-            return _problem(f"{e} (the model directory: --model-dir / KOKORO_MODEL_DIR; "
-                            "`kokoro-serve assets` builds it)")
+        if isinstance(e, AssetError | ConfigError):  # each says what to do
+            return _problem(str(e))
         if (hint := install_hint(e)) is not None:
             return _problem(hint)
         raise

@@ -83,13 +83,14 @@ async def say(
         first = await job.open(
             SynthesisRequest(text=text, voice=voice, speed=speed, lang=lang, request_id="say", fast_first=False)
         )
-        total = len(job.request.segments) if job.request is not None else 1
+        total = 1
         async with _Sink(output) as sink:
             seconds = 0.0
             done = 0
             async for chunk in job.chunks(first):
                 await sink.write(await job.encode(chunk.audio))
                 done += 1
+                total = max(chunk.count, done)  # the segments planned so far; the whole plan at the last
                 seconds += chunk.seconds
                 if report is not None:
                     report(done, total, seconds)

@@ -141,7 +141,9 @@ class OpenAIRoutes:
 
     # -- GET routes -----------------------------------------------------------------------------
     def _model_card(self, model_id: str) -> dict[str, Any]:
-        return {"id": model_id, "object": "model", "created": _CREATED, "owned_by": "kokoro-serve"}
+        info = self.backend.info  # where the model runs, beside OpenAI's fields (clients ignore extra keys)
+        return {"id": model_id, "object": "model", "created": _CREATED, "owned_by": "kokoro-serve",
+                "backend": info.runtime, "device": info.device, "dtype": info.dtype}
 
     async def models(self, request: Request) -> Response:
         ids = ["kokoro", *sorted(self._model_ids() - {"kokoro"})]

@@ -4,7 +4,8 @@
   whole exchange (admission, the handler, the streamed body, closing), so in-flight accounting,
   the outcome count and the abort of pending segments hold on every path. A handler only maps its
   wire format onto the pipeline and returns a response; every :class:`KokoroError` it raises
-  becomes that route's error shape with the error's status.
+  becomes that route's error shape with the error's status; a 503 (loading, draining, overloaded)
+  carries ``Retry-After``.
 * :func:`read_body` — the body, at most ``max_message_bytes``: a larger ``Content-Length`` is
   refused (413 ``text_too_long``) before a byte of the body is read, and a body without one is
   refused as soon as the bytes received pass the limit — never read whole.
@@ -34,6 +35,8 @@ from server.state import ServerState
 
 log = logging.getLogger("kokoro.http")
 _NO_TIMEOUT = 1e9
+#: Seconds a refused client (503: loading, draining, overloaded) is told to wait before retrying.
+RETRY_AFTER_S = 1
 
 Handler = Callable[[Request, Synthesis], Awaitable[Response]]
 ErrorResponse = Callable[[KokoroError, Synthesis, Request], Response]
@@ -159,5 +162,8 @@ class SpeechEndpoint:
 
     def _refuse(self, error: KokoroError, job: Synthesis, request: Request) -> Response:
         response = self.error_response(error, job, request)
+        if response.status_code == 503 and "retry-after" not in response.headers:
+            # not ready, draining or overloaded: a client or load balancer retries (elsewhere)
+            response.headers["Retry-After"] = str(RETRY_AFTER_S)
         job.record(response.status_code, error.code)
         return response

@@ -153,9 +153,13 @@ class Synthesis:
             self.state.metrics.first_audio(self.route, self.first_audio_at - self.received)
 
     # -- admission ----------------------------------------------------------------------------
-    def admit(self) -> None:
-        """Raise :class:`NotReady` unless new work may start (loaded, warmed up, not draining)."""
-        if self.state is not None:
+    def admit(self, *, started: bool = False) -> None:
+        """Raise :class:`NotReady` unless new work may start (loaded, warmed up, not draining).
+        ``started``: the request continues a turn admitted earlier (a piece of a voice-agent turn),
+        which a drain lets finish: only readiness is checked."""
+        if self.state is not None and started:
+            self.state.check_ready()
+        elif self.state is not None:
             self.state.check_accepting()
         elif not self.backend.ready:
             raise NotReady("the backend is not started")

@@ -20,7 +20,9 @@ Client -> server, one JSON object per message (text or binary frame):
   or without text) ends the context's input. The voice and format of a context are those of its
   first request.
 * ``{"context_id": ..., "cancel": true}`` — stop the context at once: queued text dropped, the
-  running synthesis interrupted, no audio of it sent after this.
+  running synthesis interrupted, no audio of it sent after this; its id is free at once (a request
+  reusing it opens a new context). An empty ``continue: false`` for a context whose input already
+  ended is ignored (the end repeated).
 
 Server -> client, per context, in order: ``chunk`` (base64 audio, at most :data:`CHUNK_SECONDS`
 each, with ``flush_id`` once the context was flushed), ``timestamps`` after each segment's chunks
@@ -46,14 +48,14 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
 from backends.api import MAX_SPEED, MIN_SPEED, KokoroError, NotReady, UnknownVoice
-from server.auth import key_matches
+from server.auth import bearer_token, key_matches
 from server.pipeline.params import MAX_ID_CHARS, MAX_VOICE_CHARS
 from server.providers.alignment import joined, words_of
+from server.providers.contexts import ContextSession
 from server.providers.formats import BYTES_PER_SAMPLE, cartesia_format
 from server.state import ServerState
-from server.streaming.stream_set import StreamSet
-from server.streaming.text_stream import Audio, Cleared, Done, Event, Failed, Flushed, StreamOptions
-from server.websocket.stream_socket import StreamSocket, stream_endpoint
+from server.streaming.text_stream import Audio, Done, Event, Failed, Flushed, StreamOptions
+from server.websocket.admission import websocket_route
 
 log = logging.getLogger("kokoro.cartesia")
 PATH = "/tts/websocket"
@@ -109,35 +111,21 @@ def parse_options(obj: dict[str, Any], voices: Any) -> StreamOptions:
     )
 
 
-class CartesiaSession(StreamSocket):
+class CartesiaSession(ContextSession):
     """The Cartesia mapper of one socket (see the module docstring). Loop only."""
 
     ROUTE = "cartesia"
 
     def __init__(self, websocket: WebSocket, state: ServerState) -> None:
-        super().__init__(websocket, state)
-        self.streams = StreamSet(
-            state, self.ROUTE, self._send_event, session=self.id,
-            max_contexts=self.settings.max_queued_per_session, on_error=self.send_failed,
-        )
+        super().__init__(websocket, state, max_contexts=state.settings.max_queued_per_session)
 
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
         given = websocket.headers.get("x-api-key") or websocket.query_params.get("api_key")
-        if given is None:
-            scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-            given = token if scheme.lower() == "bearer" else None
-        return key_matches(key, given)
-
-    @property
-    def busy(self) -> bool:
-        return self.streams.busy
-
-    async def on_close(self) -> None:
-        await self.streams.aclose()
+        return key_matches(key, given if given is not None else bearer_token(websocket.headers))
 
     async def on_bad_message(self, error: KokoroError) -> None:
-        await self._error(None, error)
+        await self.context_error(None, error)
 
     # -- client messages ------------------------------------------------------------------------
     async def on_message(self, obj: dict[str, Any]) -> None:
@@ -145,7 +133,7 @@ class CartesiaSession(StreamSocket):
         if cid is None or cid == "":
             cid = uuid.uuid4().hex
         if not isinstance(cid, str) or len(cid) > MAX_ID_CHARS:
-            await self._error(None, CartesiaError(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
+            await self.context_error(None, CartesiaError(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
             return
         try:
             if obj.get("cancel") is True:
@@ -155,7 +143,7 @@ class CartesiaSession(StreamSocket):
             else:
                 raise CartesiaError("unknown message: expected a generation request (transcript) or a cancel")
         except KokoroError as e:
-            await self._error(cid, e)
+            await self.context_error(cid, e)
 
     async def _generate(self, cid: str, obj: dict[str, Any]) -> None:
         transcript = obj.get("transcript", "")
@@ -175,6 +163,8 @@ class CartesiaSession(StreamSocket):
             )
             log.debug("cartesia %s: context %s opened (model %r)", self.id, cid[:32], obj.get("model_id"))
         elif stream.ended:
+            if not transcript and not more and obj.get("flush") is not True:
+                return  # the end repeated: it already happened
             raise CartesiaError(f"context {cid[:64]!r} has ended; open a new context_id")
         extra = self.streams.extra(cid)
         if transcript:
@@ -190,25 +180,19 @@ class CartesiaSession(StreamSocket):
             stream.end()
 
     async def _cancel(self, cid: str) -> None:
-        stream = self.streams.get(cid)
-        if stream is None:
-            return  # already done, or never opened: nothing to stop
-        self.streams.extra(cid)["cancelled"] = True
-        await stream.clear()  # nothing of it is sent after this returns (the pump drops Cleared)
+        # Nothing of it is sent after this returns, and the id is free at once: a request that
+        # reuses it opens a new context.
+        await self.streams.remove(cid)
 
     # -- events -> wire -------------------------------------------------------------------------
-    async def _send_event(self, cid: str, event: Event) -> None:
-        extra = self.streams.extra(cid) if cid in self.streams else {}
-        if extra.get("cancelled"):
-            if isinstance(event, Cleared):
-                await self.streams.remove(cid)
-            return
+    async def send_event(self, cid: str, event: Event) -> None:
+        if cid not in self.streams:
+            return  # cancelled or closed: nothing more of it is sent
+        extra = self.streams.extra(cid)
         base = {"context_id": cid, "status_code": 206, "done": False}
         if isinstance(event, Audio):
             step = max(1, round(CHUNK_SECONDS * extra["rate"])) * extra["sample_bytes"]
             for i in range(0, len(event.data), step):
-                if extra.get("cancelled"):
-                    return
                 message = {"type": "chunk", "data": base64.b64encode(event.data[i:i + step]).decode("ascii"),
                            "step_time": 0, **base}
                 if extra["flushes"]:
@@ -227,11 +211,11 @@ class CartesiaSession(StreamSocket):
                 extra["flushed"] = event.mark
                 await self.send_json({"type": "flush_done", **base, "flush_done": True, "flush_id": event.mark})
         elif isinstance(event, Failed):
-            await self._error(cid, event.error, done=False)
+            await self.context_error(cid, event.error, done=False)
         elif isinstance(event, Done):
             await self.send_json({"type": "done", "context_id": cid, "status_code": 200, "done": True})
 
-    async def _error(self, cid: str | None, error: KokoroError, *, done: bool = True) -> None:
+    async def context_error(self, cid: str | None, error: KokoroError, *, done: bool = True) -> None:
         status = error.status if 400 <= error.status < 600 else 500
         await self.send_json({
             "type": "error", "context_id": cid, "status_code": status, "done": done,
@@ -241,4 +225,4 @@ class CartesiaSession(StreamSocket):
 
 def cartesia_routes() -> list[WebSocketRoute]:
     """``WS /tts/websocket`` (mount in the app's route list; ``own_key_paths`` gets :data:`PATH`)."""
-    return [WebSocketRoute(PATH, stream_endpoint(CartesiaSession))]
+    return [WebSocketRoute(PATH, websocket_route(CartesiaSession))]

@@ -32,13 +32,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from backends.api import AudioChunk, KokoroError, SynthesisRequest
-from server.auth import key_matches
+from server.auth import bearer_token, key_matches
 from server.pipeline.http import AudioStream, SpeechEndpoint, wait_disconnect
 from server.pipeline.params import parse_synthesis
 from server.pipeline.synthesis import Synthesis
 from server.providers.alignment import words_of
 from server.providers.cartesia import voice_and_speed
-from server.providers.common import Unauthorized, bearer_or, json_object, timed_audio
+from server.providers.common import Unauthorized, json_object, timed_audio
 from server.providers.formats import WireFormat, cartesia_format
 from server.state import ServerState
 
@@ -53,7 +53,7 @@ def _authorize(request: Request, state: ServerState) -> None:
     key = state.settings.api_key
     if key is None:
         return
-    given = (request.headers.get("x-api-key") or bearer_or(request.headers.get("authorization", ""), ("bearer",))
+    given = (request.headers.get("x-api-key") or bearer_token(request.headers)
              or request.query_params.get("api_key"))
     if not key_matches(key.get_secret_value(), given):
         raise Unauthorized("Invalid API key")

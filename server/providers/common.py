@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
 from backends.api import AudioChunk, KokoroError
@@ -27,6 +26,7 @@ from server.pipeline.synthesis import Synthesis
 from server.pipeline.word_timings import WordTiming, segment_word_timings
 from server.providers.formats import WireFormat
 from server.streaming.events import Audio
+from server.websocket.admission import deny
 
 log = logging.getLogger("kokoro.providers")
 
@@ -39,24 +39,14 @@ class Unauthorized(KokoroError):
 
 async def refuse_upgrade(websocket: WebSocket, status: int, body: Mapping[str, Any], *,
                          headers: Mapping[str, str] | None = None, reason: str = "") -> None:
-    """Refuse a WebSocket upgrade with ``status`` and ``body`` (a close 1008 where the server
-    cannot answer the handshake with a response). An ordinary refusal: logged at INFO."""
-    log.info("%s refused (%d): %s", websocket.url.path, status, reason or body)
-    if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(JSONResponse(dict(body), status_code=status, headers=dict(headers or {})))
-        return
-    await websocket.close(1008, reason[:120])
+    """Refuse a WebSocket upgrade with ``status`` and the provider's ``body`` (a close 1008 where the
+    server cannot answer the handshake with a response), through the session core's one refusal."""
+    await deny(websocket, status, dict(body), close_code=1008, reason=reason[:120], headers=headers)
 
 
 async def json_object(request: Request, max_bytes: int) -> dict[str, Any]:
     """The request's JSON object body, whatever its ``Content-Type`` says (some clients send none)."""
     return decode_object(await read_body(request, max_bytes))
-
-
-def bearer_or(header: str, schemes: tuple[str, ...]) -> str | None:
-    """The token of an ``Authorization`` header in one of ``schemes`` (lower case), else None."""
-    scheme, _, token = header.partition(" ")
-    return token if scheme.lower() in schemes else None
 
 
 async def timed_audio(job: Synthesis, first: AudioChunk, fmt: WireFormat) -> AsyncIterator[Audio]:

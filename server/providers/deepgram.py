@@ -31,14 +31,13 @@ too), the ``token`` WebSocket subprotocol pair browsers use, or ``?token=``; any
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from backends.api import KokoroError
+from backends.api import KokoroError, NotReady
 from server.auth import key_matches
 from server.providers.common import refuse_upgrade
 from server.providers.deepgram_http import (
@@ -61,13 +60,14 @@ from server.streaming.text_stream import (
     StreamOptions,
     TextStream,
 )
-from server.websocket.stream_socket import StreamSocket, stream_endpoint
+from server.websocket.admission import websocket_route
+from server.websocket.session import WebSocketSession
 
 PATH = "/v1/speak"
 IGNORED_TYPES = ("KeepAlive",)
 
 
-class DeepgramSession(StreamSocket):
+class DeepgramSession(WebSocketSession):
     ROUTE = "deepgram"
 
     def __init__(self, websocket: WebSocket, state: Any) -> None:
@@ -83,7 +83,6 @@ class DeepgramSession(StreamSocket):
         self.stream = TextStream(state, self.ROUTE, options, session=self.id)
         self.sequence = 0
         self.request_id = str(uuid.uuid4())
-        self._pump_task: Any = None
 
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
@@ -97,12 +96,21 @@ class DeepgramSession(StreamSocket):
     def busy(self) -> bool:
         return self.stream.busy
 
+    @property
+    def mid_turn(self) -> bool:
+        return self.stream.busy or self.stream.mid_turn
+
+    async def on_cut(self, error: KokoroError) -> None:
+        if self.mid_turn:
+            await self.stream.aclose()
+            await self.warn(error.message, error.code.upper())
+
     async def on_open(self) -> None:
         await self.send_json({
             "type": "Metadata", "request_id": self.request_id, "model_name": self.model or self._default_voice(),
             "model_version": MODEL_VERSION, "model_uuid": model_uuid(self.model),
         })
-        self._pump_task = asyncio.create_task(self._pump(), name=f"deepgram-{self.id}-send")
+        self.spawn(self._pump(), "send")
 
     def _default_voice(self) -> str:
         return self.state.backend.voices.default
@@ -111,7 +119,7 @@ class DeepgramSession(StreamSocket):
         await self.send_json({"type": "Warning", "description": description, "code": code})
 
     async def on_bad_message(self, error: KokoroError) -> None:
-        await self.warn(error.message, "INVALID_MESSAGE")
+        await self.warn(error.message, "INTERNAL_ERROR" if error.code == "internal_error" else "INVALID_MESSAGE")
 
     async def on_message(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
@@ -121,6 +129,8 @@ class DeepgramSession(StreamSocket):
                 await self.warn("'Speak' needs a string 'text'", "INVALID_MESSAGE")
                 return
             try:
+                if self.draining and not self.stream.mid_turn:
+                    raise NotReady("server is shutting down; this turn was not started")
                 self.stream.push(text)
             except KokoroError as e:
                 await self.warn(e.message, e.code.upper())
@@ -161,8 +171,6 @@ class DeepgramSession(StreamSocket):
 
     async def on_close(self) -> None:
         await self.stream.aclose()
-        if self._pump_task is not None:
-            self._pump_task.cancel()
 
 
 async def _speak_endpoint(websocket: WebSocket) -> None:
@@ -180,7 +188,7 @@ async def _speak_endpoint(websocket: WebSocket) -> None:
     await _endpoint(websocket)
 
 
-_endpoint = stream_endpoint(DeepgramSession)
+_endpoint = websocket_route(DeepgramSession)
 
 
 def deepgram_routes() -> list[WebSocketRoute]:

@@ -36,11 +36,11 @@ from backends.api import (
     TextTooLong,
     UnknownVoice,
 )
-from server.auth import key_matches
+from server.auth import authorization, key_matches
 from server.pipeline.http import AudioStream, SpeechEndpoint, read_body, wait_disconnect
 from server.pipeline.params import decode_object, parse_synthesis
 from server.pipeline.synthesis import Synthesis
-from server.providers.common import Unauthorized, bearer_or
+from server.providers.common import Unauthorized
 from server.providers.formats import FormatError, deepgram_format
 from server.state import ServerState
 
@@ -80,7 +80,8 @@ def clamped_speed(value: str | None) -> float:
 
 def authorized(headers: Any, query: Any, key: str) -> bool:
     """Deepgram's ``Authorization: Token <key>`` (``Bearer`` too) or ``?token=``."""
-    given = bearer_or(headers.get("authorization", ""), ("token", "bearer"))
+    scheme, token = authorization(headers)
+    given = token if scheme in ("token", "bearer") else None
     return key_matches(key, given) or key_matches(key, query.get("token"))
 
 

@@ -62,15 +62,15 @@ from backends.api import (
     Overloaded,
     UnknownVoice,
 )
-from server.auth import key_matches
+from server.auth import bearer_token, key_matches
 from server.pipeline.params import MAX_ID_CHARS
 from server.providers.alignment import char_alignment, joined
 from server.providers.common import refuse_upgrade
+from server.providers.contexts import ContextSession
 from server.providers.formats import elevenlabs_format
 from server.state import ServerState
-from server.streaming.stream_set import StreamSet
 from server.streaming.text_stream import Audio, Done, Event, Failed, StreamOptions
-from server.websocket.stream_socket import StreamSocket, stream_endpoint
+from server.websocket.admission import websocket_route
 
 log = logging.getLogger("kokoro.elevenlabs")
 #: Both routes live under this folder (``/v1/text-to-speech/{voice_id}/...``).
@@ -92,7 +92,7 @@ def voice_speed(obj: dict[str, Any]) -> float:
     return float(speed)
 
 
-class ElevenLabsSession(StreamSocket):
+class ElevenLabsSession(ContextSession):
     """The ElevenLabs mapper of one socket (see the module docstring). Loop only."""
 
     ROUTE = "elevenlabs"
@@ -100,36 +100,25 @@ class ElevenLabsSession(StreamSocket):
     MULTI = False
 
     def __init__(self, websocket: WebSocket, state: ServerState) -> None:
-        super().__init__(websocket, state)
+        super().__init__(websocket, state, max_contexts=MAX_CONTEXTS if self.MULTI else 1)
         self.voice = websocket.path_params.get("voice_id", "")
         self.format = elevenlabs_format(websocket.query_params.get("output_format"), http=False)  # checked at the upgrade
         key = state.settings.api_key
         # No key at the upgrade: it may still come as xi_api_key in the first message.
         self._key_needed = key is not None and header_key(websocket) is None
         self._closed: deque[str] = deque(maxlen=_CLOSED_REMEMBERED)
-        self.streams = StreamSet(
-            state, self.ROUTE, self._send_event, session=self.id,
-            max_contexts=MAX_CONTEXTS if self.MULTI else 1, on_error=self.send_failed,
-        )
 
     @classmethod
     def authorized(cls, websocket: WebSocket, key: str) -> bool:
         given = header_key(websocket)
         return given is None or key_matches(key, given)
 
-    @property
-    def busy(self) -> bool:
-        return self.streams.busy
-
     async def on_open(self) -> None:
         log.debug("elevenlabs %s: voice %s, model %r", self.id, self.voice, self.ws.query_params.get("model_id"))
 
-    async def on_close(self) -> None:
-        await self.streams.aclose()
-
     # -- client messages ------------------------------------------------------------------------
     async def on_bad_message(self, error: KokoroError) -> None:
-        await self._error(None, error)
+        await self.context_error(None, error)
 
     async def on_message(self, obj: dict[str, Any]) -> None:
         if self._key_needed:
@@ -142,7 +131,7 @@ class ElevenLabsSession(StreamSocket):
             self._key_needed = False
         cid = obj.get("context_id", "") if self.MULTI else ""
         if not isinstance(cid, str) or len(cid) > MAX_ID_CHARS:
-            await self._error(None, InvalidRequest(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
+            await self.context_error(None, InvalidRequest(f"'context_id' must be a string of at most {MAX_ID_CHARS} characters"))
             return
         if self.MULTI and obj.get("close_socket") is True:
             self.close(1000, "closed by client")
@@ -158,9 +147,9 @@ class ElevenLabsSession(StreamSocket):
                 })
                 self.close(1008, "max_active_conversations")
                 return
-            await self._error(cid, e)
+            await self.context_error(cid, e)
         except KokoroError as e:
-            await self._error(cid, e)
+            await self.context_error(cid, e)
 
     async def _message(self, cid: str, obj: dict[str, Any]) -> None:
         text = obj.get("text")
@@ -210,7 +199,7 @@ class ElevenLabsSession(StreamSocket):
             message["contextId"] = cid
         return message
 
-    async def _send_event(self, cid: str, event: Event) -> None:
+    async def send_event(self, cid: str, event: Event) -> None:
         if isinstance(event, Audio):
             # times restart at 0 in every message, as the service sends them (Pipecat adds them up)
             seconds = self.format.seconds(event.data)
@@ -220,13 +209,13 @@ class ElevenLabsSession(StreamSocket):
                 "normalizedAlignment": alignment, "alignment": alignment,
             }, cid))
         elif isinstance(event, Failed):
-            await self._error(cid, event.error)
+            await self.context_error(cid, event.error)
         elif isinstance(event, Done):
             await self.send_json(self._tag({"isFinal": True}, cid))
             if not self.MULTI:
                 self.close(1000, "done")
 
-    async def _error(self, cid: str | None, error: KokoroError) -> None:
+    async def context_error(self, cid: str | None, error: KokoroError) -> None:
         await self.send_json(self._tag({"error": error.code, "message": error.message}, cid))
 
 
@@ -237,10 +226,7 @@ class MultiStreamSession(ElevenLabsSession):
 def header_key(websocket: WebSocket | Request) -> str | None:
     """The key of ``xi-api-key`` or ``Authorization: Bearer`` (None: neither was sent)."""
     key = websocket.headers.get("xi-api-key")
-    if key is None:
-        scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-        key = token if scheme.lower() == "bearer" else None
-    return key
+    return key if key is not None else bearer_token(websocket.headers)
 
 
 async def refuse_unservable(websocket: WebSocket) -> bool:
@@ -261,7 +247,7 @@ async def refuse_unservable(websocket: WebSocket) -> bool:
 
 
 def _endpoint(session_class: type[ElevenLabsSession]) -> Any:
-    serve = stream_endpoint(session_class)
+    serve = websocket_route(session_class)
 
     async def endpoint(websocket: WebSocket) -> None:
         if not await refuse_unservable(websocket):

@@ -75,6 +75,11 @@ class StreamSet:
     def busy(self) -> bool:
         return any(ctx.stream.busy for ctx in self._contexts.values())
 
+    def unfinished(self) -> list[str]:
+        """The contexts whose turn is not over: input not ended yet, or audio still owed (a drain
+        lets them finish)."""
+        return [cid for cid, ctx in self._contexts.items() if not ctx.stream.ended or ctx.stream.busy]
+
     def open(self, context_id: str, options: StreamOptions, **stream_kw: Any) -> TextStream:
         """A new context. Raises :class:`~backends.api.Overloaded` past ``max_contexts`` and
         :class:`InvalidRequest` for an id already open."""
@@ -91,14 +96,24 @@ class StreamSet:
         return stream
 
     async def remove(self, context_id: str) -> None:
-        """Stop a context now (its stream closed, no more events from it)."""
+        """Stop a context now: no event of it is sent after this returns, and its id is free for a
+        new context."""
         ctx = self._contexts.pop(context_id, None)
         if ctx is None:
             return
-        await ctx.stream.aclose()
+        # The pump stops before the stream: a mapper's send for a context it no longer knows must
+        # find nothing to send (``context_id in streams`` is false from here on).
         if ctx.pump is not None and ctx.pump is not asyncio.current_task():
             ctx.pump.cancel()
             await asyncio.wait({ctx.pump})
+        await ctx.stream.aclose()
+
+    async def cut(self, tell: Callable[[str], Awaitable[None]]) -> None:
+        """The session is being cut: stop every unfinished context, then ``tell(context_id)`` the
+        client (the protocol's error)."""
+        for context_id in self.unfinished():
+            await self.remove(context_id)
+            await tell(context_id)
 
     async def aclose(self) -> None:
         for context_id in list(self._contexts):

@@ -32,7 +32,7 @@ Contract (stable; the protocol mappers are built on it):
   can be yielded any more.
 * iteration — exactly one reader task (``async for event in stream``). Events come strictly in
   input order. An :class:`Audio` carries one segment's encoded bytes (``encoding`` at ``sample_rate``:
-  ``backends.wire_audio``), its place on the turn's clock (``offset``,
+  ``backends.audio.wire``), its place on the turn's clock (``offset``,
   ``duration``) and, when ``word_timings`` was asked and the runtime reports durations (see
   :attr:`TextStream.timed`), the words it speaks with start/end seconds on that clock
   (``server.pipeline.word_timings``). A piece that fails (unknown voice, overloaded, backend fault) yields
@@ -50,7 +50,11 @@ protocol gets its own scheduling or synthesis path. Everything runs on the event
 and G2P run on worker threads.
 
 :class:`server.streaming.stream_set.StreamSet` keeps the contexts of one socket (Cartesia, ElevenLabs
-multiplex); :class:`server.websocket.stream_socket.StreamSocket` is the socket side every mapper shares.
+multiplex); :class:`server.websocket.session.WebSocketSession` is the socket side every mapper shares.
+
+Admission: the mapper decides what a turn is and refuses a new one while the server drains; the
+pieces of a turn it accepted are synthesised even while the server drains (only a model that is
+not ready refuses them), so a drain never cuts a reply mid-turn.
 """
 
 from __future__ import annotations
@@ -73,8 +77,8 @@ from backends.api import (
     TextTooLong,
 )
 from backends.audio import Encoder
+from backends.audio.wire import BYTES_PER_SAMPLE, wire_encoder
 from backends.text.chunker import SentenceChunker
-from backends.wire_audio import BYTES_PER_SAMPLE, wire_encoder
 from server.pipeline.synthesis import Synthesis, retrieve
 from server.pipeline.word_timings import WordTiming, segment_word_timings
 from server.streaming.events import Audio, Cleared, Done, Event, Failed, Flushed, StreamOptions
@@ -145,6 +149,11 @@ class TextStream:
     @property
     def ended(self) -> bool:
         return self._ended
+
+    @property
+    def mid_turn(self) -> bool:
+        """A turn has begun and was not flushed yet: its text may still be arriving."""
+        return not (self._ended or self._closed) and bool(self._buffered or self._turn_open)
 
     @property
     def busy(self) -> bool:
@@ -226,6 +235,28 @@ class TextStream:
         self._wake.set()
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work(), name=f"text-stream-{self.route}-{self.session}")
+            self._worker.add_done_callback(self._worker_ended)
+
+    def _worker_ended(self, worker: asyncio.Task[None]) -> None:
+        """The worker ended: if it died (a bug outside a piece), say so — logged with its traceback,
+        a :class:`Failed` for the reader and every flush/end marker still queued, so no client waits
+        for an acknowledgement that would never come. The next text starts a new worker."""
+        if worker.cancelled() or worker.exception() is None or self._closed:
+            return
+        error = worker.exception()
+        log.error("%s: the text stream's worker failed", self.route, exc_info=error)
+        fault = BackendFault(f"synthesis failed: {type(error).__name__}")
+        self._out.put_nowait(Failed(fault, ""))
+        self._salvage_marks()
+
+    def _salvage_marks(self) -> None:
+        """Hand the reader every marker queued (its text is dropped: it failed with the worker)."""
+        marks = [item.event for item in self._queue if isinstance(item, _Mark)]
+        self._queue.clear()
+        self._queued_chars = 0
+        self._speaking = False
+        for event in marks:
+            self._out.put_nowait(Done(round(self._clock, 4)) if isinstance(event, Done) else event)
 
     async def _stop_worker(self) -> None:
         worker, self._worker = self._worker, None
@@ -259,7 +290,11 @@ class TextStream:
                 continue
             item = self._queue.popleft()
             if isinstance(item, _Mark):
-                await self._end_turn_audio()
+                try:
+                    await self._end_turn_audio()
+                except Exception as e:  # a bug costs the turn's last samples, never its marker
+                    log.exception("%s: ending a turn's audio failed", self.route)
+                    await self._put(Failed(BackendFault(f"synthesis failed: {type(e).__name__}"), ""))
                 event = Done(round(self._clock, 4)) if isinstance(item.event, Done) else item.event
                 await self._put(event)
                 continue
@@ -305,7 +340,7 @@ class TextStream:
         )
         async with Synthesis(self.state.backend, self.route, state=self.state, received=pieces[0].received) as job:
             try:
-                job.admit()
+                job.admit(started=True)  # the mapper admitted the turn; a drain lets it finish
                 first = await job.open(request)
                 async for chunk in job.chunks(first):
                     await self._put(await self._audio(chunk, job))

@@ -16,6 +16,8 @@ import pytest
 from deploy.dockerfiles import BIDI_LABEL, REPO, Dockerfile
 from deploy.sagemaker.endpoint import CONCURRENCY_METRIC, DEFAULT_GPU_AMI
 
+pytestmark = [pytest.mark.cloud, pytest.mark.subprocess]
+
 ENV = {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "JSII_DEPRECATED": "quiet", "CDK_VALIDATION": "false"}
 
 

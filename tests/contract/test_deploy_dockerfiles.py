@@ -61,6 +61,7 @@ def image_assets(tmp_path):
     return run
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(("source", "expected"), [
     ("official", "assets --official --torch"),
     ("offline", "assets --torch"),
@@ -73,6 +74,7 @@ def test_the_image_assets_script_maps_model_source_to_the_assets_command(image_a
     assert f"ARGS: {expected}" in out.stdout.splitlines()
 
 
+@pytest.mark.subprocess
 def test_the_image_assets_script_refuses_an_unknown_model_source(image_assets):
     out = image_assets("offical")
     assert out.returncode == 2 and "MODEL_SOURCE must be official, offline" in out.stderr
@@ -115,6 +117,7 @@ def test_the_checker_flags_torch_in_an_image_that_must_not_carry_it_and_unpinned
     assert any("unpinned torch" in p for p in check(f, torch=True, sagemaker=False))
 
 
+@pytest.mark.subprocess
 def test_deploy_imports_nothing_heavy():
     code = ("import sys; import deploy.sagemaker.deploy, deploy.sagemaker.teardown, deploy.sagemaker.package_model, "
             "deploy.runpod.deploy, deploy.runpod.handler, deploy.runpod.start, deploy.smoke, deploy.dockerfiles; "

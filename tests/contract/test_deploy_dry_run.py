@@ -15,6 +15,8 @@ from deploy.sagemaker import deploy
 from deploy.sagemaker.dry_run import IMPLIED_ACTIONS, DryRunClients, iam_actions
 from tests.support.live import REPO
 
+pytestmark = pytest.mark.cloud
+
 
 @pytest.fixture
 def no_aws(monkeypatch):

@@ -20,6 +20,8 @@ from deploy.sagemaker.endpoint import STACK_TAG
 from tests.support.live import REPO
 from tests.support.moto_server import ACCOUNT, REGION, moto_server
 
+pytestmark = [pytest.mark.cloud, pytest.mark.subprocess]
+
 REGISTRY = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
 
 

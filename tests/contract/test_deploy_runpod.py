@@ -20,6 +20,8 @@ from deploy.runpod import start as rp_start
 from deploy.smoke import websocket_smoke
 from tests.support.live import REPO, ServerProcess, free_port
 
+pytestmark = [pytest.mark.cloud, pytest.mark.subprocess]
+
 HANDLER = REPO / "deploy" / "runpod" / "handler.py"
 START = [sys.executable, "-m", "deploy.runpod.start"]  # as the image starts a container
 

@@ -18,6 +18,8 @@ from deploy.sagemaker import deploy as sm_deploy
 from deploy.sagemaker.endpoint import DeployError, EndpointSpec
 from tests.support.moto_sagemaker import REGION, mocked_aws
 
+pytestmark = pytest.mark.cloud
+
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-serve:gpu"
 
 

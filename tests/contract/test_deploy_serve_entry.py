@@ -23,6 +23,8 @@ import pytest
 from deploy.smoke import SmokeTestFailed, sagemaker_smoke, websocket_smoke
 from tests.support.live import REPO, ServerProcess, ThreadServer, free_port
 
+pytestmark = pytest.mark.cloud
+
 SERVE = REPO / "deploy" / "sagemaker" / "serve"
 SHORT = ("Hello there.", "Good bye.")  # two requests, kept short: this machine synthesises on CPU
 

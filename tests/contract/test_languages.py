@@ -30,8 +30,11 @@ def backend(onnx_synth, pipeline, voices):
 
 def _sent(backend, text: str, voice: str, lang: str | None = None):
     """The request as every route plans it: its language and the segments the model is sent."""
-    request = asyncio.run(backend.prepare(SynthesisRequest(text=text, voice=voice, lang=lang, request_id="t")))
-    return request.lang, request.segments
+    async def planned() -> tuple[str | None, list]:
+        request = await backend.prepare(SynthesisRequest(text=text, voice=voice, lang=lang, request_id="t"))
+        return request.lang, await request.plan.whole()
+
+    return asyncio.run(planned())
 
 
 def _spoken_s(audio) -> float:

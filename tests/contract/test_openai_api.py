@@ -324,16 +324,14 @@ def test_word_timings_unsupported_without_durations(onnx_server):
 TIMED_TEXT = "Hello there, it costs 42 dollars."
 
 
-def torch_app(mode, model_dir, pipeline, voices):
-    from backends.runtimes.torch import TorchSynthesizer
-
-    synth = TorchSynthesizer(model_dir, voices, device="cpu", deterministic=True)
-    return build_app(synth, mode, settings=SETTINGS, pipeline=pipeline, voices=voices)
+def torch_app(mode, torch_synth, pipeline, voices):
+    """The app over the run's torch runtime, which declares word timings."""
+    return build_app(LoadedRuntime(torch_synth, timed=True), mode, settings=SETTINGS, pipeline=pipeline, voices=voices)
 
 
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])
-def test_word_timings_from_the_torch_runtime(mode, model_dir, pipeline, voices):
-    app = torch_app(mode, model_dir, pipeline, voices)
+def test_word_timings_from_the_torch_runtime(mode, torch_synth, pipeline, voices):
+    app = torch_app(mode, torch_synth, pipeline, voices)
     body = {"model": "kokoro", "input": TIMED_TEXT, "voice": "jm_kumo", "response_format": "wav", "sample_rate": 16000}
     with ThreadServer(app) as server, httpx.Client(base_url=server.url, timeout=120) as http:
         r = http.post("/v1/audio/speech/timed", json=body)

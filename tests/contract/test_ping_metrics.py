@@ -28,7 +28,8 @@ def test_ping_when_ready(contract_client):
     assert r.status_code == 200
     body = r.json()
     body.pop("warnings", None)  # only while this (shared) machine synthesises slower than real time
-    assert body == {"status": "ok", "backend": "onnx", "mode": "sequential", "model": "kokoro-v1.0.int8.onnx"}
+    assert body == {"status": "ok", "backend": "onnx", "mode": "sequential", "model": "kokoro-v1.0.int8.onnx",
+                    "device": "cpu", "dtype": "float32"}
 
 
 def test_ping_is_503_while_the_model_loads(loading_client):

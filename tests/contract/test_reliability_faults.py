@@ -99,16 +99,16 @@ def test_a_runtime_that_returns_no_audio_is_an_error_never_a_silent_success(mode
 
 def test_a_decoder_bug_costs_one_message_not_the_session(monkeypatch):
     """An unexpected exception while reading a message used to kill the reader: close 1011."""
-    import server.sagemaker.bidi_session
+    import server.sagemaker.bidi
 
-    real = server.sagemaker.bidi_session.parse_synthesis
+    real = server.sagemaker.bidi.parse_synthesis
 
     def buggy(obj, **kw):
         if obj.get("text") == "trigger":
             raise ZeroDivisionError("a bug")
         return real(obj, **kw)
 
-    monkeypatch.setattr(server.sagemaker.bidi_session, "parse_synthesis", buggy)
+    monkeypatch.setattr(server.sagemaker.bidi, "parse_synthesis", buggy)
     with client() as c, c.websocket_connect(WS) as ws:
         ws.send_text(json.dumps({"text": "trigger", "request_id": "t"}))
         ws.send_text(json.dumps({"text": "Fine.", "request_id": "f"}))

@@ -95,6 +95,8 @@ def _is_cancel(payload: bytes | str) -> bool:
 @settings(max_examples=300, deadline=None)
 @given(payload=payloads)
 def test_decoders_return_a_value_or_a_typed_error(payload):
+    """What a user would lose: a clear error for a malformed message (an untyped exception instead,
+    which kills the session that sent it)."""
     try:
         obj = decode_object(payload)
         kind = message_type(obj)
@@ -170,6 +172,8 @@ def _check_answer(frames: list[dict]) -> None:
 
 
 def test_websocket_every_message_gets_a_typed_answer_and_the_session_keeps_working(app_client):
+    """What a user would lose: their session (and its next request) after one message the server
+    could not read, or a success with no audio."""
     session = _Session(app_client)
 
     @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
@@ -210,6 +214,8 @@ def test_websocket_every_message_gets_a_typed_answer_and_the_session_keeps_worki
 
 
 def test_post_every_body_gets_a_typed_status_and_the_server_keeps_working(app_client):
+    """What a user would lose: a status that says what was wrong with their body (a 500 instead), or
+    the server's next answer."""
     @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
     @given(payload=payloads, as_pcm=st.booleans())
     def one(payload, as_pcm):

@@ -26,6 +26,7 @@ LIMITS = {
     "KOKORO_IDLE_TIMEOUT_S": ("idle_timeout_s", "12.5", 12.5),
     "KOKORO_REQUEST_TIMEOUT_S": ("request_timeout_s", "9", 9.0),
     "KOKORO_MAX_QUEUE": ("max_queue", "33", 33),
+    "KOKORO_DRAIN_S": ("drain_timeout_s", "4", 4.0),
     "KOKORO_DRAIN_TIMEOUT_S": ("drain_timeout_s", "4", 4.0),
 }
 

@@ -15,6 +15,8 @@ from tests.agent_support.process import agent_process
 from tests.agent_support.wire_tap import fake_runtime_server
 from tests.support.live import ServerProcess, free_port
 
+pytestmark = [pytest.mark.browser, pytest.mark.subprocess]
+
 CHROMIUM = shutil.which("chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 REPLY = "Hello from the browser test. The audio is scheduled without gaps. That is all for now."

@@ -19,7 +19,8 @@ import pytest
 from tests.agent_support.process import agent_process
 from tests.agent_support.sse import iter_sse, pcm_of
 from tests.agent_support.wire_tap import WireTap, fake_runtime_server, requests_total
-from tests.support.live import ServerProcess
+
+pytestmark = pytest.mark.subprocess
 
 # A short first sentence, then more text written slowly: the first sentence is spoken while the rest
 # is still being generated. Kept short: real synthesis on a shared 2-core machine.
@@ -57,10 +58,9 @@ def speech_checks(events: list[dict], text: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def real_tts(tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("onnx") / "server.log", KOKORO_BACKEND="onnx").wait_ready(timeout=300)
-    yield proc.url
-    proc.stop()
+def real_tts(onnx_server):
+    """The suite's shared real-model server (``onnx_server``)."""
+    return onnx_server.url
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,7 @@ def agent_on_real_tts(real_tts):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # the agent's start and a real-model reply
 def test_bidi_first_audio_arrives_before_the_reply_is_written(agent_on_real_tts):
     events, at = run_turn(agent_on_real_tts, {"prompt": "Say something", "mode": "bidi"})
     kinds = [e["type"] for e in events]
@@ -85,6 +86,7 @@ def test_bidi_first_audio_arrives_before_the_reply_is_written(agent_on_real_tts)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a real-model reply
 def test_batch_first_audio_arrives_after_the_reply_is_written(agent_on_real_tts):
     events, at = run_turn(agent_on_real_tts, {"prompt": "Say something", "mode": "batch"})
     kinds = [e["type"] for e in events]

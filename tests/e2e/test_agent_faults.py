@@ -16,10 +16,13 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from tests.agent_support.process import agent_process
 from tests.agent_support.sse import iter_sse
 from tests.support.live import REPO, ServerProcess, free_port
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.cloud]
 
 REPLY = ("The first sentence comes quickly. The second one follows it closely. A third sentence is here. "
          "Number four keeps going. The fifth is almost the last. And the sixth ends the reply.")

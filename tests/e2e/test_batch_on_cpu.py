@@ -20,6 +20,8 @@ from websockets.asyncio.client import connect
 from tests.support.inproc import metric
 from tests.support.live import ServerProcess
 
+pytestmark = pytest.mark.subprocess
+
 SESSIONS = 6
 TEXTS = ["Turn on the light, please.", "Open the door for me."]
 

@@ -16,6 +16,8 @@ from benchmarks.compare.report import ratio
 from tests.support.live import REPO, ServerProcess, ThreadServer, free_port
 from tests.support.openai_standin import openai_standin
 
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess]
+
 REQUEST_ROWS = ("one_sentence", "paragraph", "sentences")
 BAD = ("invalid_json", "whitespace_text", "unknown_voice", "over_limit")
 

@@ -20,6 +20,8 @@ from tests.support.peer_standins import (
     wav_only_post,
 )
 
+pytestmark = pytest.mark.bench
+
 HEALTH_TIMEOUT_S = 0.5
 REQUEST_ROWS = ("one_sentence", "paragraph", "sentences")
 

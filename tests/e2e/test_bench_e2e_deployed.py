@@ -17,6 +17,8 @@ from benchmarks import e2e
 from benchmarks.live import LiveServer
 from tests.support.live import ServerProcess, ThreadServer
 
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess, pytest.mark.cloud]
+
 ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/kokoro_agent-AbCdEf1234"
 
 

@@ -12,6 +12,8 @@ import pytest
 from benchmarks.__main__ import NAMES, OWN_OPTIONS, main
 from benchmarks.results import validate
 
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess, pytest.mark.timeout(300)]  # a whole benchmark suite each
+
 SUITES = {name: [name, "--quick", "--backend", "fake"] for name in (
     "ttfa", "throughput", "payload", "overhead", "e2e", "agentproto", "load", "soak", "overload", "concurrent_probe")}
 SUITES["compare"] = ["compare", "--quick", "--backend", "fake"]
@@ -24,9 +26,13 @@ REAL_MODEL_ONLY = {
     "gpu": "the PyTorch runtime on a GPU",
 }
 
+#: Run quick by a test of their own, which checks their figures too.
+TESTED_APART = {"churn": "tests/e2e/test_churn.py", "fuzz": "tests/e2e/test_fuzz_protocols.py",
+                "capacity": "tests/e2e/test_bench_capacity.py"}
+
 
 def test_every_suite_is_run_here_or_said_to_need_the_model():
-    assert set(SUITES) | set(REAL_MODEL_ONLY) == {*NAMES, *OWN_OPTIONS}
+    assert set(SUITES) | set(REAL_MODEL_ONLY) | set(TESTED_APART) == {*NAMES, *OWN_OPTIONS}
 
 
 @pytest.mark.parametrize("suite", list(SUITES))

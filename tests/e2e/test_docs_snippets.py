@@ -1,6 +1,6 @@
 """Every shell and Python snippet of README.md and docs/*.md, run as a reader would paste it.
 
-One live server (``python -m server serve``, the real ONNX runtime) is started for the module; each
+One live server (``python -m server serve``, the real ONNX runtime: the suite's shared ``onnx_server``) serves them; each
 snippet's default address (``127.0.0.1:8080`` / ``localhost:8080``) is rewritten to it, and each
 block runs on its own in a fresh temporary directory (with ``.venv`` there pointing at this
 interpreter's venv, so ``. .venv/bin/activate`` works), the venv's ``bin`` first on ``PATH``, and no
@@ -24,8 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.live import REPO, ServerProcess
+from tests.support.live import REPO
 from tests.support.snippets import Snippet, collect, for_server, parse
+
+pytestmark = pytest.mark.subprocess
 
 SNIPPETS = collect(REPO)
 RUN = [s for s in SNIPPETS if s.not_run is None]
@@ -44,12 +46,9 @@ exec {curl} --fail-with-body "$@"
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("docs-server") / "server.log", KOKORO_MODEL_DIR=str(model_dir))
-    try:
-        yield proc.wait_ready()
-    finally:
-        proc.stop()
+def server(onnx_server):
+    """The suite's shared real-model server (``onnx_server``): a snippet only talks to it."""
+    return onnx_server
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +80,7 @@ def test_the_documentation_has_snippets_to_run():
 
 
 @pytest.mark.parametrize("snippet", RUN, ids=[s.id for s in RUN])
+@pytest.mark.timeout(SNIPPET_TIMEOUT_S + 120)  # the snippet's own limit, and the shared server's start
 def test_snippet_runs(snippet: Snippet, server, snippet_env, tmp_path):
     problem = parse(snippet)
     assert problem is None, f"{snippet.id} does not parse: {problem}"

@@ -18,8 +18,12 @@ from benchmarks.gpu import server_half, server_lines
 from benchmarks.gpu_requirements import requirements, satisfied
 from tests.support.live import REPO
 
+pytestmark = [pytest.mark.bench, pytest.mark.subprocess]
+
 
 @pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.timeout(600)  # the real torch runtime's benchmark on the CPU: minutes on a loaded machine
 def test_gpu_check_quick_installs_nothing_builds_the_model_and_runs_the_benchmark(tmp_path, model_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KOKORO_")}
     env.update(PYTHON=sys.executable, KOKORO_MODEL_DIR=str(model_dir), WHEELS=str(tmp_path / "no-wheels-needed"))

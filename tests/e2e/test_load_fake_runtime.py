@@ -24,6 +24,8 @@ from benchmarks.load import load_run
 from tests.support.inproc import metric, wait_for
 from tests.support.live import BINARY, CLOSE, PING, TEXT, Closed, RawWS, ServerProcess
 
+pytestmark = pytest.mark.subprocess
+
 FAKE_ENV = {"KOKORO_BACKEND": "fake", "KOKORO_FAKE_SEGMENT_S": "0.005"}
 
 

@@ -12,6 +12,8 @@ from benchmarks.load import load_run
 from tests.support.inproc import metric
 from tests.support.live import ServerProcess
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(300)]  # real inference under load: minutes on a loaded CPU
+
 
 @pytest.mark.slow
 def test_four_sessions_of_two_pipelined_sentences_with_real_inference(model_dir, tmp_path):

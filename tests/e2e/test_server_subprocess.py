@@ -21,14 +21,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from tests.support.inproc import metric
 from tests.support.live import ServerProcess
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("server") / "server.log", KOKORO_MODEL_DIR=str(model_dir))
-    try:
-        yield proc.wait_ready()
-    finally:
-        proc.stop()
+def server(onnx_server):
+    """The suite's shared real-model server (``onnx_server``): these tests only talk to it."""
+    return onnx_server
 
 
 def req(text: str, rid: str, **kw) -> str:

@@ -23,6 +23,8 @@ from tests.support.app import wait_for
 from tests.support.inproc import metric
 from tests.support.live import RawWS, ServerProcess, answer
 
+pytestmark = pytest.mark.subprocess
+
 LONG = " ".join(f"Sentence number {i} keeps the synthesis going for quite a while longer." for i in range(60))
 QUEUED = 16  # the session's queue limit (KOKORO_MAX_QUEUED_PER_SESSION's default)
 BYTES_PER_AUDIO_S = 48_000  # PCM s16le at 24 kHz

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.support.app import wait_for
 from tests.support.live import RawWS, ServerProcess, answer
+
+pytestmark = pytest.mark.subprocess
 
 LONG = " ".join(f"Sentence number {i} keeps the synthesis going for quite a while longer." for i in range(60))
 SENTENCE = "Could you tell me the time of the next train to the coast, please?"

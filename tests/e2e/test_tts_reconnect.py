@@ -19,6 +19,8 @@ from agent.reconnect import Reconnect
 from agent.tts_client import TTSClient
 from tests.support.live import ServerProcess, free_port
 
+pytestmark = pytest.mark.subprocess
+
 SENTENCES = [f"Sentence {word} of the reply is spoken once and only once." for word in
              ("one", "two", "three", "four", "five", "six", "seven", "eight")]
 #: Slow enough that the reply is still being answered when the server dies.

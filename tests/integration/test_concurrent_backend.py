@@ -332,10 +332,8 @@ async def test_onnx_cancelled_request_never_synthesised(make_backend, onnx_synth
 
 # -- the torch runtime's real batch path ---------------------------------------------------------
 @pytest.mark.slow
-async def test_torch_batches_under_load(make_backend, model_dir, voices):
-    from backends.runtimes.torch import TorchSynthesizer
-
-    synth = TorchSynthesizer(model_dir, voices, device="cpu")  # rebuilds the checkpoint once if missing
+async def test_torch_batches_under_load(make_backend, torch_synth):
+    synth = LoadedRuntime(torch_synth)  # the run's torch runtime, its batch path as it declares it
     recorder = Recorder()
     backend = make_backend(synth, max_batch_size=4, max_wait_ms=20, observer=recorder, batch_on_cpu=True)
     await backend.start()

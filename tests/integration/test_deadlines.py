@@ -111,7 +111,7 @@ async def test_a_runtime_slower_than_playback_shows_as_underrun_seconds(mode, pi
     metrics = Metrics()
     backend = cls(synth, pipeline, voices, BackendConfig.defaults(**extra), observer=metrics)
     request = await backend.prepare(SynthesisRequest(text="Go. Go on. Go on now.", voice="jm_kumo"))
-    assert len(request.segments) >= 2
+    assert len(await request.plan.whole()) >= 2
     t0 = time.perf_counter()
     chunks = await _consume(backend, request)
     elapsed = time.perf_counter() - t0
@@ -189,10 +189,11 @@ async def test_busy_a_newcomer_gets_a_shorter_first_segment_while_another_sessio
     await _calls_reach(synth, 1)  # session a is being served
     newcomer = await backend.prepare(request("b"))
     own_next = await backend.prepare(request("a"))  # a's next sentence plays after its first: no hurry
+    await newcomer.plan.whole()
     assert [s.text for s in newcomer.segments[:2]] == ["When you ask", "a voice assistant a question,"]
     assert own_next.segments[0].text == alone.segments[0].text
     assert " ".join(s.text for s in newcomer.segments) == PARAGRAPH_START  # nothing lost
-    for _ in alone.segments:
+    for _ in await alone.plan.whole():
         synth.step()
     await task
     after = await backend.prepare(request("c"))  # idle again

@@ -40,6 +40,7 @@ async def test_joins_pause_as_the_reading_does_without_a_click(onnx_synth, pipel
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # real synthesis and transcription of several texts
 async def test_joined_audio_stays_intelligible(onnx_synth, pipeline, voices, transcribe):
     _, chunks = await _chunks(onnx_synth, pipeline, voices)
     heard = set(transcribe(np.concatenate([c.audio for c in chunks])))

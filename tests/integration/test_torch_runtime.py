@@ -33,21 +33,15 @@ from backends.config import BackendConfig
 from backends.engine.concurrent import ConcurrentBackend
 from backends.engine.joins import pause_for, shape
 from backends.engine.sequential import SequentialBackend
-from backends.runtimes.torch import TorchSynthesizer, reduced_precision_problem, resolve_dtype
+from backends.runtimes.torch import reduced_precision_problem, resolve_dtype
 from backends.runtimes.torch_forward import forward_batch
 from tests.support.observer import Recorder
 from tests.support.virtual_time import VirtualClock
 
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]  # the torch runtime on a shared CPU: each check is slow
+
 FRAME = 600  # samples per predicted duration frame
 SENTENCES = ["Please open the door and turn on the light.", "We will meet at the station at seven o'clock."]
-
-
-@pytest.fixture(scope="module")
-def torch_synth(model_dir, voices):
-    """Deterministic (no sine-source noise, like the ONNX export) so outputs can be compared."""
-    synth = TorchSynthesizer(model_dir, voices, device="cpu", deterministic=True)
-    synth.load()  # rebuilds kokoro-v1_0.rebuilt.pth into the model dir once when it is missing
-    return synth
 
 
 @pytest.fixture(scope="module")

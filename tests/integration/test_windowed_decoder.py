@@ -23,17 +23,9 @@ from benchmarks import speech_measures as sm
 TEXT = "Kokoro is a small text to speech model."
 
 
-@pytest.fixture(scope="module")
-def torch_synth(model_dir, voices):
-    from backends.runtimes.torch import TorchSynthesizer
-
-    synth = TorchSynthesizer(model_dir, voices, device="cpu", deterministic=True, warmup=False)
-    synth.load()
-    return synth
-
-
-@pytest.fixture(params=["onnx", "torch"])
+@pytest.fixture(params=["onnx", pytest.param("torch", marks=pytest.mark.torch)])
 def windowed_synth(request, onnx_synth):
+    """The ONNX runtime, or the run's one torch runtime (``torch_synth``), both loaded."""
     return onnx_synth if request.param == "onnx" else request.getfixturevalue("torch_synth")
 
 

@@ -10,16 +10,16 @@ import pytest
 from agent.agent import DEFAULT_REPLY
 from agent.app import AgentSettings, create_app
 from tests.agent_support.sse import parse_sse, pcm_of
-from tests.agent_support.wire_tap import WireTap, fake_runtime_server
+from tests.agent_support.wire_tap import WireTap
 from tests.support.live import free_port
 
 REPLY = "Hello there, friend. This is the second sentence. And here is a third one to finish."
 
 
 @pytest.fixture(scope="module")
-def tts_server(tmp_path_factory):
-    with fake_runtime_server(tmp_path_factory.mktemp("tts"), segment_s=0.02) as srv:
-        yield srv
+def tts_server(fake_server):
+    """The suite's shared fake-runtime server (``fake_server``)."""
+    return fake_server
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from agent.agent import ScriptedModel, build_agent, build_model, converse, text_deltas, tokenize
 from agent.tts_client import TTSClient
 from tests.agent_support.bedrock_standin import BedrockStandIn
-from tests.agent_support.wire_tap import WireTap, fake_runtime_server
+from tests.agent_support.wire_tap import WireTap
 
 REPLY = "Bedrock says hello. This second sentence arrives token by token. The end."
 
@@ -23,9 +23,9 @@ def fake_aws_env(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def tts_process(tmp_path_factory):
-    with fake_runtime_server(tmp_path_factory.mktemp("tts"), segment_s=0.02) as srv:
-        yield srv
+def tts_process(fake_server):
+    """The suite's shared fake-runtime server (``fake_server``)."""
+    return fake_server
 
 
 @pytest.fixture

@@ -131,6 +131,7 @@ def test_every_agent_variable_is_declared_with_a_description():
     assert "| `KOKORO_AGENT_TTS_URL` | `http://127.0.0.1:8080` |" in "\n".join(rows)
 
 
+@pytest.mark.subprocess
 def test_agent_imports_no_server_and_no_runtime():
     """The agent may use the pure-Python sentence rules, streaming chunker, settings base, log format and
     start-up messages of backends, nothing else of it."""
@@ -147,6 +148,7 @@ def test_agent_imports_no_server_and_no_runtime():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.subprocess
 def test_a_missing_agent_package_gives_the_install_command_not_a_traceback():
     code = ("import sys; sys.modules['bedrock_agentcore'] = None; from agent.cli import main; "
             "sys.exit(main(['serve', '--model', 'scripted']))")

@@ -26,9 +26,9 @@ SENTENCES = ["The first sentence is here.", "A second one follows, a little long
 
 
 @pytest.fixture(scope="module")
-def container(tmp_path_factory):
-    with fake_runtime_server(tmp_path_factory.mktemp("container"), segment_s=0.02) as srv:
-        yield srv
+def container(fake_server):
+    """The suite's shared fake-runtime server (``fake_server``)."""
+    return fake_server
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,7 @@ async def test_utf8_data_type_reaches_the_container_as_text(server):
     assert {kind for kind, _ in server.received} == {"text"}
 
 
+@pytest.mark.subprocess
 async def test_listener_going_away_sends_cancel(slow_container):
     with WireTap(slow_container.ws_url) as server:
         await _leave_early(server)

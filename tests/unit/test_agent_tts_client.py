@@ -25,9 +25,9 @@ SENTENCES = ["The first sentence is here.", "A second one follows.", "And a thir
 
 
 @pytest.fixture(scope="module")
-def fast_server(tmp_path_factory):
-    with fake_runtime_server(tmp_path_factory.mktemp("fast"), segment_s=0.01) as srv:
-        yield srv
+def fast_server(fake_server):
+    """The suite's shared fake-runtime server (``fake_server``)."""
+    return fake_server
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,7 @@ async def test_messages_go_out_as_binary_frames_and_close_ends_the_session(serve
     assert messages[-1] == {"type": "close"}
 
 
+@pytest.mark.subprocess
 async def test_sentences_are_pipelined(slow):
     await collect(TTSClient.websocket(slow.url), SENTENCES)
     first_complete = slow.log.index(("complete", slow.received[0][1]["request_id"]))
@@ -95,6 +96,7 @@ async def test_sentences_are_pipelined(slow):
     assert len(received_before) == len(SENTENCES) + 1  # all three requests and the close
 
 
+@pytest.mark.subprocess
 async def test_next_sentence_leaves_while_the_first_is_still_being_answered(slow):
     """Sentences trickle in (as from a language model); each leaves as soon as it exists, without
     waiting for the previous one's completion."""
@@ -118,6 +120,7 @@ async def test_next_sentence_leaves_while_the_first_is_still_being_answered(slow
     assert [e.text for e in seen if isinstance(e, SynthesisStart)] == [first, SENTENCES[1]]
 
 
+@pytest.mark.subprocess
 async def test_listener_going_away_sends_cancel(slow):
     server = slow
     cancelled_before = requests_total(server.metrics_url, "499")
@@ -139,6 +142,7 @@ async def test_listener_going_away_sends_cancel(slow):
     assert len([e for e in server.log if e[0] == "complete"]) < len(SENTENCES)
 
 
+@pytest.mark.subprocess
 async def test_cancelling_the_consuming_task_sends_cancel(slow):
     server = slow
     got_audio = asyncio.Event()

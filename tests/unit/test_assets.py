@@ -22,6 +22,7 @@ def test_build_produces_a_verified_model_dir(model_dir):
         assert "jm_kumo" in npz.files and npz["jm_kumo"].shape == (510, 1, 256)
 
 
+@pytest.mark.model
 def test_second_run_is_a_no_op(tmp_path):
     build_assets(tmp_path, torch=False)
     stamps = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
@@ -39,6 +40,7 @@ def test_checksum_mismatch_is_a_clear_error_and_leaves_nothing(tmp_path, monkeyp
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
 
 
+@pytest.mark.model
 def test_interrupted_build_leaves_no_half_written_file(tmp_path, monkeypatch):
     real = assets._package_file
     calls = {"n": 0}
@@ -58,6 +60,7 @@ def test_interrupted_build_leaves_no_half_written_file(tmp_path, monkeypatch):
     assert assets.sha256_file(files.root / assets.OFFLINE_ONNX) == assets.OFFLINE_ONNX_SHA256
 
 
+@pytest.mark.model
 def test_corrupt_file_is_rebuilt(tmp_path):
     build_assets(tmp_path, torch=False)
     (tmp_path / assets.OFFLINE_ONNX).write_bytes(b"garbage")
@@ -92,6 +95,7 @@ def official_site(tmp_path):
     server.shutdown()
 
 
+@pytest.mark.model
 def test_fetch_over_http_verifies_checksums(official_site, tmp_path):
     _site, url = official_site
     dest = tmp_path / "models"

@@ -82,6 +82,7 @@ def upstream(monkeypatch):
     server.server_close()
 
 
+@pytest.mark.model
 def test_official_assets_are_verified_and_af_heart_is_the_default(upstream, tmp_path, capsys):
     handler, _ = upstream
     assert main(["assets", "--official", "--model-dir", str(tmp_path)]) == 0
@@ -100,6 +101,7 @@ def test_official_assets_are_verified_and_af_heart_is_the_default(upstream, tmp_
     assert len(handler.seen) == before
 
 
+@pytest.mark.model
 def test_official_voices_join_a_directory_built_offline_before(upstream, tmp_path, capsys):
     assert main(["assets", "--model-dir", str(tmp_path)]) == 0
     assert "default jm_kumo" in capsys.readouterr().out
@@ -155,6 +157,7 @@ def test_a_refusal_is_not_retried(upstream, tmp_path):
     assert len(handler.seen) == 1
 
 
+@pytest.mark.model
 def test_assets_torch_rebuilds_the_checkpoint_only_when_asked(tmp_path, monkeypatch):
     import backends.assets.torch_convert as convert
 

@@ -46,6 +46,7 @@ def test_summary_compares_the_late_listener_with_itself_alone_and_sets_the_goals
     assert met["sequential: underrun seconds over the sweep, deadlines on vs off"] is True
 
 
+@pytest.mark.subprocess
 def test_ttfa_result_with_the_sweep_writes_and_renders(tmp_path):
     r = Result("ttfa", True, results.command_line("ttfa", True), config={"runs_per_mode": 1})
     r.samples = [
@@ -63,6 +64,7 @@ def test_ttfa_result_with_the_sweep_writes_and_renders(tmp_path):
     assert "| onnx/concurrent deadlines on | 1,275.0 | 1.500 | 0.000 |" in md
 
 
+@pytest.mark.subprocess
 def test_a_real_time_listener_counts_the_gaps_of_a_server_slower_than_playback(tmp_path):
     text = "Go. Go on. Go on now. Go on now please."
     slow = ServerProcess(tmp_path / "server.log", KOKORO_BACKEND="fake", KOKORO_FAKE_SEGMENT_S="0.8").wait_ready()
@@ -74,6 +76,8 @@ def test_a_real_time_listener_counts_the_gaps_of_a_server_slower_than_playback(t
     assert heard.underrun_s > 0  # each call outlasts the short segment before it
 
 
+@pytest.mark.subprocess
+@pytest.mark.timeout(300)  # every configuration of the sweep, each against its own server
 def test_the_quick_sweep_runs_every_configuration_and_the_late_arrival(tmp_path):
     """The whole --quick sweep, on the model-free runtime (the harness, not the figures)."""
     data = listeners.sweep(quick=True, backend="fake", log=lambda _m: None)
@@ -101,6 +105,7 @@ def test_the_playback_clock_starts_at_first_audio_and_sums_the_silences_between_
     assert clock.underrun_s == pytest.approx(1.0)
 
 
+@pytest.mark.subprocess
 def test_a_listener_the_server_times_out_is_counted_and_the_level_goes_on(tmp_path):
     slow = ServerProcess(tmp_path / "server.log", KOKORO_BACKEND="fake", KOKORO_FAKE_SEGMENT_S="0.3",
                          KOKORO_REQUEST_TIMEOUT_S="2").wait_ready()

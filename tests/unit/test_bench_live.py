@@ -7,6 +7,8 @@ import pytest
 
 from benchmarks.live import LiveServer, ServerFailed
 
+pytestmark = pytest.mark.subprocess
+
 PING_SERVER = r'''
 import argparse, http.server
 p = argparse.ArgumentParser(); p.add_argument("--host"); p.add_argument("--port", type=int)

@@ -178,6 +178,8 @@ def _split(draw):
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_split(), st.sampled_from([None, 3]), st.sampled_from([20, 400]))
 def test_property_nothing_lost_nothing_empty_split_invariant(case, first_clause_words, max_chars):
+    """What a user would lose: words of a streamed reply (dropped, cut inside a word, or spoken as an
+    empty chunk), or the same speech whichever way the text arrived in pieces."""
     text, deltas = case
     kw = {"first_clause_words": first_clause_words, "max_chars": max_chars}
     chunker = SentenceChunker(**kw)
@@ -216,10 +218,12 @@ def test_the_buffer_decides_as_the_whole_text(text, sentences):
 @given(_texts)
 def test_property_the_chunker_cuts_where_the_server_splits_sentences(text):
     """One set of sentence rules: streamed through the chunker (no length or early-clause cuts), a text
-    ends up in the sentences the server's planner splits it into."""
+    ends up in the sentences the server's planner splits it into. What a user would lose otherwise: the
+    same intonation for the same text, whether it was sent whole or streamed."""
     assert chunks_of(text, step=7, max_chars=10**6) == split_sentences(text)
 
 
+@pytest.mark.subprocess
 def test_importing_the_chunker_loads_no_numerical_or_model_runtime():
     import subprocess
     import sys

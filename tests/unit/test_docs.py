@@ -83,6 +83,7 @@ def test_for_server_rewrites_the_default_address_only():
     )
 
 
+@pytest.mark.subprocess
 def test_parse_reports_syntax_errors():
     shell, python = extract("```bash\nif true; then\n```\n```python\ndef f(:\n```\n", "x.md")
     assert "syntax error" in parse(shell) or "unexpected end" in parse(shell)

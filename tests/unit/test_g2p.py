@@ -81,6 +81,7 @@ def test_japanese_numbers_with_thousands_separators_are_one_number(g2p):
     assert g2p.phonemize("1,250円です。", "ja") == g2p.phonemize("1250円です。", "ja")
 
 
+@pytest.mark.subprocess
 def test_front_ends_are_imported_only_when_their_language_is_used():
     code = """
 import sys

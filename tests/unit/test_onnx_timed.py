@@ -100,6 +100,7 @@ def test_build_writes_the_twin_with_its_checksum_and_serves_it(model_dir):
     assert files.model_name == assets.OFFLINE_ONNX  # the same weights and audio, named as such
 
 
+@pytest.mark.model
 def test_the_twin_is_remade_when_it_or_its_source_changes_and_is_deterministic(tmp_path):
     build_assets(tmp_path, torch=False)
     good = (tmp_path / TWIN).read_bytes()
@@ -115,6 +116,7 @@ def test_the_twin_is_remade_when_it_or_its_source_changes_and_is_deterministic(t
     assert any(TWIN in m for m in messages) and (tmp_path / TWIN).read_bytes() == good
 
 
+@pytest.mark.model
 def test_without_the_onnx_package_the_plain_model_is_served(tmp_path, monkeypatch):
     build_assets(tmp_path, torch=False)
     manifest = json.loads((tmp_path / assets.MANIFEST).read_text())

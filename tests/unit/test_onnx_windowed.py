@@ -62,6 +62,7 @@ def test_a_graph_without_that_decoder_is_refused(tmp_path):
         split_model(src, io.BytesIO(), io.BytesIO())
 
 
+@pytest.mark.model
 def test_the_pair_is_written_by_default_checksummed_and_deterministic(tmp_path):
     assert main(["assets", "--no-windowed", "--model-dir", str(tmp_path)]) == 0
     assert ModelFiles.discover(tmp_path).onnx_windowed is None and not (tmp_path / PREDICT).exists()

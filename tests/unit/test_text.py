@@ -103,6 +103,8 @@ _word = st.sampled_from(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_word, min_size=1, max_size=60), st.booleans())
 def test_no_text_lost_or_duplicated(pipeline, tokens, fast_first):
+    """What a user would lose: words of their text never spoken or spoken twice, or a segment the model
+    cannot take (empty, or over its phoneme limit: the request fails)."""
     text = " ".join(tokens)
     try:
         segments = pipeline.plan(text, voice="jm_kumo", fast_first=fast_first)

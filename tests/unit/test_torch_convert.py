@@ -22,6 +22,8 @@ import backends.assets.torch_convert as torch_convert
 from backends.assets.torch_convert import _lstm_gates, _module_path, _weight_norm, rebuild_checkpoint
 from backends.runtimes.torch_model import REBUILT_PTH, build_kmodel, load_checkpoint, read_config
 
+pytestmark = pytest.mark.torch
+
 ONNX = "kokoro-v1.0.int8.onnx"
 
 
@@ -171,6 +173,7 @@ def test_a_failed_write_leaves_neither_a_file_nor_a_temporary(rebuilt, model_dir
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.subprocess
 def test_kmodel_loads_without_misaki_and_without_the_network(model_dir, rebuilt):
     """Importing `kokoro` proper pulls in KPipeline and misaki; we must not need either, nor a hub."""
     script = f"""

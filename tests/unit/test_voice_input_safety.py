@@ -73,6 +73,8 @@ voice_like = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(spec=voice_like)
 def test_any_voice_string_is_a_typed_error_or_a_finite_loaded_voice(store, spec):
+    """What a user would lose: a clear 400/404 for a voice name or blend that cannot be (an untyped
+    error instead), or speech at all (a blend of non-finite weights is noise or silence)."""
     try:
         canonical = store.resolve(spec)
     except (InvalidRequest, UnknownVoice) as e:

@@ -156,6 +156,14 @@ class G2P:
         return sorted(self._front_ends)
 
     # -- the one entry point --------------------------------------------------------------------
+    def check(self, text: str, lang: str = "en-us") -> None:
+        """Raise what :meth:`phonemize` would for ``text``'s letters (``invalid_language``,
+        ``language_mismatch``, ``unreadable_text``) without reading it: a few microseconds a
+        character, so a whole request is checked before its first segment is planned."""
+        lang = canonical_lang(lang)
+        check_script(strip_links(text), lang)
+        check_readable(strip_links(text), lang)
+
     def phonemize(self, text: str, lang: str = "en-us") -> str:
         """The phonemes of ``text`` read in ``lang``. Raises ``InvalidRequest``: ``invalid_language``,
         ``language_mismatch`` (a letter ``lang`` cannot read), ``unreadable_text``."""

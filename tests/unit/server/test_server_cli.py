@@ -7,6 +7,8 @@ import subprocess
 import sys
 import wave
 
+import pytest
+
 from server.cli.main import _parser, main
 
 
@@ -32,6 +34,7 @@ def test_say_rejects_an_unknown_format_before_loading_anything(tmp_path, capsys)
     assert "unsupported audio format" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_say_writes_a_wav_file(model_dir, tmp_path):
     out = tmp_path / "hi.wav"
     subprocess.run([sys.executable, "-m", "server", "say", "Hi.", "-o", str(out), "--speed", "2",
@@ -47,6 +50,7 @@ def test_voices_lists_the_aliases(model_dir, capsys):
     assert "nova -> jf_nezumi" in lines and "alloy -> jm_kumo(2)+jf_alpha(1)" in lines
 
 
+@pytest.mark.subprocess
 def test_an_alias_to_a_voice_that_is_not_loaded_fails_the_start(model_dir):
     env = {**os.environ, "KOKORO_VOICE_ALIASES": "nova=af_nobody", "KOKORO_PORT": "0"}
     done = subprocess.run([sys.executable, "-m", "server", "serve", "--backend", "fake", "--model-dir", str(model_dir)],

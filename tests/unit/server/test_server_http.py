@@ -25,7 +25,8 @@ def test_ping_is_503_while_loading_then_200(make_client, synth, wait):
     assert refused.status_code == 503 and refused.json() == {
         "error": {"code": "not_ready", "message": refused.json()["error"]["message"]}
     }
-    assert ready == {"status": "ok", "backend": "fake", "mode": "sequential", "model": "fake"}
+    assert ready == {"status": "ok", "backend": "fake", "mode": "sequential", "model": "fake", "device": "cpu",
+                     "dtype": "float32"}
 
 
 def test_streamed_wav_has_the_streaming_header_then_pcm(make_client):

@@ -71,6 +71,7 @@ def test_the_table_lists_every_setting():
     assert "`SAGEMAKER_BIND_TO_PORT`" in rows
 
 
+@pytest.mark.subprocess
 def test_the_table_from_the_command_line():
     out = subprocess.run([sys.executable, "settings_table.py"], capture_output=True, text=True, check=True,
                          cwd=REPO).stdout
