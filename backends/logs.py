@@ -23,6 +23,16 @@ FORMATS = ("plain", "json")
 PLAIN = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Loggers that carry their own handlers: routed to the root's (one line, one format).
 ROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "bedrock_agentcore", "bedrock_agentcore.app")
+#: Loggers shown under another name: uvicorn's general logger is called ``uvicorn.error`` though
+#: most of what it says is not (a refused WebSocket upgrade, a server started), and a log search
+#: for errors should not find an ordinary 401 there.
+RENAMED = {"uvicorn.error": "uvicorn"}
+
+
+class _Rename(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.name = RENAMED.get(record.name, record.name)
+        return True
 
 
 #: The attributes every LogRecord has (and uvicorn's terminal-coloured copy of its message): anything
@@ -78,6 +88,7 @@ def configure(level: str = "info", fmt: str = "plain") -> logging.Handler:
     capture) are left alone."""
     handler = StderrHandler()
     handler.setFormatter(formatter(fmt))
+    handler.addFilter(_Rename())
     root = logging.getLogger()
     for old in list(root.handlers):
         if type(old) is logging.StreamHandler or isinstance(old, StderrHandler):

@@ -54,9 +54,11 @@ calls (a share of the cores), a batch of ``n`` — as a running average of secon
    newest is the one being listened to: a client that barges in opens a new context and may leave
    the old one to run out (LiveKit flushes and closes a context as soon as the reply's text ends,
    and on interruption only opens the next one). So a session's queued segments of older turns go
-   after every segment of its newest turn: the new reply waits for at most the one segment
-   already running, never for the rest of the abandoned one, which still runs when nothing newer
-   is queued (a client may still play it).
+   after every segment of its newest turn, and the newest turn's first request counts as a
+   listener who hears nothing (its first segment is due at once, and cut short by rule 2), not as
+   audio that follows the old turn's: the new reply waits for at most the one segment already
+   running, never for the rest of the abandoned one, which still runs when nothing newer is
+   queued (a client may still play it).
 
 With ``deadlines`` off, rules 1-8 give way to the mode's plain order (sequential: first in, first
 out; concurrent: round-robin by session) and the usual first cut; the load is still reported.
@@ -202,13 +204,17 @@ class SchedulingPolicy:
         when, session = self.config.short_first_segment, self.session_of(request)
         if when == "never" or not self.config.deadlines:
             return False
-        if self._listeners.hears_something(session, self.clock()):
+        if self._listeners.hears_something(session, self.clock()) and not self._listeners.newer_turn(
+                session, request.turn):
             return False  # this request's audio follows audio still playing: no hurry
         return when == "always" or self._listeners.others_served(session)
 
     def playout(self, request: SynthesisRequest) -> Playout:
         """The request's playback clock (call it before the request is ``tracked``)."""
-        heard = self._listeners.hears_something(self.session_of(request), self.clock())
+        session = self.session_of(request)
+        heard = self._listeners.hears_something(session, self.clock())
+        if self._listeners.newer_turn(session, request.turn, note=True):
+            heard = False  # rule 9: a new turn's first audio is due now, not after the old turn's
         return Playout(request.created, self.config.deadline_margin_ms / 1000.0, heard_before=heard)
 
     def segment_ready(self, playout: Playout, audio: Any, request: SynthesisRequest) -> None:

@@ -214,6 +214,7 @@ class Listeners:
     def __init__(self) -> None:
         self._active: Counter[str] = Counter()
         self._playing: dict[str, float] = {}
+        self._turns: dict[str, int] = {}  # the newest turn of each session heard of (rule 9)
 
     @contextlib.contextmanager
     def serving(self, session: str) -> Iterator[None]:
@@ -225,6 +226,8 @@ class Listeners:
             self._active[session] -= 1
             if self._active[session] <= 0:
                 del self._active[session]
+                if session not in self._playing:
+                    self._turns.pop(session, None)
 
     def played(self, session: str, runs_out: float) -> None:
         """The audio delivered to ``session`` so far runs out at ``runs_out``."""
@@ -240,11 +243,21 @@ class Listeners:
         for other, until in list(self._playing.items()):
             if until <= now and other not in self._active:
                 del self._playing[other]
+                self._turns.pop(other, None)
 
     def sizes(self, now: float) -> dict[str, int]:
         """Sessions per table at ``now`` (those whose audio ran out are forgotten first)."""
         self.sweep(now)
-        return {"listeners_active": len(self._active), "listeners_playing": len(self._playing)}
+        return {"listeners_active": len(self._active), "listeners_playing": len(self._playing),
+                "listeners_turns": len(self._turns)}
+
+    def newer_turn(self, session: str, turn: int, *, note: bool = False) -> bool:
+        """Whether ``turn`` is newer than every turn of ``session`` so far: its listener has moved
+        on, and what still plays of older turns is not heard before it. ``note``: remember it."""
+        newer = turn > self._turns.get(session, 0)
+        if newer and note:
+            self._turns[session] = turn
+        return newer
 
     def others_served(self, session: str) -> bool:
         """Whether requests of sessions other than ``session`` are in progress."""

@@ -30,6 +30,10 @@ def _routes(app) -> list[tuple[str, str]]:
     return out
 
 
+#: The providers' HTTP routes: the key as their clients send it, refused in their own error shape.
+PROVIDER_HTTP = ("/v1/speak", "/tts/bytes", "/tts/sse")
+
+
 def test_every_route_but_ping_needs_the_key():
     with client(api_key=KEY) as c:
         routes = _routes(c.app)
@@ -51,6 +55,8 @@ def test_every_route_but_ping_needs_the_key():
             keyed = c.request(method, path, json=body if method == "POST" else None, headers=GOOD)
             if path in OPEN:
                 assert anonymous.status_code == 200, path
+            elif path in PROVIDER_HTTP or path.startswith("/v1/text-to-speech/"):
+                assert anonymous.status_code == 401, (method, path)  # in the provider's shape (its SDK's tests)
             else:
                 assert anonymous.status_code == 401, (method, path)
                 want = "invalid_api_key" if path.startswith("/v1/") else "unauthorized"  # OpenAI's code there

@@ -1,4 +1,4 @@
-"""backends/audio.py: every format decodes (PyAV) to the asked rate and a plausible length."""
+"""backends/audio: every format decodes (PyAV) to the asked rate and a plausible length."""
 
 from __future__ import annotations
 

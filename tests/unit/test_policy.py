@@ -301,3 +301,21 @@ def test_a_sessions_newest_turn_goes_before_what_is_left_of_its_older_turns():
     offer("new reply", "s", 2.0, turn=2)
     clock.now = 2.5
     assert [queue.pop().item for _ in range(3)] == ["other session", "new reply", "old reply, next piece"]
+
+
+def test_a_new_turn_is_a_listener_who_hears_nothing_though_the_old_turn_still_plays():
+    """Rule 9 with rule 2: the old context's audio still plays (its later piece would follow it),
+    but the new context's first request is due at once and gets a short first segment."""
+    clock = Clock()
+    policy, _ = make_policy(clock, short_first_segment="always")
+    old = SynthesisRequest(text="x", session="s", created=0.0, turn=1)
+    playout = policy.playout(old)
+    with policy.tracked(old, playout):
+        policy.segment_ready(playout, [0.0] * (RATE * 10), old)  # ten seconds of the old reply delivered
+        clock.now = 1.0
+        later_piece = SynthesisRequest(text="x", session="s", created=1.0, turn=1)
+        new_turn = SynthesisRequest(text="y", session="s", created=1.0, turn=2)
+        assert not policy.short_first(later_piece) and policy.short_first(new_turn)
+        assert policy.playout(later_piece).heard_before
+        assert not policy.playout(new_turn).heard_before
+        assert policy.playout(SynthesisRequest(text="z", session="s", created=1.0, turn=2)).heard_before

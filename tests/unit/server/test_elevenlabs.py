@@ -197,3 +197,32 @@ def test_the_key_goes_in_the_xi_api_key_header_or_the_first_message(make_client)
             send(ws, text=" ", xi_api_key="wrong")
             error, closed = receive(ws), receive(ws)
     assert error["error"] == "invalid_api_key" and closed == {"close": 1008}
+
+
+def test_livekit_barge_in_the_new_context_is_heard_within_one_segment(make_client):
+    """LiveKit's ElevenLabs plugin (Python 1.8.9), its exact messages on one multi-stream socket: a
+    context opened with a space, each sentence sent with ``flush``, the end of the reply flushed and
+    the context closed at once — then, on barge-in, nothing for the old context (already closed) and
+    a new context. The old reply still runs out, but the new turn's audio comes before all but the
+    segment that was running."""
+    from tests.support.app import fake_synth
+    from tests.support.inproc import client
+
+    old = [f"Sentence number {n} of the abandoned reply." for n in range(1, 7)]
+    with client(fake_synth(segment_s=0.15)) as c, c.websocket_connect(MULTI) as ws:
+        send(ws, text=" ", voice_settings={}, context_id="c1")
+        for sentence in old:
+            send(ws, text=sentence + " ", context_id="c1", flush=True)
+        send(ws, text="", context_id="c1", flush=True)
+        send(ws, context_id="c1", close_context=True)
+        assert receive(ws).get("contextId") == "c1"  # the old reply plays; then the user barges in
+        send(ws, text=" ", voice_settings={}, context_id="c2")
+        send(ws, text="The new turn. ", context_id="c2", flush=True)
+        send(ws, text="", context_id="c2", flush=True)
+        send(ws, context_id="c2", close_context=True)
+        order = []
+        while not (order.count(("c1", True)) and order.count(("c2", True))):
+            m = receive(ws)
+            order.append((m.get("contextId"), m.get("isFinal") is True))
+    before_new = order[:order.index(("c2", False))]
+    assert before_new.count(("c1", False)) <= 1, order  # at most the segment that was running

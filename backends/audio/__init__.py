@@ -1,4 +1,5 @@
-"""Audio on the wire: PCM conversion, a streaming WAV header, resampling and streaming encoders.
+"""Audio on the wire: PCM conversion, a streaming WAV header, resampling and streaming encoders
+(the voice-agent providers' raw, G.711 and MP3 encodings are in :mod:`backends.audio.wire`).
 
 Everything here is synchronous and CPU-bound but cheap (milliseconds per second of audio); a
 caller on an event loop may still prefer ``asyncio.to_thread`` for the PyAV formats.
