@@ -53,7 +53,8 @@ def make(name: str, model_files, voices) -> Synthesizer:
                            device="cuda")
 
 
-RUNTIMES = ["onnx", "torch", "fake", "fake-every-capability"]
+#: Each runtime kind, loaded here by its own instance (the checks include loading it); torch's marked.
+RUNTIMES = ["onnx", pytest.param("torch", marks=pytest.mark.torch), "fake", "fake-every-capability"]
 
 
 @pytest.fixture(scope="module", params=RUNTIMES)
