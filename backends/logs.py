@@ -100,7 +100,9 @@ def configure(level: str = "info", fmt: str = "plain") -> logging.Handler:
         for old in list(routed.handlers):
             routed.removeHandler(old)
         # A handler that drops nothing and writes nothing: a library that adds its own handler only
-        # when it finds none (bedrock-agentcore's app does) leaves the logger to the root's.
+        # when it finds none (bedrock-agentcore's app does) leaves the logger to the root's. A level
+        # it set before (an app built earlier in this process) goes too: the root's level decides.
         routed.addHandler(logging.NullHandler())
+        routed.setLevel(logging.NOTSET)
         routed.propagate = True
     return handler

@@ -20,7 +20,8 @@ test starts a process or loads a model itself; ``browser``, ``cloud`` and ``benc
 
 Parallel runs (``pytest -n N --dist loadgroup``): every test of a module goes to one worker (so its
 module fixtures are built once), and so do all the tests of a shared server or of ``torch_synth`` (so
-each is built once per run); the groups that hold the longest tests are handed out first.
+each is built once per run); the shared fixtures' groups and those that hold the longest tests are
+handed out first.
 
 Property tests draw the same examples on every run (the ``derandomized`` profile, loaded here), so a
 run's result depends on the code alone; ``pytest --hypothesis-profile=explore`` draws new ones.
@@ -48,12 +49,17 @@ settings.register_profile("derandomized", derandomize=True, database=None, print
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile("derandomized")
 
-#: A shared fixture -> the xdist group its tests run in (one worker builds it once) and the markers it implies.
+#: A shared fixture -> the xdist group its tests run in (one worker builds it once), the markers it
+#: implies, and the marker by which a test of the same module that asks for it at run time
+#: (``request.getfixturevalue``) is known.
 SHARED = {
-    "onnx_server": ("onnx_server", ("model", "subprocess")),
-    "fake_server": ("fake_server", ("subprocess",)),
-    "torch_synth": ("torch", ("model", "torch")),
+    "onnx_server": ("onnx_server", ("model", "subprocess"), None),
+    "fake_server": ("fake_server", ("subprocess",), None),
+    "torch_synth": ("torch", ("model", "torch"), "torch"),
 }
+#: A torch test's time limit: the runtime's first load is charged to whichever test asks first, and
+#: torch on a CPU shared with other workers is slow at anything.
+TORCH_TIMEOUT_S = 300
 #: Fixtures that read the installed model directory: a test that uses one needs the model.
 MODEL_FIXTURES = ("model_dir",)
 #: Folders in the order their groups are handed to the workers: the longest tests first, the many
@@ -89,28 +95,21 @@ def _shared_fixtures(item: pytest.Item) -> list[str]:
             and chain[-1].func.__module__ == __name__]
 
 
-def _groups(items: list[pytest.Item]) -> dict[str, str]:
-    """Module -> its xdist group: the module itself, or, for the modules that use a shared fixture, one
-    group per fixture (modules that share two fixtures between them join their groups)."""
-    owner: dict[str, str] = {}  # a union-find over modules and shared fixtures
-
-    def find(x: str) -> str:
-        while owner.setdefault(x, x) != x:
-            x = owner[x]
-        return x
-
-    for item in items:
-        for name in _shared_fixtures(item):
-            owner[find(_module(item))] = find(name)
-    roots: dict[str, list[str]] = {}
-    for name in SHARED:
-        roots.setdefault(find(name), []).append(SHARED[name][0])
-    return {module: "+".join(roots[find(module)]) if find(module) in roots else module
-            for module in {_module(item) for item in items}}
+def _group(item: pytest.Item, shared_modules: dict[str, set[str]]) -> str:
+    """A test's xdist group: its shared fixture's, or its module's."""
+    for name in _shared_fixtures(item):
+        return SHARED[name][0]
+    for name, (group, _marks, marker) in SHARED.items():
+        if marker and item.get_closest_marker(marker) and _module(item) in shared_modules[name]:
+            return group
+    return _module(item)
 
 
 def _rank(item: pytest.Item) -> tuple[int, int]:
-    """Where a test's folder comes in ``FOLDER_ORDER``, a ``slow`` test first within it."""
+    """When a test's group is handed out: the shared fixtures' groups (each the most work one worker
+    does) first, then by ``FOLDER_ORDER``, a ``slow`` test's group first within its folder."""
+    if _explicit_group(item) in {group for group, _marks, _marker in SHARED.values()}:
+        return -1, 0
     parts = Path(_module(item)).parts
     folder = parts[1] if len(parts) > 2 else ""
     order = FOLDER_ORDER.index(folder) if folder in FOLDER_ORDER else len(FOLDER_ORDER)
@@ -118,7 +117,10 @@ def _rank(item: pytest.Item) -> tuple[int, int]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    groups = _groups(items)
+    shared_modules: dict[str, set[str]] = {name: set() for name in SHARED}
+    for item in items:
+        for name in _shared_fixtures(item):
+            shared_modules[name].add(_module(item))
     for item in items:
         names = set(item.fixturenames)
         if names.intersection(MODEL_FIXTURES):
@@ -126,8 +128,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name in _shared_fixtures(item):
             for mark in SHARED[name][1]:
                 item.add_marker(mark)
+        if item.get_closest_marker("torch") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TORCH_TIMEOUT_S))
         if _explicit_group(item) is None:
-            item.add_marker(pytest.mark.xdist_group(groups[_module(item)]))
+            item.add_marker(pytest.mark.xdist_group(_group(item, shared_modules)))
 
     # Whole groups move, each keeping its tests' order; a group goes where its first-ranked test goes.
     group_rank: dict[str, tuple[int, int]] = {}

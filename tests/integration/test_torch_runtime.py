@@ -38,7 +38,7 @@ from backends.runtimes.torch_forward import forward_batch
 from tests.support.observer import Recorder
 from tests.support.virtual_time import VirtualClock
 
-pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]  # the torch runtime on a shared CPU: each check is slow
+pytestmark = pytest.mark.torch
 
 FRAME = 600  # samples per predicted duration frame
 SENTENCES = ["Please open the door and turn on the light.", "We will meet at the station at seven o'clock."]

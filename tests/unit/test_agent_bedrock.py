@@ -45,6 +45,7 @@ def bedrock_model(url: str):
     return build_model("bedrock", bedrock_model_id="standin.model-v1", region="us-east-1", endpoint_url=url)
 
 
+@pytest.mark.cloud
 async def test_real_bedrock_model_streams_text_from_converse_stream(bedrock):
     agent = build_agent(bedrock_model(bedrock.url))
     deltas = [d async for d in text_deltas(agent, "Greet me")]
@@ -60,6 +61,7 @@ async def test_real_bedrock_model_streams_text_from_converse_stream(bedrock):
     assert "voice assistant" in body["system"][0]["text"]
 
 
+@pytest.mark.cloud
 async def test_bedrock_turn_is_spoken_while_it_streams(bedrock, tts_server):
     events = [e async for e in converse(build_agent(bedrock_model(bedrock.url)), TTSClient.websocket(tts_server.url),
                                         "Greet me")]
@@ -70,6 +72,7 @@ async def test_bedrock_turn_is_spoken_while_it_streams(bedrock, tts_server):
         "Bedrock says hello.", "This second sentence arrives token by token.", "The end."]
 
 
+@pytest.mark.cloud
 async def test_bedrock_stream_exception_is_an_error_event(tts_server):
     standin = BedrockStandIn(REPLY, exception="validationException").start()
     try:

@@ -22,6 +22,8 @@ from agent.tts_client import TTSClient
 from tests.agent_support import sagemaker_standin
 from tests.agent_support.wire_tap import WireTap, fake_runtime_server
 
+pytestmark = pytest.mark.cloud
+
 SENTENCES = ["The first sentence is here.", "A second one follows, a little longer than the first."]
 
 

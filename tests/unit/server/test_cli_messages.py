@@ -118,6 +118,24 @@ def test_a_json_line_carries_the_error_and_its_traceback():
     assert entry["time"].endswith("+00:00") and "Traceback" in entry["traceback"]
 
 
+def test_a_library_logger_built_before_the_logs_are_configured_follows_their_level(monkeypatch):
+    """bedrock-agentcore's app sets its logger to INFO when built: an app built earlier in the process
+    must not keep its lines above the level the command configured."""
+    import logging
+
+    from backends.logs import configure
+
+    sdk = logging.getLogger("bedrock_agentcore.app")
+    monkeypatch.setattr(sdk, "level", logging.INFO)
+    monkeypatch.setattr(sdk, "handlers", [logging.StreamHandler()])
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    configure("warning")
+    assert not sdk.isEnabledFor(logging.INFO) and sdk.isEnabledFor(logging.WARNING)
+    assert all(isinstance(h, logging.NullHandler) for h in sdk.handlers)
+
+
 def test_espeak_g2p_logs_no_warning_per_synthesis(caplog):
     g2p = EspeakG2P()
     with caplog.at_level(logging.DEBUG):

@@ -205,6 +205,7 @@ def test_the_key_is_checked_in_deepgrams_own_header_where_one_is_set(make_client
         assert receive(ws)["type"] == "Metadata"  # no key configured: any key is accepted
 
 
+@pytest.mark.cloud
 async def test_sagemaker_opens_v1_speak_at_the_model_invocation_path_and_query(live_server):
     """As Pipecat's DeepgramSageMakerTTSService invokes it: path ``v1/speak``, the query as a string."""
     from tests.agent_support import sagemaker_standin as sm
