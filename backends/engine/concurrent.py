@@ -30,7 +30,7 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
 * Each batch goes through the engine's single per-segment step
-  (:meth:`~backends.engine.core.Engine.run_segments`), as the sequential mode's segments do: the
+  (:meth:`~backends.engine.core.Engine.run_segments`, :mod:`backends.engine.step`), as the sequential mode's segments do: the
   runtime's frame durations kept (word timings work in both modes), audio clipped, and a failed
   batch retried one segment at a time, so one bad segment fails only its own request
   (:class:`BackendFault`). The loop is a :class:`~backends.engine.watch.WatchedTask`: should it fail
@@ -78,10 +78,11 @@ from backends.api import (
     Segment,
     SynthesisRequest,
 )
-from backends.engine.core import Engine, SegmentResult
+from backends.engine.core import Engine
 from backends.engine.planning import known_count
 from backends.engine.policy import input_tokens
 from backends.engine.schedule import Entry, Playout, RunningCall
+from backends.engine.step import SegmentResult
 from backends.engine.watch import WatchedTask
 
 log = logging.getLogger("kokoro.backend")
