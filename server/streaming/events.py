@@ -9,7 +9,7 @@ from typing import Any, Literal
 from backends.api import SAMPLE_RATE, KokoroError
 from server.pipeline.word_timings import WordTiming
 
-#: The wire encodings of ``backends.wire_audio``.
+#: The wire encodings of ``backends.audio.wire``.
 Encoding = Literal["pcm", "f32", "mulaw", "alaw", "mp3"]
 
 

@@ -32,7 +32,7 @@ Contract (stable; the protocol mappers are built on it):
   can be yielded any more.
 * iteration — exactly one reader task (``async for event in stream``). Events come strictly in
   input order. An :class:`Audio` carries one segment's encoded bytes (``encoding`` at ``sample_rate``:
-  ``backends.wire_audio``), its place on the turn's clock (``offset``,
+  ``backends.audio.wire``), its place on the turn's clock (``offset``,
   ``duration``) and, when ``word_timings`` was asked and the runtime reports durations (see
   :attr:`TextStream.timed`), the words it speaks with start/end seconds on that clock
   (``server.pipeline.word_timings``). A piece that fails (unknown voice, overloaded, backend fault) yields
@@ -76,9 +76,9 @@ from backends.api import (
     SynthesisRequest,
     TextTooLong,
 )
-from backends.audio import Encoder
+from backends.audio.encoders import Encoder
+from backends.audio.wire import BYTES_PER_SAMPLE, wire_encoder
 from backends.text.chunker import SentenceChunker
-from backends.wire_audio import BYTES_PER_SAMPLE, wire_encoder
 from server.pipeline.synthesis import Synthesis, retrieve
 from server.pipeline.word_timings import WordTiming, segment_word_timings
 from server.streaming.events import Audio, Cleared, Done, Event, Failed, Flushed, StreamOptions

@@ -1,4 +1,4 @@
-"""Audio on the wire: PCM conversion, a streaming WAV header, resampling and streaming encoders.
+"""The response formats: PCM conversion, a streaming WAV header, resampling and streaming encoders.
 
 Everything here is synchronous and CPU-bound but cheap (milliseconds per second of audio); a
 caller on an event loop may still prefer ``asyncio.to_thread`` for the PyAV formats.
