@@ -24,7 +24,7 @@ COLUMNS = ("raw_pcm", "base64_pcm", "mp3_48k", "mp3_64k", "opus_32k")
 
 
 def _encode(pcm: bytes) -> dict[str, int]:
-    from backends.audio import Mp3Encoder, make_encoder
+    from backends.audio.encoders import Mp3Encoder, make_encoder
 
     audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
     chunk = BYTES_PER_SECOND // 2  # feed ~1 s pieces, the size of a short segment

@@ -1,6 +1,6 @@
-"""The encodings the voice-agent providers put on the wire, beside ``backends.audio``'s file formats:
-raw PCM (s16le, float32), G.711 μ-law and A-law (telephony) and MP3 at a chosen bit rate — each a
-streaming :class:`~backends.audio.Encoder` fed float32 audio at 24 kHz.
+"""The encodings the voice-agent providers put on the wire, beside the file formats of
+:mod:`backends.audio.encoders`: raw PCM (s16le, float32), G.711 μ-law and A-law (telephony) and MP3 at a chosen bit rate — each a
+streaming :class:`~backends.audio.encoders.Encoder` fed float32 audio at 24 kHz.
 
 * ``pcm`` — s16le; ``f32`` — float32 little-endian (Cartesia's ``pcm_f32le``).
 * ``mulaw`` / ``alaw`` — ITU-T G.711 through FFmpeg's ``pcm_mulaw`` / ``pcm_alaw`` encoders (PyAV),
@@ -10,7 +10,7 @@ streaming :class:`~backends.audio.Encoder` fed float32 audio at 24 kHz.
 
 :func:`wire_encoder` is the one factory; :data:`BYTES_PER_SAMPLE` says how long a piece of the
 uncompressed encodings is (None for MP3: its length is the audio's, not its bytes'). Threading as
-in ``backends.audio``: one encoder per stream, one thread at a time.
+in ``backends.audio.encoders``: one encoder per stream, one thread at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from backends.api import SAMPLE_RATE, InvalidRequest
-from backends.audio import Encoder, Mp3Encoder, PcmEncoder, to_pcm16
+from backends.audio.encoders import Encoder, Mp3Encoder, PcmEncoder, to_pcm16
 
 WireEncoding = Literal["pcm", "f32", "mulaw", "alaw", "mp3"]
 #: Every rate a provider lists for its PCM (resampled from the model's 24 kHz with soxr).

@@ -26,11 +26,13 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   1-thread calls out-run one 2-thread call; ``benchmarks/concurrent_probe.py``). A call the policy
   lets run alone runs with ``solo=True`` when the runtime has ``solo_calls`` (ONNX: a second
   session with every core), so one listener never gets less than the sequential mode gives it.
+  The worker count and thread shares, the per-request job and the queued item are
+  :mod:`backends.engine.jobs`.
 * A batch runtime on a CPU device (``capabilities.device == "cpu"``) gets single calls too unless
   ``batch_on_cpu``: measured here, torch's batched forward on CPU costs 1.3x the CPU time of the
   same segments one by one at equal lengths and ~2x with padding, and it made first audio wait.
 * Each batch goes through the engine's single per-segment step
-  (:meth:`~backends.engine.core.Engine.run_segments`), as the sequential mode's segments do: the
+  (:meth:`~backends.engine.core.Engine.run_segments`, :mod:`backends.engine.step`), as the sequential mode's segments do: the
   runtime's frame durations kept (word timings work in both modes), audio clipped, and a failed
   batch retried one segment at a time, so one bad segment fails only its own request
   (:class:`BackendFault`). The loop is a :class:`~backends.engine.watch.WatchedTask`: should it fail
@@ -61,11 +63,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -75,46 +75,16 @@ from backends.api import (
     Interrupted,
     NotReady,
     Overloaded,
-    Segment,
     SynthesisRequest,
 )
-from backends.engine.core import Engine, SegmentResult
+from backends.engine.core import Engine
+from backends.engine.jobs import Item, Job, segment_of, tokens, tune_threads, worker_count
 from backends.engine.planning import known_count
-from backends.engine.policy import input_tokens
-from backends.engine.schedule import Entry, Playout, RunningCall
+from backends.engine.schedule import Entry, RunningCall
+from backends.engine.step import SegmentResult
 from backends.engine.watch import WatchedTask
 
 log = logging.getLogger("kokoro.backend")
-
-
-@dataclass(eq=False)
-class _Job:
-    """One admitted request: its unsubmitted segments and the collector its stream reads."""
-
-    request: SynthesisRequest
-    key: str
-    seq: int
-    pending: deque[Segment]
-    playout: Playout
-    outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
-    planned: int = 0  # how many of the request's segments have joined ``pending``
-    busy: bool = False  # a segment of this job is queued or being synthesised
-    cancelled: bool = False  # read by worker threads (a plain bool; the GIL makes it safe)
-
-
-@dataclass(eq=False, slots=True)
-class _Item:
-    job: _Job
-    segment: Segment
-
-
-def _segment_of(entry: Entry) -> Segment:
-    item: _Item = entry.item
-    return item.segment
-
-
-def _tokens(entry: Entry) -> int:
-    return input_tokens(entry.item.segment)
 
 
 class ConcurrentBackend(Engine):
@@ -130,16 +100,12 @@ class ConcurrentBackend(Engine):
         self.max_wait_s = config.max_wait_ms / 1000.0
         self.max_ahead = config.max_ahead
         self.batch_on_cpu = config.batch_on_cpu
-        workers = config.workers
-        if workers is None:
-            parallel = self.runtime_capabilities.thread_safe and not self.has_batch_path
-            workers = min(2, os.cpu_count() or 1) if parallel else 1
-        self.workers = workers
+        self.workers = worker_count(config, self.runtime_capabilities)
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kokoro-batch")
         self._free = self.workers
         self._queue = self.policy.new_queue()
         self._queued = 0
-        self._jobs: set[_Job] = set()
+        self._jobs: set[Job] = set()
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
         self.scheduler = WatchedTask("the batch scheduler", self._schedule, on_failure=self._fail_all)
@@ -169,20 +135,8 @@ class ConcurrentBackend(Engine):
         return len(self._jobs)
 
     async def start(self) -> None:
-        self._tune_threads()
+        tune_threads(self.synthesizer, self.config, self.workers)
         await super().start()
-
-    def _tune_threads(self) -> None:
-        """Give each parallel call its share of the cores, unless the user chose a thread count
-        or the runtime is already loaded (then its own setting stands)."""
-        synth, caps, cores = self.synthesizer, self.runtime_capabilities, os.cpu_count() or 1
-        if self.workers > 1 and caps.threads_settable and not synth.loaded and synth.threads is None:
-            threads = max(1, cores // self.workers)
-            solo = cores if self.config.solo_calls and caps.solo_calls and cores > threads else None
-            synth.set_threads(threads, solo=solo)
-            log.info("concurrent mode: %d parallel calls x %d intra-op threads", self.workers, threads)
-            if solo is not None:
-                log.info("concurrent mode: a call that runs alone uses %d intra-op threads", solo)
 
     async def aclose(self) -> None:
         self._closing = True
@@ -232,7 +186,7 @@ class ConcurrentBackend(Engine):
         policy = self.policy
         policy.admit(self._queue, request)
         seq = next(self._seq)
-        job = _Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
+        job = Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
                    playout=policy.playout(request), planned=len(request.segments))
         if request.plan is not None:  # segments planned from now on join the job's pending ones
             request.plan.listen(partial(self._planned, job))
@@ -259,7 +213,7 @@ class ConcurrentBackend(Engine):
                     request.plan.close()
                 self._drop(job)
 
-    def _planned(self, job: _Job) -> None:
+    def _planned(self, job: Job) -> None:
         """The planner read more of the job's text: its new segments wait their turn."""
         if job.cancelled:
             return
@@ -268,16 +222,16 @@ class ConcurrentBackend(Engine):
         job.planned = len(segments)
         self._submit_next(job)
 
-    def _submit_next(self, job: _Job) -> None:
+    def _submit_next(self, job: Job) -> None:
         if job.busy or job.cancelled or not job.pending or job.outbox.qsize() >= self.max_ahead:
             return
         job.busy = True
         segment = job.pending.popleft()
         if job.request.plan is not None:
             job.request.plan.want(segment.index + 1)
-        self._enqueue(_Item(job, segment))
+        self._enqueue(Item(job, segment))
 
-    def _enqueue(self, item: _Item, entry: Entry | None = None) -> None:
+    def _enqueue(self, item: Item, entry: Entry | None = None) -> None:
         """Queue a job's segment (``entry``: one taken before, whose call was interrupted)."""
         job = item.job
         if entry is not None:
@@ -293,7 +247,7 @@ class ConcurrentBackend(Engine):
         if self._wake is not None:
             self._wake.set()
 
-    def _drop(self, job: _Job) -> None:
+    def _drop(self, job: Job) -> None:
         """Forget a finished, failed or abandoned job; its queued segment leaves the queue now."""
         if job.cancelled:
             return
@@ -317,7 +271,7 @@ class ConcurrentBackend(Engine):
             while not (self._queued and self._free):
                 self._wake.clear()
                 await self._wake.wait()
-            hold = self.policy.hold_s(self._queue, _segment_of, free=self._free, workers=self.workers)
+            hold = self.policy.hold_s(self._queue, segment_of, free=self._free, workers=self.workers)
             if hold > 0:  # rule 6: everything queued has slack and a call is running: keep this worker
                 await self._nap(hold)
                 continue
@@ -326,13 +280,13 @@ class ConcurrentBackend(Engine):
             entries = self._take(self.max_batch_size if self.batched else 1)
             if not entries:
                 continue
-            solo = self.policy.runs_alone(self._queue, _segment_of, taken=len(entries), free=self._free,
+            solo = self.policy.runs_alone(self._queue, segment_of, taken=len(entries), free=self._free,
                                           workers=self.workers)  # rule 7
             self._launch(loop, entries, solo=solo)
 
     def _launch(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], *, solo: bool) -> None:
         """Hand the entries' segments to a worker thread (a single call may be interrupted)."""
-        items: list[_Item] = [e.item for e in entries]
+        items: list[Item] = [e.item for e in entries]
         interruptible = self.interrupts and len(entries) == 1
         kind = self.call_kind(solo) if len(entries) == 1 else "batch"
         call = self.policy.call_started(entries[0], items[0].job.playout, items[0].segment, kind,
@@ -375,7 +329,7 @@ class ConcurrentBackend(Engine):
         the batch (the policy's rule 8). A segment passed over keeps its place."""
 
         def fits(taken: list[Entry], entry: Entry) -> bool:
-            return self.policy.fits(taken, entry, _tokens)
+            return self.policy.fits(taken, entry, tokens)
 
         taken = self._queue.take(n, fits)
         if taken:
@@ -407,7 +361,7 @@ class ConcurrentBackend(Engine):
             self._wake.set()
 
     def _finish_one(self, entry: Entry, result: SegmentResult) -> None:
-        item: _Item = entry.item
+        item: Item = entry.item
         job = item.job
         if job.cancelled:
             job.busy = False

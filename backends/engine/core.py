@@ -1,10 +1,11 @@
-"""The engine both scheduling modes share: lifecycle, planning, playback deadlines, and the single
-per-segment step (docs/runtimes.md).
+"""The engine both scheduling modes share: lifecycle, planning, playback deadlines and the
+description (docs/runtimes.md).
 
 :class:`Engine` holds what does not depend on scheduling — loading and warming up the runtime,
 health (including a watchdog over stuck runtime calls), validating and planning a request,
 the request timeout, the description (:class:`~backends.api.BackendInfo`), voices and G2P — and
-:meth:`Engine.run_segments`, the one function that turns segments into audio for both modes.
+owns the single per-segment step both modes run (:class:`~backends.engine.step.SegmentStep`,
+behind :meth:`Engine.run_segments`).
 :class:`~backends.engine.sequential.SequentialBackend` and :class:`~backends.engine.concurrent.ConcurrentBackend`
 add only their scheduling (``stream``, ``queue_depth``, ``batched``).
 
@@ -16,52 +17,26 @@ holding a worker, solo calls, batches, and the cost of a call — is the engine'
 :class:`~backends.engine.policy.SchedulingPolicy` (``engine.policy``); the modes ask it and keep only the
 mechanics (queues, workers, futures).
 
-The step, for a list of segments (one runtime call's worth):
+Threading: ``run_segments`` runs on a worker thread (never the event loop) and never raises
+(:mod:`backends.engine.step`); ``check_health`` fails while one runtime call has run longer than
+the request timeout. Everything else is called on the event loop; loading and first segments run
+on a preparation pool, the rest of each text on a planning pool (:mod:`backends.engine.planning`).
+The observer is called from worker threads (``segment_done``, ``batch_done``, ``interrupted``) and
+from the event loop (``queue_depth``, ``underrun``).
 
-* the batch path when the mode batches (:attr:`Engine.batched`) and there is more than one
-  segment: ``synthesize_batch_timed`` when the runtime is ``timed``, else ``synthesize_batch``;
-  if that call fails, returns the wrong count or an empty item, each segment is retried alone,
-  so one bad segment fails only its own request;
-* alone: ``synthesize_timed`` when the runtime is ``timed`` (torch; ONNX with a timed model), else
-  ``synthesize`` (``solo=True``, every core, when the mode says the call runs alone and the runtime
-  has ``solo_calls``);
-* every output clipped to [-1, 1] (:func:`~backends.api.clip_audio`); empty audio is a
-  :class:`~backends.api.BackendFault` (a segment with phonemes always has sound);
-* every output's ends shaped (``join_pauses``, :mod:`backends.engine.joins`): the model's padding
-  trimmed, the pause a reading of the whole text makes at the segment's end put back, the
-  runtime's durations shifted with the audio, so word timings follow the audio that is sent;
-* the observer hears of every runtime call (``batch_done``, size 1 for a single call) and of every
-  segment (``segment_done`` with its share of the call's time).
-
-Threading: ``run_segments`` runs on a worker thread (never the event loop) and never raises: each
-:class:`SegmentResult` holds audio or the error for its segment. Every runtime call in it is
-registered with the watchdog, so ``check_health`` fails while one call has run longer than the
-request timeout. Everything else is called on the event loop; loading and first segments run on a
-preparation pool, the rest of each text on a planning pool (:mod:`backends.engine.planning`). The observer is called from worker threads
-(``segment_done``, ``batch_done``, ``interrupted``) and from the event loop (``queue_depth``,
-``underrun``).
-
-Cancellation: ``run_segments`` takes an optional ``skip(i)`` that it asks before each single call,
-so segments of a request dropped while a failed batch is being retried are never synthesised, and
-an optional :class:`~backends.api.Interrupt` that an ``interruptible`` runtime stops its call for
-(the segment's result is then :class:`~backends.api.Interrupted`, and the mode queues it again).
-The modes stop submitting a cancelled request's segments; ``aclose()`` refuses new work and
-releases the threads.
+Cancellation: the modes stop submitting a cancelled request's segments (``run_segments``' ``skip``
+and ``interrupt``, :mod:`backends.engine.step`); ``aclose()`` refuses new work and releases the
+threads.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Literal
-
-import numpy as np
 
 from backends.api import (
     AudioChunk,
@@ -71,7 +46,6 @@ from backends.api import (
     BackendObserver,
     Capabilities,
     Interrupt,
-    Interrupted,
     KokoroError,
     NoObserver,
     NotReady,
@@ -80,34 +54,21 @@ from backends.api import (
     SynthesisTimeout,
     Synthesizer,
     TextTooLong,
-    clip_audio,
 )
 from backends.assets.voices import VoiceStore
 from backends.config import BackendConfig
-from backends.engine.joins import shape_segment
 from backends.engine.planning import PLAN_THREADS, SegmentFeed, plan_first
-from backends.engine.policy import CallKind, SchedulingPolicy, input_tokens
+from backends.engine.policy import CallKind, SchedulingPolicy
+from backends.engine.step import SegmentResult, SegmentStep
 from backends.text.planner import TextPipeline
 
 log = logging.getLogger("kokoro.backend")
 WARMUP_TEXT = "Warming up."
 
 
-@dataclass(slots=True)
-class SegmentResult:
-    """One segment's outcome: audio (clipped) and the runtime's frame durations, or an error.
-
-    ``seconds`` is the wall time of the runtime call that produced it (for a batch, the whole
-    call: what the segment waited for)."""
-
-    audio: np.ndarray | None = None
-    durations: np.ndarray | None = None
-    seconds: float = 0.0
-    error: BaseException | None = None
-
-
 class Engine:
-    """The shared lifecycle and the single per-segment step (see the module docstring).
+    """The shared lifecycle, planning and description; the per-segment step is its ``step``
+    (see the module docstring).
 
     ``config`` is the backend's part of the settings (defaults without the environment when
     omitted); ``observer`` receives the backend's measurements (the server's metrics);
@@ -144,9 +105,11 @@ class Engine:
         # Loading and first segments on one pool, the rest of the texts on another (planning.py).
         self._prep_executor = ThreadPoolExecutor(max_workers=PLAN_THREADS, thread_name_prefix="kokoro-prep")
         self._plan_executor = ThreadPoolExecutor(max_workers=PLAN_THREADS, thread_name_prefix="kokoro-plan")
-        self._calls: dict[int, float] = {}  # worker thread -> when its runtime call began
         self.policy = SchedulingPolicy(self.config, plain_order=self.plain_order, sample_rate=synthesizer.sample_rate,
                                        observer=self._observer, clock=clock)
+        # The mode's batching and call kind are asked per call: the modes override them.
+        self.step = SegmentStep(synthesizer, self.config, self.policy.cost, self._observer, clock,
+                                batched=lambda: self.batched, call_kind=self.call_kind)
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -205,7 +168,7 @@ class Engine:
     def table_sizes(self) -> dict[str, int]:
         """Entries per table kept per session, request or call (see :class:`~backends.api.Backend`);
         the modes add their queues."""
-        return {"runtime_calls": len(self._calls), **self.policy.table_sizes()}
+        return {"runtime_calls": self.step.running_calls, **self.policy.table_sizes()}
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -240,12 +203,7 @@ class Engine:
     def stuck_seconds(self) -> float | None:
         """How long the oldest runtime call has run, when that is longer than the request timeout
         (a hung runtime fails every request by timeout; /ping must then stop saying healthy)."""
-        started = list(self._calls.values())  # a C-level copy: safe against worker threads
-        timeout = self.config.request_timeout_s
-        if not started or not timeout:
-            return None
-        age = time.monotonic() - min(started)
-        return age if age > timeout else None
+        return self.step.stuck_seconds()
 
     def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
         """One chunk per segment, in order: each mode schedules the segments its own way."""
@@ -312,95 +270,11 @@ class Engine:
             synth_seconds=result.seconds, phonemes=segment.phonemes, durations=result.durations,
         )
 
-    # -- the per-segment step (worker threads) --------------------------------------------------
+    # -- the per-segment step (worker threads; backends.engine.step) -----------------------------
     def run_segments(
         self, segments: Sequence[Segment], skip: Callable[[int], bool] | None = None, *, solo: bool = False,
         interrupt: Interrupt | None = None,
     ) -> list[SegmentResult]:
-        """Synthesise ``segments`` (worker thread; never raises): one batch call when the mode
-        batches, else (or when the batch fails) one call per segment. ``skip(i)`` is asked before
-        each single call; a skipped segment gets a :class:`NotReady` error. ``solo``: the call runs
-        alone, so a runtime with ``solo_calls`` gives it every core. ``interrupt`` (single calls of
-        an ``interruptible`` runtime): set, it stops the call (:class:`Interrupted`)."""
-        if self.batched and len(segments) > 1:
-            results = self._run_batch(segments)
-            if results is not None:
-                return results
-        return [
-            SegmentResult(error=NotReady("request cancelled")) if skip is not None and skip(i)
-            else self._run_one(seg, solo, interrupt)
-            for i, seg in enumerate(segments)
-        ]
-
-    def _run_batch(self, segments: Sequence[Segment]) -> list[SegmentResult] | None:
-        """One batch call; None when it failed in any way (the caller retries one by one)."""
-        t0 = self.clock()
-        timed = self.runtime_capabilities.timed
-        try:
-            outs: Sequence[Any]
-            if timed:
-                outs = self._call(self.synthesizer.synthesize_batch_timed, list(segments))
-            else:
-                outs = self._call(self.synthesizer.synthesize_batch, list(segments))
-            if len(outs) != len(segments):
-                raise BackendFault(f"the batch call returned {len(outs)} outputs for {len(segments)} segments")
-            pairs = [self._joined(s, clip_audio(o[0]), o[1]) if timed else self._joined(s, clip_audio(o), None)
-                     for s, o in zip(segments, outs, strict=True)]
-            if any(audio.size == 0 for audio, _ in pairs):  # retried one by one: only that segment fails
-                raise BackendFault("the runtime produced no audio for a segment")
-        except Exception as e:
-            log.warning("batch of %d failed (%r); retrying its segments one by one", len(segments), e)
-            return None
-        elapsed = self.clock() - t0
-        self.policy.cost.measured("batch", elapsed, sum(input_tokens(s) for s in segments), len(segments))
-        self._observer.batch_done(len(segments))
-        for audio, _ in pairs:  # each segment's share of the runtime's time
-            self._observer.segment_done(elapsed / len(segments), len(audio) / self.synthesizer.sample_rate)
-        return [SegmentResult(audio, durations, elapsed) for audio, durations in pairs]
-
-    def _run_one(self, segment: Segment, solo: bool = False, interrupt: Interrupt | None = None) -> SegmentResult:
-        t0 = self.clock()
-        caps = self.runtime_capabilities
-        options = {"solo": solo and caps.solo_calls, "interrupt": interrupt if caps.interruptible else None}
-        try:
-            durations = None
-            if caps.timed:  # per-token frame durations come from the same run, at no extra cost
-                audio, durations = self._call(self.synthesizer.synthesize_timed, segment, **options)
-            else:
-                audio = self._call(self.synthesizer.synthesize, segment, **options)
-            audio = clip_audio(audio)
-            if audio.size == 0:  # a segment with phonemes always has sound: never pass silence as success
-                raise BackendFault(f"the runtime produced no audio for segment {segment.index}")
-            audio, durations = self._joined(segment, audio, durations)
-        except Exception as e:
-            if isinstance(e, Interrupted):
-                self._observer.interrupted(self.clock() - t0)
-            return SegmentResult(seconds=self.clock() - t0, error=e)
-        elapsed = self.clock() - t0
-        self.policy.cost.measured(self.call_kind(solo and caps.solo_calls), elapsed, input_tokens(segment))
-        self._observer.batch_done(1)
-        self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
-        return SegmentResult(audio, durations, elapsed)
-
-    def _joined(
-        self, segment: Segment, audio: np.ndarray, durations: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The one place a segment's ends are shaped (:mod:`backends.engine.joins`): padding trimmed, the
-        reading's pause after it, its durations shifted with the audio."""
-        if not self.config.join_pauses:
-            return audio, durations
-        return shape_segment(segment, audio, durations)
-
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One runtime call, where :meth:`stuck_seconds` can see it."""
-        with self._watch():
-            return fn(*args, **kwargs)
-
-    @contextlib.contextmanager
-    def _watch(self) -> Iterator[None]:
-        key = threading.get_ident()
-        self._calls[key] = time.monotonic()
-        try:
-            yield
-        finally:
-            self._calls.pop(key, None)
+        """Synthesise ``segments`` on a worker thread (never raises): :meth:`SegmentStep.run
+        <backends.engine.step.SegmentStep.run>` with this mode's batching."""
+        return self.step.run(segments, skip, solo=solo, interrupt=interrupt)

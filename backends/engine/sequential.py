@@ -2,8 +2,8 @@
 kept as the baseline and as the lowest-latency mode for a single session).
 
 Everything but the scheduling is :class:`~backends.engine.core.Engine`'s: each segment goes through the
-engine's single per-segment step (:meth:`~backends.engine.core.Engine.run_segments`), one segment per
-call, never batched.
+engine's single per-segment step (:meth:`~backends.engine.core.Engine.run_segments`,
+:mod:`backends.engine.step`), one segment per call, never batched.
 
 Scheduling: each request offers one segment at a time (its next segment becomes runnable as soon as
 the previous one is done, before that one's chunk is handed to the reader — so at most one segment
@@ -46,9 +46,10 @@ from backends.api import (
     Segment,
     SynthesisRequest,
 )
-from backends.engine.core import Engine, SegmentResult
+from backends.engine.core import Engine
 from backends.engine.planning import known_count
 from backends.engine.schedule import Entry, Playout, RunningCall
+from backends.engine.step import SegmentResult
 
 _Item = tuple[Segment, "asyncio.Future[SegmentResult]", Playout]
 log = logging.getLogger("kokoro.backend")

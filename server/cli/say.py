@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from backends.api import Backend, SynthesisRequest
-from backends.audio import check_format, wav_header
+from backends.audio.encoders import check_format, wav_header
 from server.pipeline.synthesis import Synthesis
 
 Progress = Callable[[int, int, float], None]

@@ -47,7 +47,7 @@ from backends.api import (
     TextTooLong,
     UnknownVoice,
 )
-from backends.audio import check_format, check_sample_rate
+from backends.audio.encoders import check_format, check_sample_rate
 from server.pipeline.http import BodyTooLarge
 
 MODEL_IDS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")

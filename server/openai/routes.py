@@ -48,7 +48,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from backends.api import AudioChunk, Backend, KokoroError, SynthesisRequest, Unsupported
-from backends.audio import Encoder
+from backends.audio.encoders import Encoder
 from server.openai.params import MODEL_IDS, APIError, SpeechParams, parse_speech
 from server.openai.request_id import request_id_of
 from server.pipeline.http import AudioStream, SpeechEndpoint, read_body, wait_disconnect

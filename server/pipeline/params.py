@@ -18,7 +18,7 @@ from typing import Any
 
 from backends.api import MAX_SPEED, MIN_SPEED, EmptyText, InvalidJSON, InvalidRequest, TextTooLong
 
-#: Sample rates a client may ask for (``backends.audio`` resamples with soxr).
+#: Sample rates a client may ask for (``backends.audio.encoders`` resamples with soxr).
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 HTTP_FORMATS = ("wav", "pcm", "mp3")
 MAX_ID_CHARS = 128

@@ -52,7 +52,7 @@ from backends.api import (
     NotReady,
     SynthesisRequest,
 )
-from backends.audio import Encoder, make_encoder
+from backends.audio.encoders import Encoder, make_encoder
 from server.metrics import CANCELLED_STATUS
 
 if TYPE_CHECKING:

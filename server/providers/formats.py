@@ -1,6 +1,7 @@
 """The providers' audio formats, mapped in one place onto the server's encoders
-(``backends.audio.wire``, ``backends.audio``): Deepgram's ``encoding``/``container``/``sample_rate``/
-``bit_rate`` query, Cartesia's ``output_format`` object, ElevenLabs' ``output_format`` names.
+(``backends.audio.wire``, ``backends.audio.encoders``): Deepgram's
+``encoding``/``container``/``sample_rate``/``bit_rate`` query, Cartesia's ``output_format`` object,
+ElevenLabs' ``output_format`` names.
 
 Each parser returns a :class:`WireFormat` or raises :class:`FormatError` (a 400 whose message says
 what is supported; each route answers it in its provider's shape, at the WebSocket upgrade as an
@@ -30,12 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.api import InvalidRequest
-from backends.audio import Encoder, make_encoder
+from backends.audio.encoders import Encoder, make_encoder
 from backends.audio.wire import BYTES_PER_SAMPLE, CONTENT_TYPES, WIRE_RATES, wire_encoder
 
 __all__ = ["BYTES_PER_SAMPLE", "FormatError", "WireFormat", "cartesia_format", "deepgram_format", "elevenlabs_format"]
 
-#: Formats coded by ``backends.audio`` (whole-file or Ogg/ADTS containers).
+#: Formats coded by ``backends.audio.encoders`` (whole-file or Ogg/ADTS containers).
 _FILE_FORMATS = ("opus", "flac", "aac")
 _WAV_CODES = {"pcm": (1, 16), "f32": (3, 32), "mulaw": (7, 8), "alaw": (6, 8)}
 _RATES = ", ".join(map(str, WIRE_RATES))

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from backends.api import KokoroError, SynthesisRequest
-from backends.audio import wav_header
+from backends.audio.encoders import wav_header
 from server.openai.request_id import client_request_id, id_header
 from server.pipeline.http import AudioStream, SpeechEndpoint, read_body, wait_disconnect
 from server.pipeline.params import decode_object, parse_http_options, parse_synthesis

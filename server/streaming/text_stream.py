@@ -76,7 +76,7 @@ from backends.api import (
     SynthesisRequest,
     TextTooLong,
 )
-from backends.audio import Encoder
+from backends.audio.encoders import Encoder
 from backends.audio.wire import BYTES_PER_SAMPLE, wire_encoder
 from backends.text.chunker import SentenceChunker
 from server.pipeline.synthesis import Synthesis, retrieve

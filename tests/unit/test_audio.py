@@ -1,4 +1,4 @@
-"""backends/audio: every format decodes (PyAV) to the asked rate and a plausible length."""
+"""backends/audio/encoders.py: every format decodes (PyAV) to the asked rate and a plausible length."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from backends.api import InvalidRequest
-from backends.audio import (
+from backends.audio.encoders import (
     FORMATS,
     SUPPORTED_RATES,
     Resampler,

@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 
-from backends.audio import wav_header
+from backends.audio.encoders import wav_header
 
 
 def test_ping_is_503_while_loading_then_200(make_client, synth, wait):
