@@ -94,38 +94,46 @@ def input_tokens(segment: Segment) -> int:
 
 
 class CostModel:
-    """Seconds per input token, a running average per call kind (and batch size) of measured calls."""
+    """Seconds per input token, a running average per call kind (and batch size) of measured calls;
+    a window of a sentence (a segment with its :attr:`~backends.api.Segment.sentence`) apart, since
+    its call also decodes the frames around the window and, the first of its sentence, predicts the
+    whole sentence."""
 
     def __init__(self, smoothing: float = 0.2):
         self.smoothing = smoothing
-        self._rate: dict[tuple[CallKind, int], float] = {}
+        self._rate: dict[tuple[CallKind, int, bool], float] = {}
 
-    def measured(self, kind: CallKind, seconds: float, tokens: int, n: int = 1) -> None:
-        """Fold in a finished call of ``kind`` over ``tokens`` input tokens (``n`` segments)."""
+    def measured(self, kind: CallKind, seconds: float, tokens: int, n: int = 1, *, windowed: bool = False) -> None:
+        """Fold in a finished call of ``kind`` over ``tokens`` input tokens (``n`` segments);
+        ``windowed``: a window of its sentence."""
         if tokens <= 0:
             return
-        key = (kind, n if kind == "batch" else 1)
+        key = (kind, n if kind == "batch" else 1, windowed)
         rate, known = seconds / tokens, self._rate.get(key)
         self._rate[key] = rate if known is None else known + self.smoothing * (rate - known)
 
-    def rate(self, kind: CallKind, n: int = 1) -> float:
+    def rate(self, kind: CallKind, n: int = 1, *, windowed: bool = False) -> float:
         """Seconds per token of ``kind``; of the nearest kind measured when this one is not yet
-        (solo, shared, any batch); 0 when nothing is measured."""
-        key = (kind, n if kind == "batch" else 1)
+        (solo, shared, any batch; a window as a whole segment until one is measured); 0 when
+        nothing is measured."""
+        key = (kind, n if kind == "batch" else 1, windowed)
         if key in self._rate:
             return self._rate[key]
-        for other in (("shared", 1), ("solo", 1)) if kind != "solo" else (("solo", 1), ("shared", 1)):
-            if other in self._rate:
-                return self._rate[other]
+        if windowed:
+            return self.rate(kind, n)
+        for other in ("shared", "solo") if kind != "solo" else ("solo", "shared"):
+            if (other, 1, False) in self._rate:
+                return self._rate[(other, 1, False)]
         return next(iter(self._rate.values()), 0.0)
 
     def expected_s(self, segment: Segment, kind: CallKind = "solo") -> float:
         """How long a call of ``kind`` for ``segment`` is expected to take (0 until one is measured)."""
-        return self.rate(kind) * input_tokens(segment)
+        return self.rate(kind, windowed=segment.sentence is not None) * input_tokens(segment)
 
     def snapshot(self) -> dict[str, float]:
-        """Seconds per token by kind, e.g. ``{"solo": ..., "batch_4": ...}``."""
-        return {(k if k != "batch" else f"batch_{n}"): v for (k, n), v in list(self._rate.items())}
+        """Seconds per token by kind, e.g. ``{"solo": ..., "batch_4": ..., "solo_windowed": ...}``."""
+        return {(k if k != "batch" else f"batch_{n}") + ("_windowed" if w else ""): v
+                for (k, n, w), v in list(self._rate.items())}
 
 
 class LoadMeter:

@@ -182,7 +182,8 @@ class SegmentStep:
                 self._observer.interrupted(self.clock() - t0)
             return SegmentResult(seconds=self.clock() - t0, error=e)
         elapsed = self.clock() - t0
-        self.cost.measured(self._call_kind(solo and caps.solo_calls), elapsed, input_tokens(segment))
+        self.cost.measured(self._call_kind(solo and caps.solo_calls), elapsed, input_tokens(segment),
+                           windowed=segment.sentence is not None)
         self._observer.batch_done(1)
         self._observer.segment_done(elapsed, len(audio) / self.synthesizer.sample_rate)
         return SegmentResult(audio, durations, elapsed)

@@ -13,7 +13,7 @@ calls with a share of the cores each, which leaves cores idle when only one call
 ``solo_threads`` set before ``load()``, a second session of the same model with that many threads
 serves ``synthesize(segment, solo=True)`` (a call that runs alone; set by
 ``set_threads(threads, solo=n)``). Measured here: a session of the int8 model holds about
-200-250 MiB of resident memory, so the second one costs that much.
+200-250 MiB of resident memory, so the second one costs that much (less with the shared arena).
 
 A call can be stopped while it runs (``interruptible``): an :class:`~backends.api.Interrupt` set from
 another thread sets the call's ``RunOptions.terminate``, and ONNX Runtime stops at its next node
@@ -33,9 +33,16 @@ segment that carries its sentence (:attr:`~backends.api.Segment.sentence`) runs 
 over the whole sentence (durations, aligned features, F0, energy, harmonic source) and the decode
 graph over the segment's frames and ``window_context`` more on each side (default
 :data:`~backends.runtimes.windowing.WINDOW_CONTEXT`), cropped after; its durations are the window's frames
-per token of the segment (:mod:`backends.runtimes.windowing`, as on torch). Without both graphs nothing
-changes: ``windowed`` is False and the planner gives no segment its sentence. The two graphs hold
-the model's weights again: their sessions cost about as much memory as the model's.
+per token of the segment (:mod:`backends.runtimes.windowing`, as on torch). The prediction is kept
+while the sentence's windows are read (:class:`~backends.runtimes.windowing.Predictions`), so the
+predictor runs once a sentence, and let go after its last window. The pair computes the export bit
+for bit, so with it the export itself is not opened: every segment runs the two graphs (a segment
+without its sentence is a window of its whole reading) and durations always come with the audio.
+Without both graphs nothing changes: ``windowed`` is False and the planner gives no segment its
+sentence.
+
+Memory: on the CPU every session allocates its activations from one arena of the process's
+(``session.use_env_allocators``), not an arena each that keeps its own high-water mark.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +73,41 @@ from backends.assets.onnx_windowed import DURATIONS, FRAME_SAMPLES, WINDOW_TENSO
 from backends.assets.voices import VoiceStore
 from backends.runtimes.windowing import (
     WINDOW_CONTEXT,
+    Predictions,
+    TokenRange,
     boundary_frame,
     decode_range,
     fold_durations,
+    prediction_key,
     token_range,
 )
 
 log = logging.getLogger(__name__)
+
+
+_SHARED_ARENA = threading.Lock()
+_shared_arena: bool | None = None
+
+
+def shared_arena(providers: list[str]) -> bool:
+    """Registers, once per process, the CPU arena every CPU session of this runtime allocates its
+    activations from (``session.use_env_allocators``); False where it cannot (another provider
+    first, or an ONNX Runtime without it)."""
+    global _shared_arena
+    if not providers or providers[0] != "CPUExecutionProvider":
+        return False
+    with _SHARED_ARENA:
+        if _shared_arena is None:
+            import onnxruntime as ort
+
+            try:
+                info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+                ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+                _shared_arena = True
+            except Exception as e:  # an ONNX Runtime without it: each session keeps its own arena
+                log.info("no shared ONNX Runtime arena (%s): each session allocates its own", e)
+                _shared_arena = False
+        return _shared_arena
 
 
 def load_vocab(config_path: Path) -> dict[str, int]:
@@ -114,14 +150,15 @@ class OnnxSynthesizer(Synthesizer):
         self._windows: dict[bool, tuple[Any, Any]] = {}  # solo? -> (predict, decode) sessions
         #: Frames a window decodes on each side of the segment's (and crops after).
         self.window_context = WINDOW_CONTEXT
+        #: Each sentence's prediction while its windows are read (the predictor runs once a sentence).
+        self.predictions: Predictions[dict[str, Any]] = Predictions()
 
     def load(self) -> None:
         threads = self.threads or (os.cpu_count() or 1)
-        self._session = self._open(threads)
         solo = bool(self.solo_threads and self.solo_threads != self.threads)
-        if solo:
-            self._solo_session = self._open(self.solo_threads or threads)
         if self.window_graphs is not None:
+            # The pair computes the export bit for bit (a window of the whole sentence is its
+            # reading), so the export itself is not opened: one copy of the weights, not two.
             predict, decode = self.window_graphs
             self._windows[False] = (self._open(threads, predict), self._open(threads, decode))
             if solo:
@@ -131,9 +168,13 @@ class OnnxSynthesizer(Synthesizer):
             if names != {DURATIONS, *WINDOW_TENSORS}:
                 raise BackendFault(f"{predict.name} has outputs {sorted(names)}; "
                                    "rerun `kokoro-serve assets`")
-        inputs = {i.name: i for i in self._session.get_inputs()}
-        self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
-        self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
+            self.reports_durations = True
+            self._inputs(self._windows[False][0])
+            return
+        self._session = self._open(threads)
+        if solo:
+            self._solo_session = self._open(self.solo_threads or threads)
+        self._inputs(self._session)
         outputs = [o.name for o in self._session.get_outputs()]
         self._audio_output = next((n for n in outputs if n != DURATIONS_OUTPUT), outputs[0])
         if self.reports_durations and DURATIONS_OUTPUT not in outputs:
@@ -141,6 +182,11 @@ class OnnxSynthesizer(Synthesizer):
         if not self.reports_durations:
             log.warning("%s has no timed twin in %s: no word timings on onnx; `kokoro-serve assets` writes it",
                         self._onnx.name, self.files.root)
+
+    def _inputs(self, session: Any) -> None:
+        inputs = {i.name: i for i in session.get_inputs()}
+        self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
+        self._speed_dtype = np.int32 if "int" in inputs["speed"].type else np.float32
 
     def _open(self, threads: int, path: Path | None = None) -> Any:
         import onnxruntime as ort
@@ -153,6 +199,10 @@ class OnnxSynthesizer(Synthesizer):
         # them on, RSS climbed ~50 MB over the first hundred texts; off, it stays flat, at no cost
         # in speed (measured; see benchmarks/results/soak.md).
         opts.enable_mem_pattern = False
+        if shared_arena(self.providers):
+            # Every session's activations in one arena of the process's, not one arena each
+            # (each of which would keep its own high-water mark).
+            opts.add_session_config_entry("session.use_env_allocators", "1")
         return ort.InferenceSession(str(path or self._onnx), sess_options=opts, providers=self.providers)
 
     @property
@@ -166,7 +216,7 @@ class OnnxSynthesizer(Synthesizer):
 
     @property
     def loaded(self) -> bool:
-        return self._session is not None
+        return self._session is not None or bool(self._windows)
 
     def tokens(self, phonemes: str) -> list[int]:
         return [self.vocab[c] for c in phonemes if c in self.vocab]
@@ -190,14 +240,14 @@ class OnnxSynthesizer(Synthesizer):
     def _run(
         self, segment: Segment, solo: bool, interrupt: Interrupt | None, *, timed: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        session = (self._solo_session if solo else None) or self._session
-        if session is None:
+        if not self.loaded:
             raise BackendFault("ONNX runtime used before load()")
         tokens = self.tokens(segment.phonemes)[:MAX_PHONEMES]
         if not tokens:
             return np.zeros(0, dtype=np.float32), (np.zeros(0, dtype=np.int64) if timed else None)
-        if segment.sentence is not None and self.window_graphs is not None:
+        if self._windows:
             return self._window(segment, solo, interrupt)
+        session = (self._solo_session if solo else None) or self._session
         style = self.voices.style(segment.voice, len(tokens)).reshape(1, -1).astype(np.float32)
         speed = np.array([segment.speed], dtype=self._speed_dtype)
         inputs = {self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64), "style": style, "speed": speed}
@@ -212,13 +262,22 @@ class OnnxSynthesizer(Synthesizer):
         token of the segment (bos and eos take the window's frames of the sentence's tokens on
         either side of it)."""
         predict, decode = self._windows.get(solo) or self._windows[False]
-        span = token_range(segment, lambda p: self.tokens(p)[:MAX_PHONEMES])
+        if segment.sentence is None:  # the segment alone: a window of its whole reading
+            tokens = self.tokens(segment.phonemes)[:MAX_PHONEMES]
+            span = TokenRange(tokens, 0, len(tokens), len(tokens))
+        else:
+            span = token_range(segment, lambda p: self.tokens(p)[:MAX_PHONEMES])
         n_tokens = len(span.tokens)
         style = self.voices.style(segment.voice, n_tokens).reshape(1, -1).astype(np.float32)
         inputs = {self._tokens_input: np.array([[0, *span.tokens, 0]], dtype=np.int64), "style": style,
                   "speed": np.array([segment.speed], dtype=self._speed_dtype)}
         names = [DURATIONS, *WINDOW_TENSORS]
-        p = dict(zip(names, self._call(predict, names, inputs, interrupt), strict=True))
+
+        def run_predict() -> dict[str, Any]:
+            return dict(zip(names, self._call(predict, names, inputs, interrupt), strict=True))
+
+        p = self.predictions.get(prediction_key(span.tokens, style, segment.speed), run_predict,
+                                 last=span.end >= n_tokens)
         per_token = np.asarray(p[DURATIONS], dtype=np.int64).reshape(-1)
         energy = np.asarray(p["n"]).reshape(-1)
         start = boundary_frame(per_token, energy, span.first, n_tokens)

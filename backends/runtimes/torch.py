@@ -75,7 +75,13 @@ from backends.runtimes.torch_model import (
     load_checkpoint,
     read_config,
 )
-from backends.runtimes.windowing import WINDOW_CONTEXT, fold_durations, token_range
+from backends.runtimes.windowing import (
+    WINDOW_CONTEXT,
+    Predictions,
+    fold_durations,
+    prediction_key,
+    token_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +167,8 @@ class TorchSynthesizer(Synthesizer):
         self.deterministic = deterministic
         #: Frames a window decodes on each side of the segment's (and crops after).
         self.window_context = WINDOW_CONTEXT
+        #: Each sentence's prosody while its windows are read (the predictor runs once a sentence).
+        self.predictions: Predictions[Any] = Predictions()
         self.warmup = warmup
         #: The device in use (resolved by ``load()``; until then what was asked for).
         self.device = device
@@ -312,10 +320,14 @@ class TorchSynthesizer(Synthesizer):
 
         span = token_range(segment, self.tokens)
         tokens = span.tokens
-        style = torch.from_numpy(self._style(segment.voice, len(tokens))[None].copy()).to(self.device)
+        vector = self._style(segment.voice, len(tokens))
+        style = torch.from_numpy(vector[None].copy()).to(self.device)
+        speed = torch.tensor([float(segment.speed)], device=self.device)
         try:
             with self._lock, self._interrupted_by(interrupt), torch.inference_mode(), self._autocast():
-                p = predict(self._model, [tokens], style, torch.tensor([float(segment.speed)], device=self.device))
+                p = self.predictions.get(prediction_key(tokens, vector, segment.speed),
+                                         lambda: predict(self._model, [tokens], style, speed),
+                                         last=span.end >= len(tokens))
                 lo, hi = boundary_frame(p, span.first, len(tokens)), boundary_frame(p, span.end, len(tokens))
                 audio = decode_window(self._model, p, style, lo, hi, self.window_context).float().cpu().numpy()
                 per_token = p.durations[0].cpu().numpy().astype(np.int64)

@@ -6,10 +6,14 @@ whole and decodes only the segment's frames. What a listener would notice, on th
 fragment before the cut is at the pitch of the whole sentence's reading there (not the falling end
 of an utterance), the windows meet without a click or a pause, and the word timings still add up
 to the audio sent. On ONNX a window that covers the whole sentence is the export's own reading,
-sample for sample, and an interrupted windowed call leaves the next one as it was.
+sample for sample (the pair stands in for the export, which is not opened beside it); a sentence's
+prosody is predicted once for all its windows and let go after its last; and an interrupted
+windowed call leaves the next one as it was.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -74,13 +78,54 @@ async def test_switched_off_each_segment_is_read_alone(torch_synth, pipeline, vo
     assert all(s.sentence is None for s in request.segments) and len(chunks) == len(request.segments)
 
 
-def test_on_onnx_a_window_of_the_whole_sentence_is_the_exports_reading(onnx_synth, pipeline):
+def test_on_onnx_a_window_of_the_whole_sentence_is_the_exports_reading(onnx_synth, model_files, voices, pipeline):
+    from backends.runtimes.onnx import OnnxSynthesizer
+
+    export = OnnxSynthesizer(model_files, voices)
+    export.window_graphs = None  # the export alone
+    export.load()
+    assert onnx_synth._session is None and export._session is not None  # the pair stands in for the export
     phonemes = pipeline.plan(TEXT, voice="jm_kumo")[0].phonemes
+    reading, reading_durations = export.synthesize_timed(Segment(TEXT, phonemes, "jm_kumo"))
     whole = Segment(TEXT, phonemes, "jm_kumo", sentence=SentenceContext(phonemes, 0, len(phonemes)))
-    audio, durations = onnx_synth.synthesize_timed(whole)  # the predict and decode graphs
-    reading, reading_durations = onnx_synth.synthesize_timed(Segment(TEXT, phonemes, "jm_kumo"))  # the export
-    assert np.array_equal(audio, reading)
-    assert np.array_equal(durations, reading_durations)
+    for segment in (whole, Segment(TEXT, phonemes, "jm_kumo")):  # a window of it; the segment alone
+        audio, durations = onnx_synth.synthesize_timed(segment)  # the predict and decode graphs
+        assert np.array_equal(audio, reading)
+        assert np.array_equal(durations, reading_durations)
+
+
+def test_on_onnx_a_sentence_is_predicted_once_for_all_its_windows_and_not_kept_after(onnx_synth, pipeline):
+    phonemes = pipeline.plan(TEXT, voice="jm_kumo")[0].phonemes
+    cuts = [i + 1 for i, c in enumerate(phonemes) if c == " "][:2]
+    bounds = [0, *cuts, len(phonemes)]
+    windows = [Segment(TEXT, phonemes[a:b].strip(), "jm_kumo", sentence=SentenceContext(phonemes, a, b))
+               for a, b in itertools.pairwise(bounds)]
+    calls = 0
+    predict = onnx_synth._windows[False][0]
+
+    class Counting:
+        def run(self, *args):
+            nonlocal calls
+            calls += 1
+            return predict.run(*args)
+
+    fresh = [onnx_synth.synthesize(w) for w in windows]  # (the first window of each reading predicts)
+    onnx_synth._windows[False] = (Counting(), onnx_synth._windows[False][1])
+    try:
+        for _ in range(5):  # five readings of the sentence, window by window
+            again = [onnx_synth.synthesize(w) for w in windows]
+            assert all(np.array_equal(a, b) for a, b in zip(again, fresh, strict=True))
+            assert len(onnx_synth.predictions) == 0  # its last window let the prediction go
+        assert calls == 5  # once a reading, not once a window
+        onnx_synth.synthesize(windows[0])  # a reading stopped after its first window: kept a while, bounded
+        for n in range(20):
+            other = Segment(TEXT, phonemes[: cuts[0]].strip(), "jm_kumo", speed=1.0 + n / 100,
+                            sentence=SentenceContext(phonemes, 0, cuts[0]))
+            onnx_synth.synthesize(other)
+        assert len(onnx_synth.predictions) <= onnx_synth.predictions.size
+    finally:
+        onnx_synth._windows[False] = (predict, onnx_synth._windows[False][1])
+        onnx_synth.predictions.clear()
 
 
 def test_on_onnx_an_interrupt_stops_a_windowed_call_and_the_next_one_speaks_as_before(onnx_synth, pipeline):

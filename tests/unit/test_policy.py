@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backends.api import Overloaded, Segment, SynthesisRequest
+from backends.api import Overloaded, Segment, SentenceContext, SynthesisRequest
 from backends.config import BackendConfig
 from backends.engine.policy import CostModel, LoadMeter, SchedulingPolicy, input_tokens
 from backends.engine.schedule import Playout
@@ -201,6 +201,19 @@ def test_the_cost_model_keeps_each_call_kind_apart():
     cost.measured("shared", 4.0, input_tokens(seg))
     assert cost.expected_s(seg, "shared") == pytest.approx(3.0)  # smoothed: 2 + 0.5 * (4 - 2)
     assert cost.snapshot()["batch_4"] == pytest.approx(3.0 / (4 * input_tokens(seg)))  # per token, its own
+
+
+def test_the_cost_model_knows_a_window_of_a_sentence_costs_its_own():
+    cost = CostModel(smoothing=0.5)
+    plain = segment(1.0)
+    window = Segment(plain.text, plain.phonemes, plain.voice,
+                     sentence=SentenceContext(plain.phonemes + " " + plain.phonemes, 0, len(plain.phonemes) + 1))
+    cost.measured("solo", 1.0, input_tokens(plain))
+    assert cost.expected_s(window) == pytest.approx(1.0)  # until a window is measured, a segment's cost
+    cost.measured("solo", 1.6, input_tokens(window), windowed=True)  # a window decodes more than its own frames
+    assert cost.expected_s(window) == pytest.approx(1.6)
+    assert cost.expected_s(plain) == pytest.approx(1.0)  # the plain segment's cost is its own
+    assert cost.snapshot()["solo_windowed"] == pytest.approx(1.6 / input_tokens(window))
 
 
 def test_holding_a_worker_and_solo_calls_read_the_shared_cost():

@@ -1,12 +1,20 @@
 """The frame arithmetic of a window of a sentence: where a window is cut, how far its decode reaches,
-and how its frames are shared out among the segment's tokens."""
+and how its frames are shared out among the segment's tokens; a sentence's prediction kept for its
+windows and let go."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from backends.api import Segment, SentenceContext
-from backends.runtimes.windowing import boundary_frame, decode_range, fold_durations, token_range
+from backends.runtimes.windowing import (
+    Predictions,
+    boundary_frame,
+    decode_range,
+    fold_durations,
+    prediction_key,
+    token_range,
+)
 
 
 def test_a_window_is_cut_at_the_quietest_frame_of_the_space_before_the_next_word():
@@ -38,3 +46,24 @@ def test_a_segment_knows_its_share_of_the_sentence():
     seg = Segment("a", "ab", "v", sentence=sentence)
     span = token_range(seg, lambda p: [ord(c) for c in p])
     assert (span.first, span.end, span.own, len(span.tokens)) == (0, 3, 2, 5)
+
+
+def test_a_sentences_prediction_is_made_once_and_let_go_after_its_last_window():
+    now = [0.0]
+    kept = Predictions[str](size=2, max_age_s=30.0, clock=lambda: now[0])
+    made: list[str] = []
+
+    def predict(name: str):
+        return lambda: made.append(name) or name
+
+    key = prediction_key([1, 2, 3], np.zeros(256, np.float32), 1.0)
+    assert kept.get(key, predict("a"), last=False) == "a"
+    assert kept.get(key, predict("a"), last=False) == "a" and made == ["a"]  # the second window reuses it
+    assert kept.get(key, predict("a"), last=True) == "a" and made == ["a"] and len(kept) == 0  # the last lets go
+    assert key != prediction_key([1, 2, 3], np.zeros(256, np.float32), 1.1)  # another speed, another reading
+    assert key != prediction_key([1, 2, 3], np.ones(256, np.float32), 1.0)  # another voice
+    for n in range(5):  # readings stopped after their first window: at most ``size`` kept
+        kept.get(prediction_key([n], np.zeros(256, np.float32), 1.0), predict(f"r{n}"), last=False)
+    assert len(kept) == 2
+    now[0] = 31.0  # and none for longer than ``max_age_s``
+    assert len(kept) == 0
