@@ -24,6 +24,7 @@ REAL_MODEL_ONLY = {
     "onnx_durations": "two ONNX exports of the model compared",
     "windowed_decoder": "the torch decoder over a window of the sentence",
     "gpu": "the PyTorch runtime on a GPU",
+    "telephony": "the intelligibility of the model's speech through G.711 (pocketsphinx transcripts)",
 }
 
 #: Run quick by a test of their own, which checks their figures too.

@@ -85,11 +85,13 @@ def test_the_1009_reasons_read_as_the_operating_page_says(server):
     assert far_over[0] == 1009 and f"`{far_over[1]}`" in limits
 
 
-def test_elevenlabs_closes_1008_as_the_operating_page_says(server):
-    code, reason = close_of(server.url.replace("http", "ws") + "/v1/text-to-speech/nobody/stream-input")
-    assert (code, reason) == (1008, "unknown_voice")
+def test_elevenlabs_refuses_an_unknown_voice_at_the_upgrade_as_the_operating_page_says(server):
+    ws_url = server.url.replace("http", "ws") + "/v1/text-to-speech/"
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        close_of(ws_url + "nobody/stream-input")
+    assert refused.value.response.status_code == 404
     limits = (DOCS / "operating.md").read_text().split("## Limits", 1)[1].split("\n## ", 1)[0]
-    assert "ElevenLabs' sockets also close\n  **1008**" in limits and "unknown voice" in limits
+    assert "ElevenLabs' sockets also close\n  **1008**" in limits and "**404** `voice_not_found`" in limits
 
 
 def test_a_non_streamed_wav_carries_its_true_sizes(server, tmp_path):
