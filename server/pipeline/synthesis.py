@@ -80,7 +80,10 @@ async def bounded_send(send: Awaitable[None], limit_s: float) -> None:
     completed within ``limit_s`` seconds. While a send waits for the client to read, the caller
     pulls no further audio from the backend: a client that does not read pauses its synthesis."""
     try:
-        await asyncio.wait_for(send, limit_s)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+        # arrives as the send completes, and a task told to stop would then wait on forever.
+        async with asyncio.timeout(limit_s):
+            await send
     except TimeoutError:
         raise SendTimeout(f"the client read nothing for {limit_s:g} s") from None
 
