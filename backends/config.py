@@ -101,7 +101,17 @@ class BackendConfig(EnvSettings):
         description="Scheduling policy, when a stream is already behind (listeners ask for more audio than the "
         "runtime makes): `admit` serves a newcomer's first segment at once, ahead of (and interrupting) the late "
         "streams, which pay one short segment's time per newcomer; `refuse` answers a newcomer `overloaded` (503 / "
-        "error event) at once so it can go elsewhere.",
+        "error event) at once so it can go elsewhere: while the runtime is overloaded (the listeners asked for more "
+        "audio than it made over `KOKORO_LOAD_WINDOW_S`), and while a newcomer already admitted has waited longer than "
+        "`KOKORO_OVERLOAD_FIRST_AUDIO_MS` for its first segment's call.",
+    )
+    overload_first_audio_ms: float = Field(
+        150.0,
+        ge=0,
+        description="Scheduling policy, with `KOKORO_OVERLOAD=refuse`: a newcomer is refused while another newcomer "
+        "admitted before it has waited longer than this for the runtime to start its first segment (it would wait "
+        "longer still): the admitted keep their first audio early. Set it below the first-audio target by the time "
+        "planning, the call and the network take; 0: refuse only under overload.",
     )
     overload_yields: int = Field(
         2,
@@ -133,8 +143,10 @@ class BackendConfig(EnvSettings):
     load_window_s: float = Field(
         10.0,
         gt=0,
-        description="Over how many seconds `kokoro_audio_delivered_seconds_per_second` averages the audio made "
-        "(compared with `kokoro_audio_demanded_seconds_per_second`, the listeners' real-time demand).",
+        description="Over how many seconds the load is measured: `kokoro_audio_delivered_seconds_per_second` (the "
+        "audio made) against `kokoro_audio_demanded_seconds_per_second` (the streams in progress, one audio-second "
+        "per second each, averaged); the runtime is overloaded (`kokoro_overloaded`) when demand exceeds supply "
+        "over it (docs/runtimes.md).",
     )
 
     # -- concurrent mode ----------------------------------------------------------------------
