@@ -98,12 +98,12 @@ class BackendConfig(EnvSettings):
     )
     overload: Literal["admit", "refuse"] = Field(
         "admit",
-        description="Scheduling policy, when a stream is already behind (listeners ask for more audio than the "
-        "runtime makes): `admit` serves a newcomer's first segment at once, ahead of (and interrupting) the late "
-        "streams, which pay one short segment's time per newcomer; `refuse` answers a newcomer `overloaded` (503 / "
-        "error event) at once so it can go elsewhere: while the runtime is overloaded (the listeners asked for more "
-        "audio than it made over `KOKORO_LOAD_WINDOW_S`), and while a newcomer already admitted has waited longer than "
-        "`KOKORO_OVERLOAD_FIRST_AUDIO_MS` for its first segment's call.",
+        description="Scheduling policy, what a newcomer (a listener who hears nothing yet) meets when the server "
+        "is short: `admit` serves its first segment at once, ahead of (and, while a stream is behind, interrupting) "
+        "the late streams, which pay one short segment's time per newcomer; `refuse` answers it `overloaded` (503 "
+        "with `Retry-After` / error event) at once so it can go elsewhere — while the runtime is overloaded (the "
+        "listeners asked for more audio than it made over `KOKORO_LOAD_WINDOW_S`), and while a newcomer already "
+        "admitted has waited longer than `KOKORO_OVERLOAD_FIRST_AUDIO_MS` for its first segment's call.",
     )
     overload_first_audio_ms: float = Field(
         150.0,
@@ -116,7 +116,7 @@ class BackendConfig(EnvSettings):
     overload_yields: int = Field(
         2,
         ge=0,
-        description="Scheduling policy, under overload with `admit`: how many newcomers' first segments a late "
+        description="Scheduling policy, while a stream is behind: how many newcomers' first segments a late "
         "stream's queued segment gives way to before it runs (bounds the late streams' cost; nothing starves).",
     )
     interrupt_before_fraction: float = Field(
@@ -124,7 +124,7 @@ class BackendConfig(EnvSettings):
         gt=0,
         le=1,
         description="Scheduling policy: a running call may be interrupted for first audio only before it has run "
-        "this fraction of its expected time (later, less is gained than thrown away). Under overload with `admit` "
+        "this fraction of its expected time (later, less is gained than thrown away). While a stream is behind, with `admit`, "
         "any later segment's call may be.",
     )
     hold_factor: float = Field(
