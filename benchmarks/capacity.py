@@ -256,8 +256,10 @@ def body(data: dict[str, Any]) -> str:
                  "runs"], hol)
             + "\n\nEvery level (open loop: arrivals a second, each on a new connection; first audio as the client "
             "measured it, and the server's own p95 from `kokoro_time_to_first_audio_seconds` — from when it read the "
-            "request, so the difference is time spent before that: the accept backlog, a busy event loop, the load "
-            "generator on the same cores; load 1m: the machine's load average after the level):\n\n" + markdown_table(
+            "request, so on `sentence` the difference is time spent before that: the accept backlog, a busy event "
+            "loop, the load generator on the same cores (on the turns the server counts each sentence from its own "
+            "arrival, later ones waiting for the earlier ones' audio: not comparable); load 1m: the machine's load "
+            "average after the level):\n\n" + markdown_table(
                 ["plan", "workload", "loop", "load", "requests/s", "p50 ms", "p95 ms", "p99 ms", "server p95 ms",
                  "refused", "failed", "underrun requests", "CPU ms/request", "load 1m"], levels)
             + (f"\n\nGPU-timed stand-in: {calibration.get('per_call_ms')} ms a call + {calibration.get('per_phoneme_ms')} "
