@@ -102,16 +102,17 @@ class BackendConfig(EnvSettings):
         "is short: `admit` serves its first segment at once, ahead of (and, while a stream is behind, interrupting) "
         "the late streams, which pay one short segment's time per newcomer; `refuse` answers it `overloaded` (503 "
         "with `Retry-After` / error event) at once so it can go elsewhere — while the runtime is overloaded (the "
-        "listeners asked for more audio than it made over `KOKORO_LOAD_WINDOW_S`), and while a newcomer already "
-        "admitted has waited longer than `KOKORO_OVERLOAD_FIRST_AUDIO_MS` for its first segment's call.",
+        "listeners asked for more audio than it made over `KOKORO_LOAD_WINDOW_S`), and while it would wait longer "
+        "than `KOKORO_OVERLOAD_FIRST_AUDIO_MS` for its first segment's call.",
     )
     overload_first_audio_ms: float = Field(
         150.0,
         ge=0,
-        description="Scheduling policy, with `KOKORO_OVERLOAD=refuse`: a newcomer is refused while another newcomer "
-        "admitted before it has waited longer than this for the runtime to start its first segment (it would wait "
-        "longer still): the admitted keep their first audio early. Set it below the first-audio target by the time "
-        "planning, the call and the network take; 0: refuse only under overload.",
+        description="Scheduling policy, with `KOKORO_OVERLOAD=refuse`: a newcomer is refused while it would wait "
+        "longer than this for the runtime to start its first segment's call (the newcomers waiting ahead of it at the "
+        "pace first calls start under backlog, or the longest wait now): the admitted keep their first audio early. "
+        "Set it below the first-audio target by what planning, the first call and the network take; 0: refuse only "
+        "under overload.",
     )
     overload_yields: int = Field(
         2,

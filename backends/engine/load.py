@@ -13,8 +13,12 @@
   was asked, or calls ran less than a quarter of the window (:data:`BUSY_TO_END`). A stream that is
   late for a moment while the runtime makes more than is asked is no overload.
 * :class:`FirstAudioWaits` — the newcomers (listeners who hear nothing yet) whose first segment's
-  call has not started, and since when each waits: what ``overload=refuse`` reads to refuse the
-  next newcomer before first audio runs late.
+  call has not started, since when each waits, and how fast their calls start while some wait:
+  what ``overload=refuse`` reads to refuse the next newcomer before first audio runs late — the
+  wait it would have (those waiting ahead of it times the gap between first calls under backlog,
+  a running average), or the longest wait now, whichever is more. The prediction keeps a burst of
+  arrivals out (waiting for the longest wait to pass the budget lets in every arrival until then,
+  and they queue behind each other); batching shows as a small gap (a batch starts many at once).
 
 Both averages are kept as running sums over a deque of steps (amortised O(1) per event), since
 the policy reads them at every admission and every segment. Event loop only; the clock is
@@ -149,13 +153,20 @@ class Overload:
         return ends
 
 
+#: Weight of the newest gap between first calls (under backlog) in their running average.
+GAP_SMOOTHING = 0.2
+
+
 class FirstAudioWaits:
     """Newcomers whose first segment's call has not started yet, each with when it arrived; keyed
     by an object of the request (its playout, or the request while it is planned). Every entry
     leaves when its block ends, so nothing outlives a request."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]):
+        self._clock = clock
         self._since: dict[int, float] = {}
+        self._last_start: float | None = None
+        self.gap_s: float | None = None  # between first calls while newcomers waited (running average)
 
     @contextlib.contextmanager
     def waiting(self, key: object, arrived: float) -> Iterator[None]:
@@ -166,12 +177,27 @@ class FirstAudioWaits:
             self._since.pop(id(key), None)
 
     def started(self, key: object) -> None:
-        """``key``'s first segment's call starts: it no longer waits for the runtime."""
-        self._since.pop(id(key), None)
+        """``key``'s first segment's call starts: it no longer waits for the runtime. When it was
+        already waiting as the previous first call started, the gap between the two is how fast
+        newcomers are served under backlog."""
+        arrived = self._since.pop(id(key), None)
+        if arrived is None:
+            return
+        now = self._clock()
+        if self._last_start is not None and arrived <= self._last_start:
+            gap = now - self._last_start
+            self.gap_s = gap if self.gap_s is None else self.gap_s + GAP_SMOOTHING * (gap - self.gap_s)
+        self._last_start = now
 
-    def longest(self, now: float) -> float:
+    def longest(self) -> float:
         """How long the newcomer waiting longest has waited (0 when none waits)."""
+        now = self._clock()
         return max(0.0, now - min(self._since.values(), default=now))
+
+    def expected(self) -> float:
+        """The wait a newcomer arriving now can expect for its first call: those waiting ahead of
+        it times the gap between first calls under backlog, or the longest wait now if more."""
+        return max(self.longest(), len(self._since) * (self.gap_s or 0.0))
 
     def __len__(self) -> int:
         return len(self._since)

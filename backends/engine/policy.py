@@ -63,8 +63,9 @@ calls (a share of the cores), a batch of ``n`` — as a running average of secon
    delivered, overloaded) and overload is logged when it begins and ends. ``overload`` says what a
    newcomer (a listener who hears nothing) meets: ``admit`` serves it as the rules above do;
    ``refuse`` answers it :class:`~backends.api.Overloaded` at once while the runtime is overloaded,
-   and — so that the newcomers admitted keep their first audio early — while one admitted before
-   it has waited longer than ``overload_first_audio_ms`` for its first segment's call to start.
+   and — so that the newcomers admitted keep their first audio early — while it would wait longer
+   than ``overload_first_audio_ms`` for its first segment's call to start (the newcomers waiting
+   ahead of it at the pace first calls start under backlog, or the longest wait now).
    Checked before its first segment is planned and again when its stream starts.
 
 With ``deadlines`` off, rules 1-8 give way to the mode's plain order (sequential: first in, first
@@ -113,7 +114,7 @@ class SchedulingPolicy:
         self._preemption = Preemption()
         self._running: list[RunningCall] = []
         self._behind = False
-        self._waits = FirstAudioWaits()
+        self._waits = FirstAudioWaits(clock)
         self._refusing_late = False
 
     # -- rule 1, 2: playback deadlines, short first segments -------------------------------------
@@ -263,7 +264,7 @@ class SchedulingPolicy:
 
     def admit(self, request: SynthesisRequest) -> None:
         """Rule 10 for a newcomer: with ``overload=refuse``, raise :class:`Overloaded` while the
-        runtime is overloaded, or while a newcomer admitted before has waited longer than
+        runtime is overloaded, or while the newcomer would wait longer than
         ``overload_first_audio_ms`` for its first call; not when the request's listener hears
         something (a session's next sentence belongs to a stream already admitted)."""
         if self.config.overload != "refuse" or self._listeners.hears_something(self.session_of(request), self.clock()):
@@ -271,17 +272,18 @@ class SchedulingPolicy:
         if self.report_load():
             raise Overloaded(f"the server is overloaded: its listeners asked for {self.load.demanded:.1f} audio-s/s, "
                              f"it made {self.load.delivered:.1f}; try another instance or again shortly")
-        budget, waited = self.config.overload_first_audio_ms / 1000.0, self._waits.longest(self.clock())
-        late = budget > 0 and waited > budget
+        budget, wait = self.config.overload_first_audio_ms / 1000.0, self._waits.expected()
+        late = budget > 0 and wait > budget
         if late != self._refusing_late:
             self._refusing_late = late
             if late:
-                log.warning("refusing newcomers: one admitted has waited %.0f ms for its first call "
-                            "(KOKORO_OVERLOAD_FIRST_AUDIO_MS=%g)", waited * 1000, budget * 1000)
+                log.warning("refusing newcomers: a newcomer would wait %.0f ms for its first call (%d waiting, one "
+                            "for %.0f ms; KOKORO_OVERLOAD_FIRST_AUDIO_MS=%g)", wait * 1000, len(self._waits),
+                            self._waits.longest() * 1000, budget * 1000)
             else:
                 log.info("admitting newcomers again: first calls start within %g ms", budget * 1000)
         if late:
-            raise Overloaded(f"the server is overloaded: newcomers wait {waited * 1000:.0f} ms for the runtime; "
+            raise Overloaded(f"the server is overloaded: a newcomer would wait {wait * 1000:.0f} ms for the runtime; "
                              "try another instance or again shortly")
 
     def offer(self, queue: SegmentQueue, item: Any, segment: Segment, playout: Playout, *, session: str,

@@ -169,15 +169,48 @@ def test_refuse_turns_newcomers_away_while_an_admitted_one_waits_too_long_for_it
             clock.advance(0.1)
             policy.admit(request("second", clock))  # 100 ms: within the budget
             clock.advance(0.1)
-            with pytest.raises(Overloaded, match="wait 200 ms"):
+            with pytest.raises(Overloaded, match="would wait 200 ms"):
                 policy.admit(request("third", clock))
             policy.admit(request("first", clock))  # its own session's next request is no newcomer
             if not planned:
                 queue.pop()  # its first call starts
         policy.admit(request("fourth", clock))
     said = [r.getMessage() for r in caplog.records]
-    assert said[0].startswith("refusing newcomers: one admitted has waited 200 ms") and "again" in said[-1]
+    assert said[0].startswith("refusing newcomers: a newcomer would wait 200 ms for its first call (1 waiting")
+    assert "again" in said[-1]
     assert policy.table_sizes()["first_audio_waits"] == 0
+
+
+def test_refuse_turns_a_burst_away_before_anyone_has_waited_the_budget(caplog):
+    """Waiting for the longest wait to pass the budget would let in every arrival until then, to
+    queue behind each other: a newcomer is refused once those waiting ahead of it, at the pace
+    first calls start under backlog, would keep it past the budget."""
+    clock = VirtualClock()
+    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=150),
+                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
+    queue = policy.new_queue()
+    with contextlib.ExitStack() as stack:
+        def arrive(name: str) -> None:
+            policy.admit(request(name, clock))
+            r = request(name, clock)
+            playout = policy.playout(r)
+            stack.enter_context(policy.tracked(r, playout))
+            policy.offer(queue, name, segment(), playout, session=name, request_seq=0, remaining=3, busy=True,
+                         interrupts=False)
+
+        for name in ("a", "b", "c"):
+            arrive(name)
+        for _ in range(3):  # the runtime starts a first call every 100 ms while others wait
+            clock.advance(0.1)
+            queue.pop()
+        arrive("d")  # nobody waits: admitted
+        arrive("e")  # d ahead of it: 100 ms
+        clock.advance(0.01)
+        with pytest.raises(Overloaded, match="would wait 200 ms"):  # d and e ahead, 100 ms a call
+            arrive("f")  # (although d has waited only 10 ms, under the budget)
+        arrive("c")  # a session already heard is no newcomer
+        queue.pop()  # d's call starts
+        arrive("g")
 
 
 def test_admit_and_a_zero_budget_never_refuse_for_a_wait():
