@@ -255,8 +255,9 @@ def body(data: dict[str, Any]) -> str:
                 ["plan", "sentence alone", "behind a sentence", "behind 4,900 characters", "4,900 characters' own",
                  "runs"], hol)
             + "\n\nEvery level (open loop: arrivals a second, each on a new connection; first audio as the client "
-            "measured it, and the server's own p95 from `kokoro_time_to_first_audio_seconds` — from when it read the "
-            "request, so on `sentence` the difference is time spent before that: the accept backlog, a busy event "
+            "measured it, and the server's own p95 from `kokoro_time_to_first_audio_seconds` (read off its buckets, "
+            "linear within one: coarse for a level of few requests) — from when it read the request, so on `sentence` "
+            "the difference is time spent before that: the accept backlog, a busy event "
             "loop, the load generator on the same cores (on the turns the server counts each sentence from its own "
             "arrival, later ones waiting for the earlier ones' audio: not comparable); load 1m: the machine's load "
             "average after the level):\n\n" + markdown_table(
