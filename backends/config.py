@@ -98,15 +98,26 @@ class BackendConfig(EnvSettings):
     )
     overload: Literal["admit", "refuse"] = Field(
         "admit",
-        description="Scheduling policy, when a stream is already behind (listeners ask for more audio than the "
-        "runtime makes): `admit` serves a newcomer's first segment at once, ahead of (and interrupting) the late "
-        "streams, which pay one short segment's time per newcomer; `refuse` answers a newcomer `overloaded` (503 / "
-        "error event) at once so it can go elsewhere.",
+        description="Scheduling policy, what a newcomer (a listener who hears nothing yet) meets when the server "
+        "is short: `admit` serves its first segment at once, ahead of (and, while a stream is behind, interrupting) "
+        "the late streams, which pay one short segment's time per newcomer; `refuse` answers it `overloaded` (503 "
+        "with `Retry-After` / error event) at once so it can go elsewhere — while the runtime is overloaded (the "
+        "listeners asked for more audio than it made over `KOKORO_LOAD_WINDOW_S`), and while it would wait longer "
+        "than `KOKORO_OVERLOAD_FIRST_AUDIO_MS` for its first segment's call.",
+    )
+    overload_first_audio_ms: float = Field(
+        150.0,
+        ge=0,
+        description="Scheduling policy, with `KOKORO_OVERLOAD=refuse`: a newcomer is refused while it would wait "
+        "longer than this for the runtime to start its first segment's call (the newcomers waiting ahead of it at the "
+        "pace first calls start under backlog, or the longest wait now): the admitted keep their first audio early. "
+        "Set it below the first-audio target by what planning, the first call and the network take; 0: refuse only "
+        "under overload.",
     )
     overload_yields: int = Field(
         2,
         ge=0,
-        description="Scheduling policy, under overload with `admit`: how many newcomers' first segments a late "
+        description="Scheduling policy, while a stream is behind: how many newcomers' first segments a late "
         "stream's queued segment gives way to before it runs (bounds the late streams' cost; nothing starves).",
     )
     interrupt_before_fraction: float = Field(
@@ -114,7 +125,7 @@ class BackendConfig(EnvSettings):
         gt=0,
         le=1,
         description="Scheduling policy: a running call may be interrupted for first audio only before it has run "
-        "this fraction of its expected time (later, less is gained than thrown away). Under overload with `admit` "
+        "this fraction of its expected time (later, less is gained than thrown away). While a stream is behind, with `admit`, "
         "any later segment's call may be.",
     )
     hold_factor: float = Field(
@@ -133,8 +144,10 @@ class BackendConfig(EnvSettings):
     load_window_s: float = Field(
         10.0,
         gt=0,
-        description="Over how many seconds `kokoro_audio_delivered_seconds_per_second` averages the audio made "
-        "(compared with `kokoro_audio_demanded_seconds_per_second`, the listeners' real-time demand).",
+        description="Over how many seconds the load is measured: `kokoro_audio_delivered_seconds_per_second` (the "
+        "audio made) against `kokoro_audio_demanded_seconds_per_second` (the streams in progress, one audio-second "
+        "per second each, averaged); the runtime is overloaded (`kokoro_overloaded`) when demand exceeds supply "
+        "over it (docs/runtimes.md).",
     )
 
     # -- concurrent mode ----------------------------------------------------------------------

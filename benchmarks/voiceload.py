@@ -101,7 +101,9 @@ class RawHttp:
                 length = int(head.split("content-length:", 1)[1].split("\r\n", 1)[0]) if "content-length:" in head else 0
                 text = await reader.readexactly(length)
             if status != 200:
-                timing.error = f"HTTP {status}: {text[:200].decode(errors='replace')}"
+                retry = head.split("retry-after:", 1)[1].split("\r\n", 1)[0].strip() if "retry-after:" in head else ""
+                timing.error = (f"HTTP {status}" + (f" (Retry-After: {retry})" if retry else "")
+                                + f": {text[:200].decode(errors='replace')}")
                 timing.code = "overloaded" if status == 503 else str(status)
                 return timing
             if "connection: close" in head:
@@ -311,7 +313,8 @@ class CpuMeter:
 
 def level_figures(timings: list[Timing], wall_s: float, cpu_s: float, target_ms: float) -> dict[str, Any]:
     """Requests/s answered, first audio p50/p95/p99 of the answered requests, refusals (503 /
-    ``overloaded``) and failures apart, underruns, and server CPU per answered request."""
+    ``overloaded``; those that said when to retry) and failures apart, underruns, and server CPU
+    per answered request."""
     answered = [t for t in timings if not t.error and t.first_audio_s is not None]
     refused = [t for t in timings if t.error and ("503" in t.error or (t.code or "") == "overloaded")]
     failed = len(timings) - len(answered) - len(refused)
@@ -319,6 +322,7 @@ def level_figures(timings: list[Timing], wall_s: float, cpu_s: float, target_ms:
     p95 = percentile(firsts, 95)
     return {
         "requests": len(timings), "answered": len(answered), "refused": len(refused), "failed": failed,
+        "refused_with_retry_after": sum("Retry-After" in (t.error or "") for t in refused),
         "requests_per_s": rnd(len(answered) / wall_s if wall_s > 0 else 0.0, 2),
         "first_audio_ms_p50": ms(percentile(firsts, 50)), "first_audio_ms_p95": ms(p95),
         "first_audio_ms_p99": ms(percentile(firsts, 99)),

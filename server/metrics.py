@@ -28,9 +28,12 @@ Series (all prefixed ``kokoro_``):
   interrupted so that a listener who heard nothing yet got first audio sooner, and the runtime time
   they had run (work done again; see ``backends/engine/policy.py``).
 * ``audio_demanded_seconds_per_second`` / ``audio_delivered_seconds_per_second`` — what the
-  requests in progress ask for (one audio-second per second each) against what the runtime made
-  over the last ``KOKORO_LOAD_WINDOW_S``: demanded above delivered for a while means overload (an
-  alert, or a scaling signal: publish the ratio as a custom CloudWatch metric for SageMaker).
+  requests in progress asked for (one audio-second per second each, averaged) against what the
+  runtime made, both over the last ``KOKORO_LOAD_WINDOW_S``; ``overloaded`` — 1 while demand
+  exceeds supply by the policy's rule (``backends/engine/load.py``: by a tenth and a quarter of a
+  listener while the runtime is busy, until supply covers demand again), which the log says too
+  and ``KOKORO_OVERLOAD=refuse`` acts on (an alert, or a scaling signal: publish the ratio as a
+  custom CloudWatch metric for SageMaker).
 * ``state_entries{table}`` — entries in each table the server and the backend keep per session,
   request or runtime call (the scheduler's queue and round, listeners, running calls, admitted
   requests, open sessions, requests in flight; names in docs/operating.md), read at scrape time:
@@ -119,12 +122,18 @@ class Metrics:
         )
         self.demanded = Gauge(
             "kokoro_audio_demanded_seconds_per_second",
-            "Audio-seconds per second the requests in progress ask for (one each: listeners play in real time).",
+            "Audio-seconds per second the requests in progress asked for over KOKORO_LOAD_WINDOW_S (one each: "
+            "listeners play in real time).",
             registry=r,
         )
         self.delivered = Gauge(
             "kokoro_audio_delivered_seconds_per_second",
-            "Audio-seconds per second the runtime made lately (KOKORO_LOAD_WINDOW_S); below demanded: overloaded.",
+            "Audio-seconds per second the runtime made over KOKORO_LOAD_WINDOW_S.",
+            registry=r,
+        )
+        self.overloaded = Gauge(
+            "kokoro_overloaded",
+            "1 while the runtime is overloaded: demanded above delivered (with hysteresis; docs/runtimes.md).",
             registry=r,
         )
         self.ready = Gauge("kokoro_ready", "1 when the server takes requests (/ping is 200).", registry=r)
@@ -151,9 +160,10 @@ class Metrics:
         self.interrupted_calls.inc()
         self.interrupted_seconds.inc(seconds)
 
-    def load(self, demanded: float, delivered: float) -> None:
+    def load(self, demanded: float, delivered: float, *, overloaded: bool = False) -> None:
         self.demanded.set(demanded)
         self.delivered.set(delivered)
+        self.overloaded.set(1 if overloaded else 0)
 
     # -- the server's own -------------------------------------------------------------------------
     def request_done(self, route: str, status: int, code: str | None = None) -> None:

@@ -74,9 +74,10 @@ class BackendObserver(Protocol):
         """A runtime call was interrupted after ``seconds`` so that a listener who hears nothing
         yet gets first audio sooner; its segment runs again (``backends/engine/policy.py``)."""
 
-    def load(self, demanded: float, delivered: float) -> None:
-        """The listeners in progress ask for ``demanded`` audio-seconds per second (one each: they
-        play in real time); the runtime made ``delivered`` per second lately (event loop)."""
+    def load(self, demanded: float, delivered: float, *, overloaded: bool = False) -> None:
+        """Over the load window, the streams in progress asked for ``demanded`` audio-seconds per
+        second (one each: listeners play in real time) and the runtime made ``delivered``;
+        ``overloaded``: demand exceeds supply (``backends/engine/load.py``; event loop)."""
 
 
 class NoObserver:
@@ -92,7 +93,7 @@ class NoObserver:
 
     def interrupted(self, seconds: float) -> None: ...
 
-    def load(self, demanded: float, delivered: float) -> None: ...
+    def load(self, demanded: float, delivered: float, *, overloaded: bool = False) -> None: ...
 
 
 class Backend(Protocol):

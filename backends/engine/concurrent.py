@@ -184,7 +184,7 @@ class ConcurrentBackend(Engine):
         if len(self._jobs) >= self.config.max_queue:
             raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
         policy = self.policy
-        policy.admit(self._queue, request)
+        policy.admit(request)
         seq = next(self._seq)
         job = Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
                    playout=policy.playout(request), planned=len(request.segments))

@@ -57,8 +57,9 @@ from backends.api import (
 )
 from backends.assets.voices import VoiceStore
 from backends.config import BackendConfig
+from backends.engine.cost import CallKind
 from backends.engine.planning import PLAN_THREADS, SegmentFeed, plan_first
-from backends.engine.policy import CallKind, SchedulingPolicy
+from backends.engine.policy import SchedulingPolicy
 from backends.engine.step import SegmentResult, SegmentStep
 from backends.text.planner import TextPipeline
 
@@ -218,6 +219,7 @@ class Engine:
         limit = self.config.max_text_chars
         if len(request.text) > limit:
             raise TextTooLong(f"text has {len(request.text)} characters; the limit is {limit}")
+        self.policy.admit(request)  # refused under overload before its text is read (overload=refuse)
         loop = asyncio.get_running_loop()
         short = self.policy.short_first(request)  # (before this request counts as its session's own)
         with self.policy.tracked(request):

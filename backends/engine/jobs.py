@@ -25,7 +25,7 @@ from typing import Any
 
 from backends.api import Capabilities, Segment, SynthesisRequest, Synthesizer
 from backends.config import BackendConfig
-from backends.engine.policy import input_tokens
+from backends.engine.cost import input_tokens
 from backends.engine.schedule import Entry, Playout
 
 log = logging.getLogger("kokoro.backend")

@@ -12,8 +12,8 @@ request offers its next segment when the previous one is done) and ask this poli
    Segments due within ``due_together_ms`` of the earliest count as due together and go shortest
    first (a newcomer's short first segment is not kept behind a long one; a long one is passed over
    only by segments due at most that much after it, so it cannot starve).
-4. **Overload** (a later segment, queued or running, is past its due: listeners ask for more audio
-   than the runtime makes). Then first segments go before later segments (first audio at once) —
+4. **Streams behind** (a later segment, queued or running, is past its due). Then first segments
+   go before later segments (first audio at once) —
    but a queued later segment gives way to at most ``overload_yields`` first segments due after
    it and then runs first (by its due), so no stream starves under a flood of newcomers — and the
    late streams go by least work left (the phonemes their request still has),
@@ -21,11 +21,8 @@ request offers its next segment when the previous one is done) and ask this poli
    equal streams the oldest plays on while the newer wait, so less silence is heard in all than if
    every stream were served in turn. A client that does not read stops offering segments (its
    stream waits for it), so it never holds a newcomer up for longer than its backlog of queued work.
-   ``overload`` says what a newcomer (a listener who hears nothing) meets: ``admit`` serves its first
-   segment at once, interrupting a running later call however far it has run (the late streams pay
-   one short segment's time, and the lost work, per newcomer); ``refuse`` answers it
-   :class:`~backends.api.Overloaded` at once. Either way the load is reported (demanded vs
-   delivered audio-seconds per second) and logged when overload begins and ends.
+   With ``overload=admit`` a newcomer's first segment then interrupts a running later call however
+   far it has run (the late streams pay one short segment's time, and the lost work, per newcomer).
 5. **Interruption** (``interrupt_for_first_audio``; single calls of an ``interruptible`` runtime).
    A newcomer's first segment that finds no worker free interrupts a call of a later segment the
    queue would take after it, if that call has run less than ``interrupt_before_fraction`` of its
@@ -45,7 +42,7 @@ request offers its next segment when the previous one is done) and ask this poli
    its phoneme lengths, except that a listener's first segment always joins a batch led by a later
    segment (it is never left for the next batch while a later one runs).
 
-The cost of a call (:class:`CostModel`) is measured per kind — alone (every core), beside other
+The cost of a call (:class:`~backends.engine.cost.CostModel`) is measured per kind — alone (every core), beside other
 calls (a share of the cores), a batch of ``n`` — as a running average of seconds per input token
 (``cost_smoothing``); rule 5 uses the kind the call runs as, rule 6 the kind "beside".
 
@@ -60,10 +57,22 @@ calls (a share of the cores), a batch of ``n`` — as a running average of secon
    running, never for the rest of the abandoned one, which still runs when nothing newer is
    queued (a client may still play it).
 
-With ``deadlines`` off, rules 1-8 give way to the mode's plain order (sequential: first in, first
-out; concurrent: round-robin by session) and the usual first cut; the load is still reported.
+10. **Overload** (:mod:`backends.engine.load`): the listeners asked for more audio than the
+   runtime made over ``load_window_s`` (demand above supply, with hysteresis; a stream late for a
+   moment while the runtime makes more than is asked is not one). The load is reported (demanded,
+   delivered, overloaded) and overload is logged when it begins and ends. ``overload`` says what a
+   newcomer (a listener who hears nothing) meets: ``admit`` serves it as the rules above do;
+   ``refuse`` answers it :class:`~backends.api.Overloaded` at once while the runtime is overloaded,
+   and — so that the newcomers admitted keep their first audio early — while it would wait longer
+   than ``overload_first_audio_ms`` for its first segment's call to start (the newcomers waiting
+   ahead of it at the pace first calls start under backlog, or the longest wait now).
+   Checked before its first segment is planned and again when its stream starts.
 
-Threading: everything here runs on the event loop, except :meth:`CostModel.measured` (worker
+With ``deadlines`` off, rules 1-8 give way to the mode's plain order (sequential: first in, first
+out; concurrent: round-robin by session) and the usual first cut; the load is still reported, and
+``refuse`` still refuses.
+
+Threading: everything here runs on the event loop, except :meth:`~backends.engine.cost.CostModel.measured` (worker
 threads; one float store per kind). The clock is injected (``clock``), so the rules can be run in
 virtual time.
 """
@@ -73,96 +82,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from backends.api import BackendObserver, Interrupt, Overloaded, Segment, SynthesisRequest
 from backends.config import BackendConfig
+from backends.engine.cost import CallKind, CostModel
+from backends.engine.load import FirstAudioWaits, LoadMeter, Overload
 from backends.engine.schedule import Entry, Listeners, Playout, Preemption, RunningCall, SegmentQueue
 
 log = logging.getLogger("kokoro.backend")
 
 Order = Literal["deadline", "round_robin", "fifo"]
-#: How a call runs: alone with every core, beside other calls, or as one batch of segments.
-CallKind = Literal["solo", "shared", "batch"]
-
-
-def input_tokens(segment: Segment) -> int:
-    """The model's input length for ``segment`` (its phonemes plus the start and end tokens)."""
-    return len(segment.phonemes) + 2
-
-
-class CostModel:
-    """Seconds per input token, a running average per call kind (and batch size) of measured calls;
-    a window of a sentence (a segment with its :attr:`~backends.api.Segment.sentence`) apart, since
-    its call also decodes the frames around the window and, the first of its sentence, predicts the
-    whole sentence."""
-
-    def __init__(self, smoothing: float = 0.2):
-        self.smoothing = smoothing
-        self._rate: dict[tuple[CallKind, int, bool], float] = {}
-
-    def measured(self, kind: CallKind, seconds: float, tokens: int, n: int = 1, *, windowed: bool = False) -> None:
-        """Fold in a finished call of ``kind`` over ``tokens`` input tokens (``n`` segments);
-        ``windowed``: a window of its sentence."""
-        if tokens <= 0:
-            return
-        key = (kind, n if kind == "batch" else 1, windowed)
-        rate, known = seconds / tokens, self._rate.get(key)
-        self._rate[key] = rate if known is None else known + self.smoothing * (rate - known)
-
-    def rate(self, kind: CallKind, n: int = 1, *, windowed: bool = False) -> float:
-        """Seconds per token of ``kind``; of the nearest kind measured when this one is not yet
-        (solo, shared, any batch; a window as a whole segment until one is measured); 0 when
-        nothing is measured."""
-        key = (kind, n if kind == "batch" else 1, windowed)
-        if key in self._rate:
-            return self._rate[key]
-        if windowed:
-            return self.rate(kind, n)
-        for other in ("shared", "solo") if kind != "solo" else ("solo", "shared"):
-            if (other, 1, False) in self._rate:
-                return self._rate[(other, 1, False)]
-        return next(iter(self._rate.values()), 0.0)
-
-    def expected_s(self, segment: Segment, kind: CallKind = "solo") -> float:
-        """How long a call of ``kind`` for ``segment`` is expected to take (0 until one is measured)."""
-        return self.rate(kind, windowed=segment.sentence is not None) * input_tokens(segment)
-
-    def snapshot(self) -> dict[str, float]:
-        """Seconds per token by kind, e.g. ``{"solo": ..., "batch_4": ..., "solo_windowed": ...}``."""
-        return {(k if k != "batch" else f"batch_{n}") + ("_windowed" if w else ""): v
-                for (k, n, w), v in list(self._rate.items())}
-
-
-class LoadMeter:
-    """Audio-seconds per second: demanded (one per request in progress: a listener plays in real
-    time) against delivered (audio made over the last ``window_s``)."""
-
-    def __init__(self, window_s: float, clock: Callable[[], float]):
-        self.window_s = window_s
-        self._clock = clock
-        self._made: deque[tuple[float, float]] = deque()
-        self._made_s = 0.0
-        self.streams = 0
-
-    def made(self, audio_seconds: float) -> None:
-        self._made.append((self._clock(), audio_seconds))
-        self._made_s += audio_seconds
-
-    @property
-    def demanded(self) -> float:
-        return float(self.streams)
-
-    @property
-    def delivered(self) -> float:
-        cutoff = self._clock() - self.window_s
-        while self._made and self._made[0][0] < cutoff:
-            self._made_s -= self._made.popleft()[1]
-        if not self._made:
-            self._made_s = 0.0  # (no drift from the float sums)
-        return max(0.0, self._made_s) / self.window_s
 
 
 class SchedulingPolicy:
@@ -177,11 +108,14 @@ class SchedulingPolicy:
         self.clock = clock
         self.cost = CostModel(config.cost_smoothing)
         self.load = LoadMeter(config.load_window_s, clock)
+        self.overload = Overload(self.load)
         self._observer = observer
         self._listeners = Listeners()
         self._preemption = Preemption()
         self._running: list[RunningCall] = []
-        self._overloaded = False
+        self._behind = False
+        self._waits = FirstAudioWaits(clock)
+        self._refusing_late = False
 
     # -- rule 1, 2: playback deadlines, short first segments -------------------------------------
     @staticmethod
@@ -194,17 +128,20 @@ class SchedulingPolicy:
         mode streams it; not while it is planned), as a stream that demands audio; when the block
         ends, a call of it still running no longer counts as a late stream."""
         stream = playout is not None
+        session = self.session_of(request)
+        newcomer = playout.silent if playout is not None else not self._listeners.hears_something(session, self.clock())
         self.load.streams += stream
         if stream:
-            self._observer.load(self.load.demanded, self.load.delivered)
+            self.report_load()
         try:
-            with self._listeners.serving(self.session_of(request)):
+            with self._listeners.serving(session), (
+                    self._waits.waiting(playout or request, request.created) if newcomer else contextlib.nullcontext()):
                 yield
         finally:
             self.load.streams -= stream
             if playout is not None:
                 playout.ended = True
-                self._observer.load(self.load.demanded, self.load.delivered)  # the gauges never stay stale
+                self.report_load()  # the gauges never stay stale
 
     def short_first(self, request: SynthesisRequest) -> bool:
         """Whether ``request``'s first segment is cut short: only while its listener hears nothing,
@@ -235,18 +172,23 @@ class SchedulingPolicy:
         if late > 0:
             self._observer.underrun(late)
         self.load.made(seconds)
-        self._observer.load(self.load.demanded, self.load.delivered)
+        self._waits.started(playout)  # (its first call ran, whichever way it was taken)
+        self.report_load()
         if playout.runs_out is not None:
             self._listeners.played(self.session_of(request), playout.runs_out)
 
-    # -- rule 3, 4: the order, overload ---------------------------------------------------------
+    # -- rule 3, 4: the order, streams behind --------------------------------------------------
     def new_queue(self) -> SegmentQueue:
         return SegmentQueue(self.rank, served=self._served)
 
     def _served(self, taken: list[Entry], left: list[Entry]) -> None:
         """Count, for each queued later segment, the first segments taken ahead of it while
-        overloaded that were due after it (those earliest-due-first would not have run first)."""
-        if not self._overloaded:
+        behind that were due after it (those earliest-due-first would not have run first); a
+        newcomer's first segment taken no longer waits for the runtime (rule 10)."""
+        for entry in taken:
+            if entry.playout is not None:
+                self._waits.started(entry.playout)
+        if not self._behind:
             return
         for entry in left:
             if entry.playing:
@@ -272,7 +214,7 @@ class SchedulingPolicy:
             return lambda e: (e.seq,)
         if self.order == "round_robin":
             return queue.turn
-        if self.overloaded(queue):
+        if self.behind(queue):
             yields = self.config.overload_yields
 
             def overloaded(e: Entry) -> tuple[Any, ...]:
@@ -293,34 +235,56 @@ class SchedulingPolicy:
 
         return deadline
 
-    def overloaded(self, queue: SegmentQueue) -> bool:
-        """Whether a later segment, queued or running, is past its due (deadlines on). Logs when
-        that begins and ends."""
+    def behind(self, queue: SegmentQueue) -> bool:
+        """Rule 4: whether a later segment, queued or running, is past its due (deadlines on)."""
         if not self.config.deadlines:
             return False
         now = self.clock()
-        behind = any(e.playing and e.due < now for e in queue.entries) or any(
+        self._behind = any(e.playing and e.due < now for e in queue.entries) or any(
             c.entry.playing and c.entry.due < now and not c.playout.ended for c in self._running)
-        if behind != self._overloaded:
-            self._overloaded = behind
-            demanded, delivered = self.load.demanded, self.load.delivered
-            if behind:
-                log.warning("overloaded: %d listeners ask for %.1f audio-s/s, the runtime made %.1f over the last %g s; "
-                            "newcomers are %s", self.load.streams, demanded, delivered, self.load.window_s,
+        return self._behind
+
+    # -- rule 10: overload --------------------------------------------------------------------
+    def report_load(self) -> bool:
+        """Rule 10: read the load, tell the observer, log when overload begins or ends; returns
+        whether the runtime is overloaded."""
+        load, overload = self.load, self.overload
+        demanded, delivered = load.demanded, load.delivered
+        if overload.update():
+            if overload.active:
+                log.warning("overloaded: the listeners asked for %.1f audio-s/s over the last %g s, the runtime made "
+                            "%.1f (calls running %.0f%% of the time; %d streams now); newcomers are %s", demanded,
+                            load.window_s, delivered, 100 * load.busy, load.streams,
                             "served first" if self.config.overload == "admit" else "refused (overloaded)")
             else:
-                log.info("no longer overloaded: every stream is on time")
-        return behind
+                log.info("no longer overloaded: the listeners asked for %.1f audio-s/s over the last %g s, the runtime "
+                         "made %.1f", demanded, load.window_s, delivered)
+        self._observer.load(demanded, delivered, overloaded=overload.active)
+        return overload.active
 
-    def admit(self, queue: SegmentQueue, request: SynthesisRequest) -> None:
-        """Rule 4 for a newcomer: with ``overload=refuse``, raise :class:`Overloaded` while a stream
-        is behind and the request's listener hears nothing yet."""
-        if self.config.overload != "refuse" or not self.overloaded(queue):
+    def admit(self, request: SynthesisRequest) -> None:
+        """Rule 10 for a newcomer: with ``overload=refuse``, raise :class:`Overloaded` while the
+        runtime is overloaded, or while the newcomer would wait longer than
+        ``overload_first_audio_ms`` for its first call; not when the request's listener hears
+        something (a session's next sentence belongs to a stream already admitted)."""
+        if self.config.overload != "refuse" or self._listeners.hears_something(self.session_of(request), self.clock()):
             return
-        if self._listeners.hears_something(self.session_of(request), self.clock()):
-            return  # a session's next sentence belongs to a stream already admitted
-        raise Overloaded(f"the server is overloaded: {self.load.streams} listeners ask for more audio than it makes "
-                         f"({self.load.delivered:.1f} audio-s/s); try another instance or again shortly")
+        if self.report_load():
+            raise Overloaded(f"the server is overloaded: its listeners asked for {self.load.demanded:.1f} audio-s/s, "
+                             f"it made {self.load.delivered:.1f}; try another instance or again shortly")
+        budget, wait = self.config.overload_first_audio_ms / 1000.0, self._waits.expected()
+        late = budget > 0 and wait > budget
+        if late != self._refusing_late:
+            self._refusing_late = late
+            if late:
+                log.warning("refusing newcomers: a newcomer would wait %.0f ms for its first call (%d waiting, one "
+                            "for %.0f ms; KOKORO_OVERLOAD_FIRST_AUDIO_MS=%g)", wait * 1000, len(self._waits),
+                            self._waits.longest() * 1000, budget * 1000)
+            else:
+                log.info("admitting newcomers again: first calls start within %g ms", budget * 1000)
+        if late:
+            raise Overloaded(f"the server is overloaded: a newcomer would wait {wait * 1000:.0f} ms for the runtime; "
+                             "try another instance or again shortly")
 
     def offer(self, queue: SegmentQueue, item: Any, segment: Segment, playout: Playout, *, session: str,
               request_seq: int, remaining: float, busy: bool, interrupts: bool, turn: int = 0) -> None:
@@ -328,10 +292,10 @@ class SchedulingPolicy:
         interrupt a running call for it if rule 5 allows."""
         entry = queue.push(item, session=session, request_seq=request_seq, due=playout.due,
                            phonemes=len(segment.phonemes), playing=playout.runs_out is not None, remaining=remaining,
-                           turn=turn)
+                           turn=turn, playout=playout)
         if not busy or not interrupts:
             return
-        any_later = self.config.overload == "admit" and self.overloaded(queue)
+        any_later = self.config.overload == "admit" and self.behind(queue)
         call = self._preemption.victim(queue, entry, playout, self.clock(),
                                        before_fraction=self.config.interrupt_before_fraction, any_later=any_later)
         if call is not None:
@@ -348,6 +312,7 @@ class SchedulingPolicy:
         """A call for ``entry`` begins; its ``interrupt`` is set when rule 5 picks it."""
         call = RunningCall(entry, playout, self.clock(), self.cost.expected_s(segment, kind), Interrupt())
         self._running.append(call)
+        self.load.calls = len(self._running)
         if interruptible:
             self._preemption.started(call)
         return call
@@ -361,13 +326,15 @@ class SchedulingPolicy:
     def call_ended(self, call: RunningCall) -> None:
         with contextlib.suppress(ValueError):
             self._running.remove(call)
+        self.load.calls = len(self._running)
         self._preemption.ended(call)
 
     def table_sizes(self) -> dict[str, int]:
         """Entries in each of the policy's tables kept per session or request (all 0 at rest, once
         the audio delivered has run out): listeners, running calls, streams counted as demanding."""
         return {**self._listeners.sizes(self.clock()), "running_calls": len(self._running),
-                "preemptible_calls": len(self._preemption), "load_streams": self.load.streams}
+                "preemptible_calls": len(self._preemption), "load_streams": self.load.streams,
+                "first_audio_waits": len(self._waits)}
 
     # -- rule 6, 7: holding a worker, solo calls ------------------------------------------------
     def start_by(self, entry: Entry, segment: Segment) -> float:

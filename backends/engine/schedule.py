@@ -88,6 +88,7 @@ class Entry:
     passed: int = 0  # first segments taken ahead of it while the server was overloaded
     turn: int = 0  # its request's turn within the session (rule 9: the newest turn goes first)
     round_place: int = 0  # its session's place in the round when it was queued or taken
+    playout: Any = None  # its request's Playout (the policy's: whose first call starts when it is taken)
 
 
 @dataclass
@@ -122,11 +123,11 @@ class SegmentQueue:
         return (self._turn.get(entry.session, entry.round_place), entry.request_seq, entry.seq)
 
     def push(self, item: Any, *, session: str, request_seq: int, due: float = 0.0, phonemes: int = 0,
-             playing: bool = False, remaining: float = 0.0, turn: int = 0) -> Entry:
+             playing: bool = False, remaining: float = 0.0, turn: int = 0, playout: Any = None) -> Entry:
         if session not in self._turn:
             self._turn[session] = next(self._clock)  # a session with nothing queued joins the end of the round
         entry = Entry(item, session, request_seq, due, next(self._clock), phonemes, playing, remaining,
-                      turn=turn, round_place=self._turn[session])
+                      turn=turn, round_place=self._turn[session], playout=playout)
         self._entries.append(entry)
         return entry
 

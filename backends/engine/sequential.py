@@ -98,7 +98,7 @@ class SequentialBackend(Engine):
         if self._waiting >= self.config.max_queue:
             raise Overloaded(f"{self._waiting} requests are waiting; try again shortly")
         policy = self.policy
-        policy.admit(self._queue, request)
+        policy.admit(request)
         loop = asyncio.get_running_loop()
         timeout_at = self._timeout_at(request)
         playout = policy.playout(request)

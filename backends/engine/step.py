@@ -3,7 +3,7 @@ out, one runtime call's worth at a time (docs/runtimes.md).
 
 :class:`SegmentStep` is what :meth:`~backends.engine.core.Engine.run_segments` runs. The engine owns
 one and passes in what it needs: the synthesizer, the backend's config, the policy's
-:class:`~backends.engine.policy.CostModel` (each call's measured cost), the observer, the clock, and
+:class:`~backends.engine.cost.CostModel` (each call's measured cost), the observer, the clock, and
 callables for whether the mode batches and how a single call runs (the modes decide both).
 
 The step, for a list of segments:
@@ -57,8 +57,8 @@ from backends.api import (
     clip_audio,
 )
 from backends.config import BackendConfig
+from backends.engine.cost import CallKind, CostModel, input_tokens
 from backends.engine.joins import shape_segment
-from backends.engine.policy import CallKind, CostModel, input_tokens
 
 log = logging.getLogger("kokoro.backend")
 

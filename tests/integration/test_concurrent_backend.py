@@ -197,6 +197,28 @@ async def test_overloaded_when_the_queue_bound_is_hit_then_serves_again(make_bac
     assert backend.active_requests == 0
 
 
+async def test_refuse_turns_a_newcomer_away_while_one_admitted_waits_past_the_first_audio_budget(make_backend):
+    """``overload=refuse``: one request's call holds the runtime, a second waits in the queue for
+    its first call; once it has waited past KOKORO_OVERLOAD_FIRST_AUDIO_MS a third is refused
+    before its text is even planned (503, retryable) — and served once the queue moves."""
+    synth = batch_fake()
+    synth.gate = threading.Event()
+    backend = make_backend(synth, overload="refuse", overload_first_audio_ms=50, max_wait_ms=0)
+    running = asyncio.create_task(collect(backend, await prepared(backend, SENTENCES[0], rid="r0")))
+    await wait_until(synth.started.is_set)
+    waiting = asyncio.create_task(collect(backend, await prepared(backend, SENTENCES[1], rid="r1")))
+    await wait_until(lambda: backend.queue_depth == 1)
+    await asyncio.sleep(0.1)  # r1 has now waited over 50 ms for its first call
+    with pytest.raises(Overloaded) as info:
+        await prepared(backend, SENTENCES[2], rid="r2")
+    assert info.value.status == 503 and info.value.retryable and "wait" in str(info.value)
+    synth.gate.set()
+    await asyncio.gather(running, waiting)
+    extra = await prepared(backend, SENTENCES[2], rid="r2")
+    assert len(await collect(backend, extra)) == len(extra.segments)
+    assert backend.table_sizes()["first_audio_waits"] == 0
+
+
 async def test_cancelled_requests_queued_segments_are_never_synthesised(make_backend):
     synth, recorder = batch_fake(), Recorder()
     synth.gate = threading.Event()

@@ -15,6 +15,7 @@ class Recorder:
         self.underruns: list[float] = []
         self.interruptions: list[float] = []
         self.loads: list[tuple[float, float]] = []
+        self.overloaded: list[bool] = []
 
     def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
         self.segments.append(audio_seconds)
@@ -31,5 +32,6 @@ class Recorder:
     def interrupted(self, seconds: float) -> None:
         self.interruptions.append(seconds)
 
-    def load(self, demanded: float, delivered: float) -> None:
+    def load(self, demanded: float, delivered: float, *, overloaded: bool = False) -> None:
         self.loads.append((demanded, delivered))
+        self.overloaded.append(overloaded)

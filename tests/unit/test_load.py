@@ -1,0 +1,242 @@
+"""The load the runtime is under and when it is an overload (``backends/engine/load.py``, the
+policy's rule 10), in virtual time: streams are opened on the policy, a call is kept running and
+audio is handed in as a mode would, so every figure is exact. Overload is demand above supply over
+the window — a stream that is late for a moment while the runtime makes more than is asked is
+none — with hysteresis; ``refuse`` also refuses while an admitted newcomer waits too long for the
+runtime."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from backends.api import Overloaded, Segment, SynthesisRequest
+from backends.config import BackendConfig
+from backends.engine.load import LoadMeter
+from backends.engine.policy import SchedulingPolicy
+from backends.engine.schedule import Playout
+from tests.support.observer import Recorder
+from tests.support.virtual_time import VirtualClock
+
+RATE = 100  # samples per audio-second (the policy's sample rate here)
+STEP = 0.1
+
+
+def request(session: str, clock: VirtualClock) -> SynthesisRequest:
+    return SynthesisRequest(text="x", session=session, created=clock())
+
+
+def segment() -> Segment:
+    return Segment(text="x", phonemes="abc", voice="v")
+
+
+class Rig:
+    """A policy with ``streams`` streams in progress since the clock's start and, with ``busy``,
+    a runtime call running throughout; :meth:`run` hands in audio at a steady rate."""
+
+    def __init__(self, streams: int, *, busy: bool = True, **settings):
+        self.clock = VirtualClock()
+        self.recorder = Recorder()
+        self.policy = SchedulingPolicy(BackendConfig.defaults(**settings), plain_order="fifo", sample_rate=RATE,
+                                       observer=self.recorder, clock=self.clock)
+        self.queue = self.policy.new_queue()
+        self.stack = contextlib.ExitStack()
+        self.requests = [request(f"s{i}", self.clock) for i in range(streams)]
+        self.playouts = [self.policy.playout(r) for r in self.requests]
+        for r, p in zip(self.requests, self.playouts, strict=True):
+            self.stack.enter_context(self.policy.tracked(r, p))
+        if busy:
+            entry = self.queue.push("running", session="s0", request_seq=0, playing=True)
+            self.queue.pop()
+            self.policy.call_started(entry, self.playouts[0], segment(), "batch", interruptible=False)
+        self.turn = 0
+
+    def run(self, seconds: float, made_per_s: float) -> None:
+        """Advance ``seconds``, the runtime making ``made_per_s`` audio-seconds a second."""
+        for _ in range(round(seconds / STEP)):
+            self.clock.advance(STEP)
+            i = self.turn % len(self.requests)
+            self.turn += 1
+            audio = np.zeros(round(made_per_s * STEP * RATE), dtype=np.float32)
+            self.policy.segment_ready(self.playouts[i], audio, self.requests[i])
+
+    def newcomer(self) -> None:
+        self.policy.admit(request(f"new-{self.clock()}", self.clock))
+
+
+def overload_logs(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "overloaded" in r.getMessage()]
+
+
+def test_a_stream_behind_while_the_runtime_makes_more_than_is_asked_is_no_overload(caplog):
+    """12 listeners ask for 12 audio-s/s and the runtime makes 25: one stream's queued segment
+    past its due is a moment's lateness (the scheduler's rule 4 puts it first), not an overload —
+    nothing logged, the gauge says 0, nobody is refused."""
+    rig = Rig(12, overload="refuse")
+    with caplog.at_level("INFO", logger="kokoro.backend"):
+        rig.run(10.0, made_per_s=25.0)
+        late = Playout(0.0)
+        late.delivered(rig.clock() - 2.0, 1.0)  # its audio ran out a second ago
+        rig.queue.push("late", session="s1", request_seq=1, due=late.due, playing=True)
+        assert rig.policy.behind(rig.queue)
+        assert not rig.policy.report_load()
+        rig.newcomer()  # admitted
+    assert rig.recorder.loads[-1] == (pytest.approx(12.0), pytest.approx(25.0))
+    assert not any(rig.recorder.overloaded)
+    assert overload_logs(caplog) == []
+
+
+def test_demand_above_supply_is_an_overload_logged_measured_and_refused_with_the_same_figures(caplog):
+    rig = Rig(12, overload="refuse")
+    with caplog.at_level("INFO", logger="kokoro.backend"):
+        rig.run(10.0, made_per_s=6.0)
+    assert rig.recorder.overloaded[-1] is True
+    assert rig.recorder.loads[-1] == (pytest.approx(12.0), pytest.approx(6.0))
+    began = rig.recorder.overloaded.index(True)  # once a call had run half the window: at 5 s
+    demanded, delivered = rig.recorder.loads[began]
+    assert (demanded, delivered) == (pytest.approx(6.0), pytest.approx(3.0))  # (averaged over the 10 s window)
+    [said] = overload_logs(caplog)  # the log says what the gauges said then
+    assert said.startswith(f"overloaded: the listeners asked for {demanded:.1f} audio-s/s over the last 10 s, "
+                           f"the runtime made {delivered:.1f} (calls running 50% of the time; 12 streams now)")
+    with pytest.raises(Overloaded) as refused:
+        rig.newcomer()
+    assert refused.value.code == "overloaded" and refused.value.retryable and "12.0" in str(refused.value)
+    rig.policy.admit(request("s3", rig.clock))  # a session's next sentence belongs to an admitted stream
+
+
+def test_overload_with_admit_serves_the_newcomer():
+    rig = Rig(12, overload="admit")
+    rig.run(10.0, made_per_s=6.0)
+    assert rig.policy.report_load()
+    rig.newcomer()
+
+
+def test_overload_has_hysteresis_it_neither_flaps_nor_ends_while_demand_still_exceeds_supply(caplog):
+    """Supply hovering just under and over demand changes nothing; an overload ends only once
+    what is made covers what is asked, and does not begin again for a shortfall inside the margin."""
+    rig = Rig(12)
+    with caplog.at_level("INFO", logger="kokoro.backend"):
+        for made in (11.5, 12.5, 11.5, 12.5):  # within the margin: never begins
+            rig.run(10.0, made)
+            assert not rig.policy.report_load()
+        rig.run(10.0, 6.0)  # begins
+        assert rig.policy.report_load()
+        rig.run(10.0, 11.5)  # still short of demand: goes on
+        assert rig.policy.report_load()
+        rig.run(10.0, 12.5)  # covered: ends
+        assert not rig.policy.report_load()
+        rig.run(10.0, 11.5)  # short, inside the margin: does not begin again
+        assert not rig.policy.report_load()
+    said = overload_logs(caplog)
+    assert len(said) == 2 and said[0].startswith("overloaded:") and said[1].startswith("no longer overloaded:")
+    flips = sum(a != b for a, b in zip(rig.recorder.overloaded, rig.recorder.overloaded[1:], strict=False))
+    assert flips == 2
+
+
+def test_streams_whose_clients_do_not_read_leave_the_runtime_idle_and_are_no_overload():
+    rig = Rig(12, busy=False, overload="refuse")
+    rig.run(10.0, made_per_s=0.0)
+    assert rig.recorder.loads[-1] == (pytest.approx(12.0), 0.0)
+    assert not rig.policy.report_load()
+    rig.newcomer()
+
+
+def test_the_first_moments_of_a_stream_before_its_audio_is_made_are_no_overload():
+    rig = Rig(1, overload="refuse", overload_first_audio_ms=0)
+    rig.clock.advance(1.0)
+    assert not rig.policy.report_load()
+    rig.newcomer()
+
+
+@pytest.mark.parametrize("planned", [False, True])
+def test_refuse_turns_newcomers_away_while_an_admitted_one_waits_too_long_for_its_first_call(planned, caplog):
+    """Refused before first audio runs late: while a newcomer admitted earlier has waited over
+    KOKORO_OVERLOAD_FIRST_AUDIO_MS for the runtime (being planned, or queued), the next is refused;
+    once its call starts, newcomers are admitted again."""
+    clock = VirtualClock()
+    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=150),
+                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
+    queue = policy.new_queue()
+    first = request("first", clock)
+    playout = policy.playout(first)
+    with caplog.at_level("INFO", logger="kokoro.backend"):
+        with policy.tracked(first, None if planned else playout):
+            if not planned:
+                policy.offer(queue, "first-0", segment(), playout, session="first", request_seq=0, remaining=3,
+                             busy=True, interrupts=False)
+            clock.advance(0.1)
+            policy.admit(request("second", clock))  # 100 ms: within the budget
+            clock.advance(0.1)
+            with pytest.raises(Overloaded, match="would wait 200 ms"):
+                policy.admit(request("third", clock))
+            policy.admit(request("first", clock))  # its own session's next request is no newcomer
+            if not planned:
+                queue.pop()  # its first call starts
+        policy.admit(request("fourth", clock))
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith("refusing newcomers: a newcomer would wait 200 ms for its first call (1 waiting")
+    assert "again" in said[-1]
+    assert policy.table_sizes()["first_audio_waits"] == 0
+
+
+def test_refuse_turns_a_burst_away_before_anyone_has_waited_the_budget(caplog):
+    """Waiting for the longest wait to pass the budget would let in every arrival until then, to
+    queue behind each other: a newcomer is refused once those waiting ahead of it, at the pace
+    first calls start under backlog, would keep it past the budget."""
+    clock = VirtualClock()
+    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=150),
+                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
+    queue = policy.new_queue()
+    with contextlib.ExitStack() as stack:
+        def arrive(name: str) -> None:
+            policy.admit(request(name, clock))
+            r = request(name, clock)
+            playout = policy.playout(r)
+            stack.enter_context(policy.tracked(r, playout))
+            policy.offer(queue, name, segment(), playout, session=name, request_seq=0, remaining=3, busy=True,
+                         interrupts=False)
+
+        for name in ("a", "b", "c"):
+            arrive(name)
+        for _ in range(3):  # the runtime starts a first call every 100 ms while others wait
+            clock.advance(0.1)
+            queue.pop()
+        arrive("d")  # nobody waits: admitted
+        arrive("e")  # d ahead of it: 100 ms
+        clock.advance(0.01)
+        with pytest.raises(Overloaded, match="would wait 200 ms"):  # d and e ahead, 100 ms a call
+            arrive("f")  # (although d has waited only 10 ms, under the budget)
+        arrive("c")  # a session already heard is no newcomer
+        queue.pop()  # d's call starts
+        arrive("g")
+
+
+def test_admit_and_a_zero_budget_never_refuse_for_a_wait():
+    for settings in ({"overload": "admit"}, {"overload": "refuse", "overload_first_audio_ms": 0}):
+        clock = VirtualClock()
+        policy = SchedulingPolicy(BackendConfig.defaults(**settings), plain_order="fifo", sample_rate=RATE,
+                                  observer=Recorder(), clock=clock)
+        with policy.tracked(request("first", clock)):
+            clock.advance(5.0)
+            policy.admit(request("second", clock))
+
+
+def test_the_load_meter_averages_demand_and_delivery_over_the_window():
+    clock = VirtualClock(0.0)
+    meter = LoadMeter(window_s=10.0, clock=clock)
+    meter.streams = 3
+    meter.calls = 1
+    for t in range(1, 11):
+        clock.now = float(t)
+        meter.made(1.6)
+    assert meter.demanded == pytest.approx(3.0) and meter.delivered == pytest.approx(1.6)
+    assert meter.busy == pytest.approx(1.0)
+    meter.streams, meter.calls = 1, 0
+    clock.now = 15.0  # 3 streams for 5 s of the window, 1 for the other 5; a call for 5 s
+    assert meter.demanded == pytest.approx(2.0) and meter.delivered == pytest.approx(6 * 1.6 / 10)  # made at 5-10 s
+    assert meter.busy == pytest.approx(0.5)
+    meter.streams = 0
+    clock.now = 30.0
+    assert (meter.demanded, meter.delivered, meter.busy) == (0.0, 0.0, 0.0)
