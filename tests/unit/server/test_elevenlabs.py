@@ -102,6 +102,10 @@ def test_every_multi_context_message_names_its_context_under_both_keys(make_clie
     audio = [m for m in frames if "audio" in m]
     assert audio and all(m["contextId"] == m["context_id"] == "turn-1" for m in frames)
     assert frames[-1]["isFinal"] is True
+    from elevenlabs.types import AudioOutputMulti, FinalOutputMulti  # the SDK's own reading
+
+    assert AudioOutputMulti.model_validate(audio[0]).context_id == "turn-1"
+    assert FinalOutputMulti.model_validate(frames[-1]).context_id == "turn-1"
     assert error["error"] == "invalid_request" and error["contextId"] == error["context_id"] == "turn-1"
 
 
