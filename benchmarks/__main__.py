@@ -30,7 +30,7 @@ TITLES = {
     "e2e": "End to end: first audio through the agent, bidi vs batch vs bidi without the early first clause",
     "languages": "Languages: each G2P front end's cost; English intelligibility, espeak-ng vs misaki",
     "agentproto": "Voice-agent protocols: first audio from a token stream (server vs client cutting), Clear to silence",
-    "telephony": "Telephony: 8 kHz mu-law and A-law against 24 kHz PCM of the same sentences (pocketsphinx)",
+    "telephony": "Telephony: 8 kHz mu-law and A-law against 8 kHz and 24 kHz PCM of the same sentences (pocketsphinx)",
     "onnx_durations": "Word timings on ONNX: the timed model vs today's export (speed, sameness, intelligibility)",
     "overload": "Overload and stalled readers: a newcomer behind late streams, admit vs refuse",
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",

@@ -30,9 +30,11 @@ Client -> server, one JSON object per message:
 Server -> client: ``{"audio": base64 audio, "isFinal": false, "alignment": {...},
 "normalizedAlignment": {...}}`` per segment (``chars``, ``charStartTimesMs``, ``charDurationsMs``
 relative to that message's audio — they restart at 0 in every message, as the service's do; both
-alignments are of the text as sent), then ``{"isFinal":
-true}``; multi adds ``contextId`` to each. A message that cannot be served gets ``{"error": code,
-"message": ...}`` and the session goes on.
+alignments are of the text as sent), then ``{"isFinal": true}``. Multi puts the context's id in
+each message under both keys: ``contextId`` (the API reference's, the SDK's types', the only one
+Pipecat reads) and ``context_id`` (what LiveKit's plugins say the service sends now; they read
+either). A message that cannot be served gets ``{"error": code, "message": ...}`` and the session
+goes on.
 
 Ignored: ``generation_config`` (``chunk_length_schedule``: cutting follows sentence ends),
 ``try_trigger_generation``, the other ``voice_settings``, ``pronunciation_dictionary_locators``,
@@ -195,8 +197,10 @@ class ElevenLabsSession(ContextSession):
 
     # -- events -> wire -------------------------------------------------------------------------
     def _tag(self, message: dict[str, Any], cid: str | None) -> dict[str, Any]:
+        # Both spellings: the API reference, the SDK's types and Pipecat read ``contextId``; LiveKit's
+        # plugins read either, noting that the service itself now answers with ``context_id``.
         if self.MULTI and cid is not None:
-            message["contextId"] = cid
+            message["contextId"] = message["context_id"] = cid
         return message
 
     async def send_event(self, cid: str, event: Event) -> None:

@@ -85,8 +85,28 @@ def test_multi_stream_contexts_close_after_a_flush_speaks_to_the_end(make_client
     audio = [m for m in messages if "audio" in m]
     assert {m["contextId"] for m in messages} == {"a"}
     assert " ".join(check_alignment(m, 16000) for m in audio).split() == "The first reply. It has two sentences.".split()
-    assert messages[-1] == {"isFinal": True, "contextId": "a"}
-    assert [m for m in second if "audio" in m] and second[-1] == {"isFinal": True, "contextId": "b"}
+    assert messages[-1] == {"isFinal": True, "contextId": "a", "context_id": "a"}
+    assert [m for m in second if "audio" in m] and second[-1] == {"isFinal": True, "contextId": "b", "context_id": "b"}
+
+
+def test_every_multi_context_message_names_its_context_under_both_keys(make_client):
+    """``contextId`` is the key of the API reference, the SDK's types and Pipecat (which reads no
+    other); ``context_id`` the one LiveKit's plugins say the service sends now. Audio, ``isFinal``
+    and a context's error carry both, so every client routes each message to its context."""
+    with make_client() as c, c.websocket_connect(MULTI) as ws:
+        send(ws, text="A reply. ", context_id="turn-1", flush=True)
+        send(ws, context_id="turn-1", close_context=True)
+        frames = until_final(ws, "turn-1")
+        send(ws, text="Too late.", context_id="turn-1")  # text to a closed context: its error
+        error = receive(ws)
+    audio = [m for m in frames if "audio" in m]
+    assert audio and all(m["contextId"] == m["context_id"] == "turn-1" for m in frames)
+    assert frames[-1]["isFinal"] is True
+    from elevenlabs.types import AudioOutputMulti, FinalOutputMulti  # the SDK's own reading
+
+    assert AudioOutputMulti.model_validate(audio[0]).context_id == "turn-1"
+    assert FinalOutputMulti.model_validate(frames[-1]).context_id == "turn-1"
+    assert error["error"] == "invalid_request" and error["contextId"] == error["context_id"] == "turn-1"
 
 
 def test_close_context_of_an_unflushed_reply_stops_it_at_once_and_the_next_context_plays():
