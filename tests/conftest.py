@@ -116,6 +116,9 @@ def _rank(item: pytest.Item) -> tuple[int, int]:
     return order, 0 if item.get_closest_marker("slow") is not None else 1
 
 
+# First among the hooks: pytest-xdist reads each item's ``xdist_group`` marker in its own hook (to name the
+# group in the node id), so the markers must be set before it runs or every test is a group of its own.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     shared_modules: dict[str, set[str]] = {name: set() for name in SHARED}
     for item in items:
