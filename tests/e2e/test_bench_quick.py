@@ -36,7 +36,8 @@ def test_every_suite_is_run_here_or_said_to_need_the_model():
     assert set(SUITES) | set(REAL_MODEL_ONLY) | set(TESTED_APART) == {*NAMES, *OWN_OPTIONS}
 
 
-@pytest.mark.parametrize("suite", list(SUITES))
+# Each suite is a group of its own, so parallel workers share them out (they share no fixture).
+@pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.xdist_group(f"bench-quick-{s}")) for s in SUITES])
 def test_the_suite_runs_quick_on_the_fake_runtime(suite, tmp_path, model_dir, monkeypatch):
     monkeypatch.setenv("KOKORO_MODEL_DIR", str(model_dir))
     out = tmp_path / "compare.json" if suite == "compare" else tmp_path
