@@ -59,13 +59,13 @@ def conversations(turns: int, seed: int = 7) -> list[tuple[str, int]]:
 
 class Turns(Churn):
     """Streaming turns against one server (``base`` http URL, ``voice`` one of its voices); replies
-    are drawn from ``texts``. ``counts`` is by turn: ``<protocol>`` and ``<protocol>_barge``
+    are drawn from ``texts``, spoken at ``speed`` where the protocol takes one (all but Deepgram). ``counts`` is by turn: ``<protocol>`` and ``<protocol>_barge``
     (``<protocol>_socket`` for a socket that could not be opened or closed as its protocol says)."""
 
     def __init__(self, base: str, voice: str, texts: list[str], *, barge_share: float = BARGE_SHARE,
-                 timeout_s: float = 60.0, seed: int = 1):
+                 speed: float = 1.0, timeout_s: float = 60.0, seed: int = 1):
         super().__init__(base, voice, timeout_s=timeout_s, seed=seed)
-        self.texts, self.barge_share = texts, barge_share
+        self.texts, self.barge_share, self.speed = texts, barge_share, speed
 
     def _reply(self, barge: bool) -> list[str]:
         """A reply's sentences: three for one that will be interrupted (audio still owed at the barge-in)."""
@@ -132,7 +132,8 @@ class Turns(Churn):
         owed = {}
         for k, sentence in enumerate(self._reply(barge)):
             owed[f"t{t}-{k}"] = sentence
-            await ws.send(json.dumps({"text": sentence, "voice": self.voice, "request_id": f"t{t}-{k}"}))
+            await ws.send(json.dumps({"text": sentence, "voice": self.voice, "request_id": f"t{t}-{k}",
+                                      "speed": self.speed}))
         if barge:
             await self._audio(ws)
             await ws.send(json.dumps({"type": "cancel"}))
@@ -159,9 +160,9 @@ class Turns(Churn):
     async def _cartesia_turn(self, ws: ClientConnection, t: int, barge: bool) -> None:
         cid = uuid.uuid4().hex
         for piece in self._pieces(barge):
-            await ws.send(self._generation(cid, piece, True))
+            await ws.send(self._generation(cid, piece, True, speed=self.speed))
         if not barge:
-            await ws.send(self._generation(cid, "", False))
+            await ws.send(self._generation(cid, "", False, speed=self.speed))
             await self._cartesia_done(ws, cid)
             return
         while True:  # the reply's first audio, then the barge-in
@@ -174,6 +175,7 @@ class Turns(Churn):
 
     async def _elevenlabs_turn(self, ws: ClientConnection, t: int, barge: bool) -> None:
         cid = f"t{t}"
+        await ws.send(json.dumps({"text": " ", "context_id": cid, "voice_settings": {"speed": self.speed}}))
         for piece in self._pieces(barge):
             await ws.send(json.dumps({"text": piece, "context_id": cid}))
         if barge:  # interrupted before its flush: the audio of what was said so far, then closed
@@ -248,7 +250,9 @@ def run_streaming(result: Result, *, quick: bool, model_dir: Any, log: Any, turn
             log(f"  soak streaming {runtime}/{mode} {env or ''}: {n} turns, load {load_average()}")
             with LiveServer(backend=runtime, mode=mode, env=env, model_dir=model_dir, log=log) as srv:
                 voice = httpx.get(f"{srv.url}/v1/audio/voices", timeout=10).json()["voices"][0]
-                client = Turns(srv.url, voice, CHURN_TEXTS if fake else SHORT_TEXTS, timeout_s=60 if fake else 300)
+                # (the real runtime at speed 2, as the mixed phase: half the audio to make per turn)
+                client = Turns(srv.url, voice, CHURN_TEXTS if fake else SHORT_TEXTS, speed=1.0 if fake else 2.0,
+                               timeout_s=60 if fake else 300)
                 out = asyncio.run(streaming_soak(srv.url, srv.proc.pid, client, n, CONCURRENCY.get(runtime, 2),
                                                  max(1, n // 100), log))
             s = {"workload": "streaming", "runtime": runtime, "mode": mode, "env": env, **out}
