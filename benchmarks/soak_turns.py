@@ -49,7 +49,8 @@ FAILURES = (TimeoutError, Unanswered, WebSocketException, OSError)
 
 def conversations(turns: int, seed: int = 7) -> list[tuple[str, int]]:
     """Sockets, ``(protocol, turns)``, in turn through the protocols, ``turns`` turns in all."""
-    rng, out, left = random.Random(seed), [], turns
+    rng, left = random.Random(seed), turns
+    out: list[tuple[str, int]] = []
     while left > 0:
         n = min(left, rng.randint(*TURNS_PER_SOCKET))
         out.append((PROTOCOLS[len(out) % len(PROTOCOLS)], n))
@@ -129,7 +130,7 @@ class Turns(Churn):
 
     # -- one turn per protocol -------------------------------------------------------------------
     async def _bidi_turn(self, ws: ClientConnection, t: int, barge: bool) -> None:
-        owed = {}
+        owed: dict[Any, str] = {}
         for k, sentence in enumerate(self._reply(barge)):
             owed[f"t{t}-{k}"] = sentence
             await ws.send(json.dumps({"text": sentence, "voice": self.voice, "request_id": f"t{t}-{k}",
@@ -250,6 +251,7 @@ def run_streaming(result: Result, *, quick: bool, model_dir: Any, log: Any, turn
             log(f"  soak streaming {runtime}/{mode} {env or ''}: {n} turns, load {load_average()}")
             with LiveServer(backend=runtime, mode=mode, env=env, model_dir=model_dir, log=log) as srv:
                 voice = httpx.get(f"{srv.url}/v1/audio/voices", timeout=10).json()["voices"][0]
+                assert srv.proc is not None
                 # (the real runtime at speed 2, as the mixed phase: half the audio to make per turn)
                 client = Turns(srv.url, voice, CHURN_TEXTS if fake else SHORT_TEXTS, speed=1.0 if fake else 2.0,
                                timeout_s=60 if fake else 300)
