@@ -18,11 +18,9 @@ from typing import Any
 
 import httpx
 
-from . import prom
 from .churn_mix import KINDS, Churn, plan, run_mix
-from .live import LiveServer, rss_mib
+from .live import LiveServer, at_rest, growth, rss_mib
 from .results import Result, command_line, load_average, markdown_table
-from .soak import growth
 
 SIZES = {"fake": (100_000, 2_000), "onnx": (2_000, 200), "torch": (2_000, 200)}
 CONCURRENCY = {"fake": 16, "onnx": 4, "torch": 4}
@@ -30,23 +28,6 @@ WARMUP_FRACTION = 0.1
 #: Warm-ups the growth is also shown after (the share of the sessions).
 WARMUPS_SHOWN = (0.1, 0.25, 0.5, 0.75)
 GOAL_MIB = 20.0
-
-
-def tables(text: str) -> dict[str, float]:
-    """``kokoro_state_entries`` by table, from a ``/metrics`` text."""
-    return {dict(labels)["table"]: value for (name, labels), value in prom.parse(text).items()
-            if name == "kokoro_state_entries"}
-
-
-def at_rest(url: str, limit_s: float = 120.0) -> tuple[dict[str, float], float]:
-    """The tables once they are all 0 (what a listener still plays is known until its audio runs
-    out), or as they stand after ``limit_s``; and how long that took."""
-    t0 = time.perf_counter()
-    while True:
-        sizes = tables(httpx.get(f"{url}/metrics", timeout=30).text)
-        if not any(sizes.values()) or time.perf_counter() - t0 > limit_s:
-            return sizes, round(time.perf_counter() - t0, 1)
-        time.sleep(0.5)
 
 
 def churn_run(runtime: str, mode: str, sessions: int, *, model_dir: Any = None, log: Any = print,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import time
 from typing import Any
 
@@ -27,9 +26,9 @@ from agent.ws_client import ContractSession
 
 from . import prom
 from .clients import post
-from .live import LiveServer, rss_mib
+from .live import LiveServer, growth, rss_mib
 from .loop import closed_loop
-from .results import Result, command_line, markdown_table, rnd
+from .results import Result, command_line, markdown_table
 
 TEXTS = [
     "Short one.",
@@ -43,6 +42,8 @@ SHORT_TEXTS = ["Short one.", "Hello there.", "Memory check.", "One more time.", 
 BAD_POST = [b"{", b'{"text": ""}', b'{"text": "Hi.", "voice": "zz_nobody"}', b'{"text": "Hi.", "speed": 9}',
             b'{"text": "\\u3053\\u3093\\u306b\\u3061\\u306f", "lang": "en-us"}', b"\xff\xfe", b'{"text": "Hi.", "lang": "xx"}']
 BAD_WS = ["{", '{"text": 5}', '{"text": "Hi.", "voice": "../x"}', '{"text": "   "}', '{"type": "dance"}']
+#: The share of the requests (or turns) counted as warm-up, before RSS growth is measured.
+WARMUP_FRACTION = 0.2
 KINDS = ["ws"] * 8 + ["post"] * 6 + ["openai"] * 2 + ["bad_post"] * 2 + ["bad_ws"] + ["vanish"]
 
 
@@ -180,28 +181,9 @@ async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: in
         "inflight_openai": prom.value(metrics, "kokoro_inflight_requests", {"route": "openai"}),
         "queue_depth": prom.value(metrics, "kokoro_queue_depth"),
     }
-    return {"requests": done, **growth(samples), "wall_s": round(time.perf_counter() - t0, 1), "counts": soak.counts,
+    return {"requests": done, **growth(samples, WARMUP_FRACTION), "wall_s": round(time.perf_counter() - t0, 1), "counts": soak.counts,
             "failures": len(soak.failures), "failure_examples": soak.failures[:10], "leftovers": leftovers,
             "ping_after": ping, "rss_samples": samples}
-
-
-WARMUP_FRACTION = 0.2
-
-
-def growth(samples: list[dict[str, Any]], warmup_fraction: float = WARMUP_FRACTION) -> dict[str, Any]:
-    """RSS growth from the end of warm-up to the end, over the second half of that window alone
-    (a leak keeps growing; a warm-up levels off), and the slope after warm-up (KiB/request)."""
-    total = samples[-1]["requests"]
-    after = [s for s in samples if s["requests"] >= total * warmup_fraction]
-    base, end = after[0]["rss_mib"], samples[-1]["rss_mib"]
-    middle = next(s for s in after if s["requests"] >= (after[0]["requests"] + total) / 2)["rss_mib"]
-    xs, ys = [s["requests"] for s in after], [s["rss_mib"] for s in after]
-    slope = statistics.linear_regression(xs, ys).slope * 1024 if len(after) >= 3 else None
-    return {"rss_start_mib": samples[0]["rss_mib"], "rss_after_warmup_mib": base, "rss_end_mib": end,
-            "rss_peak_mib": max(s["rss_mib"] for s in samples), "warmup_requests": after[0]["requests"],
-            "growth_pct": round((end - base) / base * 100, 2),
-            "second_half_growth_pct": round((end - middle) / middle * 100, 2),
-            "slope_kib_per_request": rnd(slope, 3)}
 
 
 def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | None = None, model_dir=None,
@@ -247,6 +229,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None 
         from .soak_turns import run_streaming
 
         run_streaming(result, quick=quick, model_dir=model_dir, log=log, turns=turns, mode=mode, backend=backend,
+                      warmup=WARMUP_FRACTION,
                       allocator_env={k: v for k, v in allocator_env.items() if k in (allocators or ["default"])})
     result.config = {"mode": mode, "workloads": workloads, "mix": {k: KINDS.count(k) for k in dict.fromkeys(KINDS)},
                      "rss_sample_every": {"fake": 25, "onnx": 10}, "warmup_fraction": WARMUP_FRACTION,

@@ -31,12 +31,10 @@ import httpx
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import WebSocketException
 
-from .churn import at_rest
 from .churn_mix import TEXTS as CHURN_TEXTS
 from .churn_mix import Churn, Typed, Unanswered
-from .live import LiveServer, rss_mib
+from .live import LiveServer, at_rest, growth, rss_mib
 from .results import Result, load_average, markdown_table
-from .soak import growth
 
 PROTOCOLS = ("bidi", "deepgram", "cartesia", "elevenlabs")
 #: The share of turns interrupted after their first audio.
@@ -190,10 +188,10 @@ class Turns(Churn):
 
 
 async def streaming_soak(url: str, pid: int, client: Turns, turns: int, concurrency: int, every: int,
-                         log: Any = print) -> dict[str, Any]:
+                         warmup: float, log: Any = print) -> dict[str, Any]:
     """``concurrency`` clients through :func:`conversations` (each takes the next socket when its last
-    is done) until ``turns`` turns were run, the server's RSS sampled every ``every`` turns; then the
-    state tables once at rest, ``/ping``."""
+    is done) until ``turns`` turns were run, the server's RSS sampled every ``every`` turns (growth
+    measured after the first ``warmup`` share); then the state tables once at rest, ``/ping``."""
     plan = iter(conversations(turns))
     samples: list[dict[str, Any]] = []
     done = 0
@@ -224,7 +222,7 @@ async def streaming_soak(url: str, pid: int, client: Turns, turns: int, concurre
         ping = (await http.get("/ping")).status_code
     counts = client.counts
     return {"turns": done, "barged": sum(c["answered"] + c["typed"] for k, c in counts.items() if k.endswith("_barge")),
-            **growth(samples), "wall_s": round(wall, 1), "turns_per_s": round(done / wall, 2),
+            **growth(samples, warmup), "wall_s": round(wall, 1), "turns_per_s": round(done / wall, 2),
             "unanswered": sum(c["unanswered"] for c in counts.values()), "unanswered_examples": client.unanswered,
             "counts": counts, "tables_at_rest": sizes, "tables_rest_after_s": rest_s, "ping_after": ping,
             "load_after": load_average(), "rss_samples": samples}
@@ -239,7 +237,7 @@ SHORT_TEXTS = ["Hello there.", "Short one.", "Memory check.", "One more time.", 
 
 
 def run_streaming(result: Result, *, quick: bool, model_dir: Any, log: Any, turns: int | None, mode: str,
-                  backend: str | None, allocator_env: dict[str, dict[str, str]]) -> None:
+                  backend: str | None, warmup: float, allocator_env: dict[str, dict[str, str]]) -> None:
     """The streaming phase on each runtime asked for (``backend``; default fake then onnx) and allocator:
     its samples (``workload: streaming``) and targets go into ``result``."""
     runtimes = [backend] if backend else ["fake", "onnx"]
@@ -256,7 +254,7 @@ def run_streaming(result: Result, *, quick: bool, model_dir: Any, log: Any, turn
                 client = Turns(srv.url, voice, CHURN_TEXTS if fake else SHORT_TEXTS, speed=1.0 if fake else 2.0,
                                timeout_s=60 if fake else 300)
                 out = asyncio.run(streaming_soak(srv.url, srv.proc.pid, client, n, CONCURRENCY.get(runtime, 2),
-                                                 max(1, n // 100), log))
+                                                 max(1, n // 100), warmup, log))
             s = {"workload": "streaming", "runtime": runtime, "mode": mode, "env": env, **out}
             log(f"  {runtime}: RSS {s['rss_after_warmup_mib']} -> {s['rss_end_mib']} MiB ({s['growth_pct']:+.2f}%), "
                 f"{s['turns']} turns ({s['barged']} barged), {s['unanswered']} unanswered, tables {s['tables_at_rest']}")
