@@ -35,7 +35,7 @@ TITLES = {
     "overload": "Overload and stalled readers: a newcomer behind late streams, admit vs refuse",
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",
     "load": "Load: pipelined sessions, ordering and /ping under load",
-    "soak": "Soak: memory over 1,000 mixed requests",
+    "soak": "Soak: memory over 1,000 mixed requests, and over 1,000 streaming turns with barge-ins",
     "churn": "Churn: 100,000 short sessions over every route (cancels, barge-ins, vanishing clients): memory, "
              "tables at rest, unanswered requests",
     "fuzz": "Fuzz: 10,000 random and malformed frames at each WebSocket protocol (typed answers, sessions and "
@@ -97,6 +97,11 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
     "--allocator": ("soak", "allocators", {"action": "append", "choices": ["default", "arena2"],
                                            "help": "soak: glibc's default allocator or MALLOC_ARENA_MAX=2 (default both; "
                                                    "repeat for both)"}),
+    "--workload": ("soak", "workloads", {"action": "append", "choices": ["mixed", "streaming"],
+                                         "help": "soak: mixed requests or streaming turns with barge-ins (default both; "
+                                                 "streaming alone writes soak_streaming.json)"}),
+    "--turns": ("soak", "turns", {"type": int, "help": "soak: streaming turns per run (default 1,000; --quick 200 on "
+                                                       "the fake runtime, 40 on onnx)"}),
     "--runtime": ("windowed_decoder", "runtime", {"choices": ["torch", "onnx"],
                                                   "help": "windowed_decoder: the runtime measured (default torch)"}),
     "--target-ms": ("capacity", "target_ms", {"type": float, "help": "capacity: the p95 first audio a level must "
@@ -104,6 +109,8 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
     "--mode": ("soak", "mode", {"choices": ["sequential", "concurrent"], "help": "soak: the server's mode "
                                                                                   "(default sequential)"}),
     "--frames": ("fuzz", "frames", {"type": int, "help": "fuzz: frames per protocol (default 10,000; --quick 300)"}),
+    "--warmup": ("churn", "warmup", {"type": float, "help": "churn: the share of the sessions counted as warm-up, "
+                                                          "before RSS growth is measured (default 0.1)"}),
     "--sessions": ("churn", "sessions", {"type": int, "help": "churn: sessions per run (default 100,000 on the fake "
                                                               "runtime, --quick 2,000; 2,000 on onnx, --quick 200)"}),
 }
@@ -113,7 +120,7 @@ def _suite_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     """The suite's own options given (for its ``run()``) and as they read on its command line."""
     options, shown = {}, []
     for flag, (suite, dest, _settings) in SUITE_OPTIONS.items():
-        if value := getattr(args, dest):
+        if (value := getattr(args, dest)) is not None:
             if args.name != suite:
                 parser.error(f"{flag} is an option of {suite}")
             options[dest] = value

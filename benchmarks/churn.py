@@ -1,10 +1,13 @@
 """Churn: many short sessions against a server process, watching what it keeps. ``python -m benchmarks
-churn`` (``--sessions N``; ``--backend fake|onnx``) runs the churn mix (``benchmarks.churn_mix``: HTTP,
+churn`` (``--sessions N``; ``--backend fake|onnx``; ``--warmup FRACTION``) runs the churn mix (``benchmarks.churn_mix``: HTTP,
 the bidi route, Deepgram, Cartesia, ElevenLabs, with cancels, barge-ins and vanishing clients) and
-reports the server's RSS after warm-up and its growth (goals < 20 MiB and < 5%), every table it keeps per
+reports the server's RSS after warm-up (the first 10% of the sessions unless ``--warmup`` says
+otherwise; the growth after longer warm-ups is shown beside it) and its growth (goals < 20 MiB and
+< 5%), every table it keeps per
 session, request or runtime call back at its idle size (``kokoro_state_entries{table}`` on
 ``/metrics``, all 0 once the last audio has run out), and 0 unanswered requests. Default: 100,000
-sessions on the fake runtime (``--quick`` 2,000), 2,000 on ONNX (``--quick`` 200).
+sessions on the fake runtime (``--quick`` 2,000), 2,000 on ONNX (``--quick`` 200). Results:
+``benchmarks/results/churn.{json,md}`` (fake runtime), ``churn_onnx.{json,md}`` (ONNX).
 """
 
 from __future__ import annotations
@@ -15,36 +18,20 @@ from typing import Any
 
 import httpx
 
-from . import prom
 from .churn_mix import KINDS, Churn, plan, run_mix
-from .live import LiveServer, rss_mib
+from .live import LiveServer, at_rest, growth, rss_mib
 from .results import Result, command_line, load_average, markdown_table
-from .soak import growth
 
 SIZES = {"fake": (100_000, 2_000), "onnx": (2_000, 200), "torch": (2_000, 200)}
 CONCURRENCY = {"fake": 16, "onnx": 4, "torch": 4}
 WARMUP_FRACTION = 0.1
+#: Warm-ups the growth is also shown after (the share of the sessions).
+WARMUPS_SHOWN = (0.1, 0.25, 0.5, 0.75)
 GOAL_MIB = 20.0
 
 
-def tables(text: str) -> dict[str, float]:
-    """``kokoro_state_entries`` by table, from a ``/metrics`` text."""
-    return {dict(labels)["table"]: value for (name, labels), value in prom.parse(text).items()
-            if name == "kokoro_state_entries"}
-
-
-def at_rest(url: str, limit_s: float = 120.0) -> tuple[dict[str, float], float]:
-    """The tables once they are all 0 (what a listener still plays is known until its audio runs
-    out), or as they stand after ``limit_s``; and how long that took."""
-    t0 = time.perf_counter()
-    while True:
-        sizes = tables(httpx.get(f"{url}/metrics", timeout=30).text)
-        if not any(sizes.values()) or time.perf_counter() - t0 > limit_s:
-            return sizes, round(time.perf_counter() - t0, 1)
-        time.sleep(0.5)
-
-
-def churn_run(runtime: str, mode: str, sessions: int, *, model_dir: Any = None, log: Any = print) -> dict[str, Any]:
+def churn_run(runtime: str, mode: str, sessions: int, *, model_dir: Any = None, log: Any = print,
+              warmup: float = WARMUP_FRACTION) -> dict[str, Any]:
     env = {"KOKORO_FAKE_SEGMENT_S": "0.002"} if runtime == "fake" else {}
     every = max(1, sessions // 100)
     with LiveServer(backend=runtime, mode=mode, env=env, model_dir=model_dir, log=log) as srv:
@@ -68,22 +55,30 @@ def churn_run(runtime: str, mode: str, sessions: int, *, model_dir: Any = None, 
         sizes, rest_s = at_rest(srv.url)
         ping = httpx.get(f"{srv.url}/ping", timeout=10).status_code
         samples.append({**samples[-1], "rss_mib": rss_mib(pid, children=False), "t_s": round(time.perf_counter() - t0, 1)})
-    g = growth(samples, WARMUP_FRACTION)
+    g = growth(samples, warmup)
+    # The same run judged after longer warm-ups: growth that shrinks with them levels off, a leak does not.
+    later = {f"{w:.0%}": round(growth(samples, w)["rss_end_mib"] - growth(samples, w)["rss_after_warmup_mib"], 2)
+             for w in WARMUPS_SHOWN}
     unanswered = sum(c["unanswered"] for c in churn.counts.values())
     return {"runtime": runtime, "mode": mode, "sessions": len(units), "wall_s": round(wall, 1),
             "sessions_per_s": round(len(units) / wall, 1), "growth_mib": round(g["rss_end_mib"] - g["rss_after_warmup_mib"], 2),
-            **g, "unanswered": unanswered, "unanswered_examples": churn.unanswered, "counts": churn.counts,
+            **g, "warmup_fraction": warmup, "growth_mib_by_warmup": later, "unanswered": unanswered, "unanswered_examples": churn.unanswered, "counts": churn.counts,
             "tables_at_rest": sizes, "tables_rest_after_s": rest_s, "ping_after": ping, "load_after": load_average(),
             "rss_samples": samples}
 
 
 def run(*, quick: bool = False, model_dir: Any = None, log: Any = print, backend: str | None = None,
-        sessions: int | None = None, mode: str = "concurrent") -> Result:
+        sessions: int | None = None, mode: str = "concurrent", warmup: float | None = None) -> Result:
     runtime = backend or "fake"
+    warmup = WARMUP_FRACTION if warmup is None else warmup
+    if not 0 <= warmup < 1:
+        raise ValueError(f"warm-up is a share of the sessions, 0 to 1 (not 1); got {warmup}")
     n = sessions or SIZES[runtime][1 if quick else 0]
-    result = Result(benchmark="churn", quick=quick, command=command_line("churn", quick))
+    # Each runtime's result in a file of its own: churn.json (fake), churn_onnx.json, ...
+    result = Result(benchmark="churn" if runtime == "fake" else f"churn_{runtime}", quick=quick,
+                    command=command_line("churn", quick))
     log(f"  churn {runtime}/{mode}: {n} sessions, load {load_average()}")
-    s = churn_run(runtime, mode, n, model_dir=model_dir, log=log)
+    s = churn_run(runtime, mode, n, model_dir=model_dir, log=log, warmup=warmup)
     log(f"  RSS {s['rss_after_warmup_mib']} -> {s['rss_end_mib']} MiB ({s['growth_mib']:+.2f} MiB), "
         f"{s['unanswered']} unanswered, tables {s['tables_at_rest']}")
     result.samples.append(s)
@@ -96,12 +91,13 @@ def run(*, quick: bool = False, model_dir: Any = None, log: Any = print, backend
     result.target(f"{label}: unanswered requests", "0", s["unanswered"], s["unanswered"] == 0, any_runtime=True)
     result.target(f"{label}: /ping after", "200", s["ping_after"], s["ping_after"] == 200, any_runtime=True)
     result.config = {"mode": mode, "runtime": runtime, "mix": KINDS, "concurrency": CONCURRENCY.get(runtime, 4),
-                     "warmup_fraction": WARMUP_FRACTION, "rss_sample_every": max(1, n // 100)}
+                     "warmup_fraction": warmup, "rss_sample_every": max(1, n // 100)}
     result.summary = {k: s[k] for k in ("sessions", "sessions_per_s", "rss_after_warmup_mib", "rss_end_mib",
                                         "growth_mib", "slope_kib_per_request", "unanswered", "load_after")}
-    result.notes.append("RSS is the server process's VmRSS, sampled every 1% of the sessions; growth is from the "
-                        "sample after the first 10% (warm-up) to the end, after the tables were found at rest. "
-                        "A session is one unit of the mix: one HTTP request or one WebSocket connection.")
+    result.notes.append(f"RSS is the server process's VmRSS, sampled every 1% of the sessions; growth is from the "
+                        f"sample after the first {warmup:.0%} (warm-up, --warmup) to the end, after the tables were "
+                        "found at rest; the growth after longer warm-ups is shown too. A session is one unit of the "
+                        "mix: one HTTP request or one WebSocket connection.")
     return result
 
 
@@ -111,6 +107,7 @@ def body(data: dict[str, Any]) -> str:
     head = (f"{s['sessions']:,} sessions on {s['runtime']}/{s['mode']} in {s['wall_s']} s "
             f"({s['sessions_per_s']}/s); RSS {s['rss_start_mib']} MiB at start, {s['rss_after_warmup_mib']} MiB after "
             f"warm-up, {s['rss_end_mib']} MiB at the end ({s['growth_mib']:+.2f} MiB; slope "
-            f"{s['slope_kib_per_request']} KiB per session); tables at rest after {s['tables_rest_after_s']} s: "
+            f"{s['slope_kib_per_request']} KiB per session; growth after a warm-up of "
+            f"{', '.join(f'{w}: {g:+.2f} MiB' for w, g in s.get('growth_mib_by_warmup', {}).items()) or 'n/a'}); tables at rest after {s['tables_rest_after_s']} s: "
             f"{s['tables_at_rest']}; load average after: {s['load_after']}.\n\n")
     return head + markdown_table(["unit", "answered", "typed error", "unanswered"], rows)

@@ -196,10 +196,11 @@ class Churn:
         await self._speak_session(clear=True)
 
     # -- Cartesia -------------------------------------------------------------------------------
-    def _generation(self, cid: str, transcript: str, more: bool) -> str:
+    def _generation(self, cid: str, transcript: str, more: bool, **extra: Any) -> str:
         return json.dumps({"context_id": cid, "transcript": transcript, "continue": more, "model_id": "sonic",
                            "voice": {"mode": "id", "id": self.voice},
-                           "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000}})
+                           "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
+                           **extra})
 
     async def _cartesia_done(self, ws: ClientConnection, cid: str) -> None:
         while True:

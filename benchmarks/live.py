@@ -1,6 +1,8 @@
 """A real ``kokoro-serve`` for a benchmark: :class:`server.process.ServerProcess` (a subprocess on a
 free loopback port, waited on until ``/ping`` answers 200, stopped) plus what a measurement needs —
-a label, ``/metrics`` scraped, a wait until the server is idle, and its peak RSS.
+a label, ``/metrics`` scraped, a wait until the server is idle, and its peak RSS — and the memory
+measures the long runs share (:func:`rss_mib`, :func:`growth` of RSS after warm-up, the state tables
+once :func:`at_rest`).
 
 Blocking by design — the benchmark drivers call it outside their event loops. A server that dies or
 does not become ready raises :class:`ServerFailed` with the tail of its log.
@@ -10,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import statistics
 import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -22,8 +26,9 @@ import psutil
 from server.process import WS_PATH, ServerFailed, ServerProcess, free_port, peak_rss_kib
 
 from . import prom
+from .results import rnd
 
-__all__ = ["LiveServer", "ServerFailed", "free_port"]
+__all__ = ["LiveServer", "ServerFailed", "at_rest", "free_port", "growth", "rss_mib", "tables"]
 
 
 def rss_mib(pid: int, *, peak: bool = False, children: bool = True, digits: int = 2) -> float | None:
@@ -126,3 +131,36 @@ class LiveServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def growth(samples: list[dict[str, Any]], warmup_fraction: float) -> dict[str, Any]:
+    """RSS growth from the end of warm-up to the end, over the second half of that window alone
+    (a leak keeps growing; a warm-up levels off), and the slope after warm-up (KiB/request)."""
+    total = samples[-1]["requests"]
+    after = [s for s in samples if s["requests"] >= total * warmup_fraction]
+    base, end = after[0]["rss_mib"], samples[-1]["rss_mib"]
+    middle = next(s for s in after if s["requests"] >= (after[0]["requests"] + total) / 2)["rss_mib"]
+    xs, ys = [s["requests"] for s in after], [s["rss_mib"] for s in after]
+    slope = statistics.linear_regression(xs, ys).slope * 1024 if len(after) >= 3 else None
+    return {"rss_start_mib": samples[0]["rss_mib"], "rss_after_warmup_mib": base, "rss_end_mib": end,
+            "rss_peak_mib": max(s["rss_mib"] for s in samples), "warmup_requests": after[0]["requests"],
+            "growth_pct": round((end - base) / base * 100, 2),
+            "second_half_growth_pct": round((end - middle) / middle * 100, 2),
+            "slope_kib_per_request": rnd(slope, 3)}
+
+
+def tables(text: str) -> dict[str, float]:
+    """``kokoro_state_entries`` by table, from a ``/metrics`` text."""
+    return {dict(labels)["table"]: value for (name, labels), value in prom.parse(text).items()
+            if name == "kokoro_state_entries"}
+
+
+def at_rest(url: str, limit_s: float = 120.0) -> tuple[dict[str, float], float]:
+    """The tables once they are all 0 (what a listener still plays is known until its audio runs
+    out), or as they stand after ``limit_s``; and how long that took."""
+    t0 = time.perf_counter()
+    while True:
+        sizes = tables(httpx.get(f"{url}/metrics", timeout=30).text)
+        if not any(sizes.values()) or time.perf_counter() - t0 > limit_s:
+            return sizes, round(time.perf_counter() - t0, 1)
+        time.sleep(0.5)

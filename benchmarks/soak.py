@@ -1,14 +1,21 @@
-"""Soak: 1,000 mixed requests against a live server, watching its memory (goal: RSS grows by less
-than 5% after warm-up; every good request succeeds, every bad one gets its typed error, the counters
-read zero at the end). ``python -m benchmarks soak`` (its options: ``--help``) writes
-``benchmarks/results/soak.{json,md}``; the mix and the method: docs/benchmarks.md ("Load and soak").
+"""Soak: a live server kept busy for a long while, watching its memory (goal: RSS grows by less than
+5% after warm-up). Two workloads (``--workload``; default both, in turn):
+
+* ``mixed`` — 1,000 mixed requests: every good request succeeds, every bad one gets its typed
+  error, the counters read zero at the end.
+* ``streaming`` — 1,000 streaming turns over the four WebSocket protocols, text sent in pieces as an
+  LLM writes it, a quarter interrupted mid-reply by a barge-in (``benchmarks.soak_turns``): 0 turns
+  unanswered, every state table (``kokoro_state_entries``) back at rest.
+
+``python -m benchmarks soak`` (its options: ``--help``) writes ``benchmarks/results/soak.{json,md}``
+(``soak_streaming.{json,md}`` for ``--workload streaming`` alone); the mixes and the method:
+docs/benchmarks.md ("Load and soak").
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import time
 from typing import Any
 
@@ -19,9 +26,9 @@ from agent.ws_client import ContractSession
 
 from . import prom
 from .clients import post
-from .live import LiveServer, rss_mib
+from .live import LiveServer, growth, rss_mib
 from .loop import closed_loop
-from .results import Result, command_line, markdown_table, rnd
+from .results import Result, command_line, markdown_table
 
 TEXTS = [
     "Short one.",
@@ -35,6 +42,8 @@ SHORT_TEXTS = ["Short one.", "Hello there.", "Memory check.", "One more time.", 
 BAD_POST = [b"{", b'{"text": ""}', b'{"text": "Hi.", "voice": "zz_nobody"}', b'{"text": "Hi.", "speed": 9}',
             b'{"text": "\\u3053\\u3093\\u306b\\u3061\\u306f", "lang": "en-us"}', b"\xff\xfe", b'{"text": "Hi.", "lang": "xx"}']
 BAD_WS = ["{", '{"text": 5}', '{"text": "Hi.", "voice": "../x"}', '{"text": "   "}', '{"type": "dance"}']
+#: The share of the requests (or turns) counted as warm-up, before RSS growth is measured.
+WARMUP_FRACTION = 0.2
 KINDS = ["ws"] * 8 + ["post"] * 6 + ["openai"] * 2 + ["bad_post"] * 2 + ["bad_ws"] + ["vanish"]
 
 
@@ -172,28 +181,9 @@ async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: in
         "inflight_openai": prom.value(metrics, "kokoro_inflight_requests", {"route": "openai"}),
         "queue_depth": prom.value(metrics, "kokoro_queue_depth"),
     }
-    return {"requests": done, **growth(samples), "wall_s": round(time.perf_counter() - t0, 1), "counts": soak.counts,
+    return {"requests": done, **growth(samples, WARMUP_FRACTION), "wall_s": round(time.perf_counter() - t0, 1), "counts": soak.counts,
             "failures": len(soak.failures), "failure_examples": soak.failures[:10], "leftovers": leftovers,
             "ping_after": ping, "rss_samples": samples}
-
-
-WARMUP_FRACTION = 0.2
-
-
-def growth(samples: list[dict[str, Any]], warmup_fraction: float = WARMUP_FRACTION) -> dict[str, Any]:
-    """RSS growth from the end of warm-up to the end, over the second half of that window alone
-    (a leak keeps growing; a warm-up levels off), and the slope after warm-up (KiB/request)."""
-    total = samples[-1]["requests"]
-    after = [s for s in samples if s["requests"] >= total * warmup_fraction]
-    base, end = after[0]["rss_mib"], samples[-1]["rss_mib"]
-    middle = next(s for s in after if s["requests"] >= (after[0]["requests"] + total) / 2)["rss_mib"]
-    xs, ys = [s["requests"] for s in after], [s["rss_mib"] for s in after]
-    slope = statistics.linear_regression(xs, ys).slope * 1024 if len(after) >= 3 else None
-    return {"rss_start_mib": samples[0]["rss_mib"], "rss_after_warmup_mib": base, "rss_end_mib": end,
-            "rss_peak_mib": max(s["rss_mib"] for s in samples), "warmup_requests": after[0]["requests"],
-            "growth_pct": round((end - base) / base * 100, 2),
-            "second_half_growth_pct": round((end - middle) / middle * 100, 2),
-            "slope_kib_per_request": rnd(slope, 3)}
 
 
 def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | None = None, model_dir=None,
@@ -209,14 +199,19 @@ def soak_run(runtime: str, mode: str, requests: int, *, env: dict[str, str] | No
 
 
 def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None = None, mode: str = "sequential",
-        allocators: list[str] | None = None, backend: str | None = None) -> Result:
-    result = Result(benchmark="soak", quick=quick, command=command_line("soak", quick))
+        allocators: list[str] | None = None, backend: str | None = None, workloads: list[str] | None = None,
+        turns: int | None = None) -> Result:
+    workloads = workloads or ["mixed", "streaming"]
+    name = "soak_streaming" if workloads == ["streaming"] else "soak"
+    result = Result(benchmark=name, quick=quick, command=command_line("soak", quick))
     # glibc gives each thread that allocates its own malloc arena, and RSS climbs in steps as the
     # thread pools touch theirs; MALLOC_ARENA_MAX=2 shows what is left once that is taken out.
     allocator_env = {"default": {}, "arena2": {"MALLOC_ARENA_MAX": "2"}}
     sizes = {"fake": 300 if quick else 1000, "onnx": 40 if quick else 1000}
     plans = [(runtime, requests or n, env) for runtime, n in sizes.items() for allocator, env in allocator_env.items()
              if (backend is None or runtime == backend) and (not allocators or allocator in allocators)]
+    if "mixed" not in workloads:
+        plans = []
     for runtime, n, env in plans:
         log(f"  soak {runtime}/{mode} {env or ''}: {n} requests")
         sample = soak_run(runtime, mode, n, env=env, model_dir=model_dir, log=log)
@@ -230,24 +225,40 @@ def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None 
                       any_runtime=True)
         result.target(f"{label}: counters at rest", "all 0", sample["leftovers"],
                       not any(sample["leftovers"].values()), any_runtime=True)
-    result.config = {"mode": mode, "mix": {k: KINDS.count(k) for k in dict.fromkeys(KINDS)},
-                     "rss_sample_every": {"fake": 25, "onnx": 10}, "warmup_fraction": WARMUP_FRACTION}
-    result.summary = {f"{s['runtime']} {s['env'] or ''}".strip(): {
+    if "streaming" in workloads:
+        from .soak_turns import run_streaming
+
+        run_streaming(result, quick=quick, model_dir=model_dir, log=log, turns=turns, mode=mode, backend=backend,
+                      warmup=WARMUP_FRACTION,
+                      allocator_env={k: v for k, v in allocator_env.items() if k in (allocators or ["default"])})
+    result.config = {"mode": mode, "workloads": workloads, "mix": {k: KINDS.count(k) for k in dict.fromkeys(KINDS)},
+                     "rss_sample_every": {"fake": 25, "onnx": 10}, "warmup_fraction": WARMUP_FRACTION,
+                     **result.config}
+    result.summary = {" ".join([s.get("workload", "mixed"), s["runtime"],
+                                *(f"{k}={v}" for k, v in s["env"].items() if k.startswith("MALLOC"))]): {
         "growth_pct": s["growth_pct"], "slope_kib_per_request": s["slope_kib_per_request"],
         "rss_end_mib": s["rss_end_mib"]} for s in result.samples}
     result.notes.append("RSS is the server process's VmRSS. Growth is measured from the sample after the "
-                        "first 20% of requests (warm-up) to the last; the slope is a least-squares fit over "
-                        "the same samples. What earlier runs found, and why the ONNX run is 1,000 requests: "
+                        "first 20% of requests or turns (warm-up) to the last; the slope is a least-squares fit "
+                        "over the same samples. What earlier runs found, and why the ONNX run is 1,000 requests: "
                         "docs/benchmarks.md (Load and soak).")
     return result
 
 
 def body(data: dict[str, Any]) -> str:
+    from .soak_turns import streaming_body
+
+    mixed = [s for s in data["samples"] if s.get("workload", "mixed") == "mixed"]
+    streaming = [s for s in data["samples"] if s.get("workload") == "streaming"]
+    return "\n\n".join(([mixed_body(mixed)] if mixed else []) + ([streaming_body(streaming)] if streaming else []))
+
+
+def mixed_body(samples: list[dict[str, Any]]) -> str:
     rows = [[s["runtime"], " ".join(f"{k}={v}" for k, v in s["env"].items() if k.startswith("MALLOC")) or "default",
              s["mode"], s["requests"], s["rss_start_mib"], s["rss_after_warmup_mib"],
              s["rss_end_mib"], s["rss_peak_mib"], f"{s['growth_pct']:+.2f}%", f"{s['second_half_growth_pct']:+.2f}%",
              s["slope_kib_per_request"],
-             s["failures"], s["wall_s"]] for s in data["samples"]]
+             s["failures"], s["wall_s"]] for s in samples]
     return ("A fixed shuffled mix of WebSocket sessions, streamed POSTs (wav/pcm/mp3), OpenAI speech, bad "
             "requests and vanishing clients against a live server; RSS sampled every 25 requests (every 10 with the "
             "real runtime).\n\n"

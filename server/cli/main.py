@@ -87,6 +87,8 @@ def _uvicorn_server_class() -> type:
         async def _drain(self) -> None:
             try:
                 await self.kokoro_state.drain()
+            except Exception:  # the task's result is never read: a failure would be lost
+                log.exception("draining failed; shutting down without waiting further")
             finally:
                 self.should_exit = True
 

@@ -15,7 +15,8 @@ the messages came; ``cancel`` acts at once.
 * ``{"type": "close"}`` — no more requests (one after it gets ``invalid_request`` at once); the
   queue is answered, then the socket closes 1000. Repeating it changes nothing.
 * Draining (SIGTERM) — a new request gets ``not_ready`` at once; the queue is answered, then the
-  socket closes 1001; what the drain budget cannot finish gets ``not_ready`` before the close.
+  socket closes 1001; what the drain budget cannot finish gets ``not_ready`` before the close (and
+  is counted as that, 503).
 * The one answer that may arrive out of order is the refusal of a message that found the queue
   full (``overloaded``), or came after ``close`` or during a drain: it is sent at once.
 
@@ -27,6 +28,7 @@ message is one request in ``requests_total{route="ws"}``, answered or not (499).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -137,7 +139,7 @@ class BidiSession(WebSocketSession):
     # -- the end of the session -----------------------------------------------------------------
     async def on_cut(self, error: KokoroError) -> None:
         if (cut := self.queue.cut) is not None:
-            await self._send_error(cut.request_id, error)  # counted (499) when its answer was stopped
+            await self._send_error(cut.request_id, error)  # counted as this error when its answer was stopped
         for item in self.queue.drop_waiting():
             await self._refuse(item, error)
 
@@ -160,13 +162,19 @@ class BidiSession(WebSocketSession):
         await self._send_error(item.request_id, Cancelled("cancelled by the client"))
 
     async def _answer(self, item: _Item) -> None:
-        """One request, start to end (its terminal event included). Interrupted, it counts as 499."""
+        """One request, start to end (its terminal event included). Interrupted, it counts as 499;
+        cut by the drain, as the ``not_ready`` (503) the client is told."""
         if item.error is not None or item.cancelled:
             self.queue.finishing()
             await self._refuse(item, item.error or Cancelled("cancelled by the client"))
             return
         async with self._job(item) as job:
-            await self._synthesize(item, job)
+            try:
+                await self._synthesize(item, job)
+            except asyncio.CancelledError:
+                if self.cut_error is not None:  # the drain ran out: on_cut tells the client this error
+                    job.fail(self.cut_error)
+                raise
 
     async def _synthesize(self, item: _Item, job: Synthesis) -> None:
         p = item.params

@@ -228,6 +228,11 @@ class WebSocketSession:
         if tasks:
             await asyncio.wait(tasks)
 
+    @property
+    def cut_error(self) -> KokoroError | None:
+        """The error a cut session's unfinished turns get (set before its tasks are stopped), else None."""
+        return self._cut
+
     def begin_drain(self) -> None:
         """The server drains: new turns are refused; the session closes 1001 once no turn is
         unfinished (the watch sees to it)."""

@@ -48,6 +48,11 @@ def test_the_suite_runs_quick_on_the_fake_runtime(suite, tmp_path, model_dir, mo
     assert validate(data) == [] and data["samples"] and data["quick"] is True
     if suite == "concurrent_probe":
         assert all(m["audio_s_per_s"] > 0 for m in data["medians"].values())
+    if suite == "soak":  # both phases: the mixed requests, then the streaming turns with barge-ins
+        streaming = [s for s in data["samples"] if s.get("workload") == "streaming"]
+        assert len(streaming) == 1 and len(data["samples"]) > 1, data["summary"]
+        assert streaming[0]["unanswered"] == 0, streaming[0]["unanswered_examples"]
+        assert streaming[0]["barged"] > 0 and not any(streaming[0]["tables_at_rest"].values()), streaming[0]
     if suite == "compare":
         assert not data["summary"].get("_unreachable")
         return

@@ -10,6 +10,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.app import fake_synth
+from tests.support.inproc import client
+
 WS = "/invocations-bidirectional-stream"
 OPENAI_KEYS = {"message", "type", "param", "code"}
 
@@ -124,3 +127,28 @@ def test_websocket_errors_for_invalid_json_carry_the_request_id_it_names(make_cl
         ws.send_text("not json at all")
         events += collect(ws)
     assert [(e["code"], e["request_id"]) for e in events] == [("invalid_json", "r-7"), ("invalid_json", None)]
+
+
+def test_a_bidi_request_the_drain_cuts_is_counted_as_the_not_ready_the_client_is_told():
+    """The drain runs out mid-answer: the client gets ``not_ready`` for it and a 1001 close, and
+    ``requests_total`` counts it 503 (shutting down), not 499 (cancelled by the client)."""
+    synth = fake_synth()
+    with client(synth) as c:
+        with c.websocket_connect(WS) as ws:
+            synth.held = True
+            ws.send_text(json.dumps({"text": "First sentence of the reply is here. A second one follows it now.",
+                                     "request_id": "r1"}))
+            synth.step()
+            while ws.receive().get("bytes") is None:  # to the first audio
+                pass
+            drained = c.portal.start_task_soon(c.app.state.kokoro.drain, 0.3)
+            frames = []
+            while (m := ws.receive())["type"] != "websocket.close":
+                if m.get("text"):
+                    frames.append(json.loads(m["text"]))
+            synth.held = False
+        assert drained.result(timeout=30) is False
+        counted = requests_by_status(c, "ws")
+    assert m["code"] == 1001
+    assert [(f["type"], f["request_id"], f["code"]) for f in frames] == [("error", "r1", "not_ready")]
+    assert counted == {"503": 1.0}

@@ -1,7 +1,9 @@
-"""The kokoro-serve command: voices, say, and argument handling (serve runs in tests/e2e)."""
+"""The kokoro-serve command: voices, say, argument handling and the drain task (serve runs in tests/e2e)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -9,7 +11,7 @@ import wave
 
 import pytest
 
-from server.cli.main import _parser, main
+from server.cli.main import _parser, _uvicorn_server_class, main
 
 
 def test_serve_is_the_default_command():
@@ -57,3 +59,25 @@ def test_an_alias_to_a_voice_that_is_not_loaded_fails_the_start(model_dir):
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "voice alias nova=af_nobody: 'af_nobody' is not a loaded voice" in done.stderr
+
+
+def test_a_drain_that_fails_is_logged_with_its_traceback_and_the_server_still_exits(caplog):
+    """The drain runs in a task nobody awaits: its failure must reach the log, not vanish."""
+    import uvicorn
+
+    class BrokenState:
+        async def drain(self) -> None:
+            raise RuntimeError("a session would not close")
+
+    server = _uvicorn_server_class()(uvicorn.Config(app=None), BrokenState())
+
+    async def drain() -> None:
+        server._begin_drain()
+        await server._drain_task
+
+    with caplog.at_level(logging.ERROR, logger="kokoro.cli"):
+        asyncio.run(drain())
+    assert server.should_exit
+    failed = [r for r in caplog.records if r.name == "kokoro.cli" and r.levelno == logging.ERROR]
+    assert len(failed) == 1 and "draining failed" in failed[0].getMessage()
+    assert failed[0].exc_info and "a session would not close" in str(failed[0].exc_info[1])
