@@ -12,13 +12,27 @@ itself. A mark that also occurs inside an earlier number therefore cuts the line
 rest of it is lost: ``"The invoice lists 1,250 units at $12.50 each,"`` came back as
 ``"The invoice lists one,"``. Cutting at the matched positions keeps every word.
 
+Word spans (:func:`phonemize_words_keeping_marks`): espeak-ng reads each piece in context and
+separates its words by spaces, but not always one phoneme word per text word — it runs unstressed
+function words into the next (``of the`` -> ``ʌvðə``) and reads a number as several words
+(``3.14`` -> ``θɹˈiː pɔɪnt wˈʌn fˈɔːɹ`` where no normaliser wrote it out first). Where the counts
+agree, word k was read as phoneme word k. Where they do not, the piece's words are matched to its
+phoneme words in order (:func:`align_words`): each text word takes one or more phoneme words, or
+several text words share one, whichever pairing keeps each word's share of the phonemes closest
+to its share of the letters (a dynamic programme over the two sequences, a few microseconds a
+word); a shared phoneme word is divided by letters. No word is phonemised again on its own.
+
 Call with the lock the G2P holds around espeak-ng (it keeps process-global state).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Protocol
+
+from backends.api import WordSpan
+from backends.text.g2p.spans import Reading, compact, whole
 
 #: The marks phonemizer keeps (its default set); ``,`` and ``.`` only where no digit is on both sides.
 MARKS = ';:,.!?¡¿—…"«»“”(){}[]'
@@ -53,3 +67,126 @@ def phonemize_keeping_marks(backend: PhonemizerBackend, text: str) -> str:
     spoken = iter(said)
     out = "".join((next(spoken) if words.strip() else "") + marks for words, marks in pairs)
     return " ".join(out.split())
+
+
+def phonemize_words_keeping_marks(backend: PhonemizerBackend, text: str) -> Reading:
+    """:func:`phonemize_keeping_marks` (the same phonemes, from the same one call) with each word's
+    span of them (marks belong to no word)."""
+    pairs = split_marks(text)
+    pieces = [words for words, _ in pairs if words.strip()]
+    said = backend.phonemize(pieces, strip=True) if pieces else []
+    if len(said) != len(pieces):
+        said = [" ".join(backend.phonemize([p], strip=True)) for p in pieces]
+    spoken = iter(said)
+    parts: list[str] = []
+    spans: list[WordSpan] = []
+    at = ph_at = 0
+    for words, marks in pairs:
+        if words.strip():
+            ph = next(spoken)
+            spans.extend(s.shifted(at, ph_at) for s in align_words(words, ph))
+            parts.append(ph)
+            ph_at += len(ph)
+        parts.append(marks)
+        ph_at += len(marks)
+        at += len(words) + len(marks)
+    return compact("".join(parts), spans, fold=True)
+
+
+_WORD = re.compile(r"\S+")
+_SPLIT, _JOIN = 6, 4  # the most phoneme words one word becomes, the most words one phoneme word holds
+_PENALTY = 0.15  # per word beyond one to one: an even pairing wins a tie
+_UNPAIRED = 2.0  # a word read as nothing, or a phoneme word of no word
+
+
+def _letters(word: str) -> float:
+    return sum(1.0 if c.isalpha() else 3.0 if c.isdigit() else 0.0 for c in word)  # a digit says ~3 phonemes
+
+
+def align_words(text: str, phonemes: str) -> list[WordSpan]:
+    """The words of ``text`` (split at spaces) and their spans of ``phonemes`` (espeak-ng's reading
+    of ``text``, its words split at spaces), matched in order (see the module docstring)."""
+    words = [m.span() for m in _WORD.finditer(text)]
+    said = [m.span() for m in _WORD.finditer(phonemes)]
+    if not words or not said:
+        return []
+    if len(words) == len(said):
+        return [WordSpan(a, b, p, q) for (a, b), (p, q) in zip(words, said, strict=True)]
+    est = [_letters(text[a:b]) for a, b in words]
+    size = [q - p for p, q in said]
+    scale = sum(size) / (sum(est) or 1.0)
+    steps = _pairing([e * scale for e in est], size)
+    if not steps:  # (never expected: the band holds a path) the words then share the piece by letters
+        return whole(text, phonemes)
+    out: list[WordSpan] = []
+    i = j = 0
+    for di, dj in steps:
+        if dj == 0:
+            out.append(WordSpan(*words[i], said[j][0] if j < len(said) else len(phonemes),
+                                said[j][0] if j < len(said) else len(phonemes)))
+        elif di == 1:
+            out.append(WordSpan(*words[i], said[j][0], said[j + dj - 1][1]))
+        elif di > 1:
+            out.extend(_divided(words[i:i + di], est[i:i + di], said[j]))
+        i, j = i + di, j + dj
+    return out
+
+
+def _pairing(est: list[float], size: list[int]) -> list[tuple[int, int]]:
+    """The cheapest steps (words taken, phoneme words taken) through both sequences."""
+    n, m = len(est), len(size)
+    inf = math.inf
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    back: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+    band = abs(n - m) + 4
+
+    def fit(e: float, s: float) -> float:
+        return math.log((s + 0.5) / (e + 0.5)) ** 2
+
+    for i in range(n + 1):
+        centre = i * m / n
+        for j in range(max(0, int(centre) - band), min(m, int(centre) + band) + 1):
+            c = cost[i][j]
+            if c == inf:
+                continue
+            moves: list[tuple[int, int, float]] = []
+            if i < n:
+                moves.append((1, 0, 0.0 if est[i] == 0 else _UNPAIRED))
+                s = 0
+                for k in range(1, min(_SPLIT, m - j) + 1):
+                    s += size[j + k - 1]
+                    moves.append((1, k, fit(est[i], s) + _PENALTY * (k - 1)))
+                e = est[i]
+                for k in range(2, min(_JOIN, n - i) + 1):
+                    e += est[i + k - 1]
+                    if j < m:
+                        moves.append((k, 1, fit(e, size[j]) + _PENALTY * (k - 1)))
+            if j < m:
+                moves.append((0, 1, _UNPAIRED))
+            for di, dj, step in moves:
+                if c + step < cost[i + di][j + dj]:
+                    cost[i + di][j + dj] = c + step
+                    back[i + di][j + dj] = (di, dj)
+    if cost[n][m] == inf:
+        return []
+    steps = []
+    i, j = n, m
+    while i or j:
+        di, dj = back[i][j]
+        steps.append((di, dj))
+        i, j = i - di, j - dj
+    return steps[::-1]
+
+
+def _divided(words: list[tuple[int, int]], est: list[float], said: tuple[int, int]) -> list[WordSpan]:
+    """One phoneme word shared by several words, by their letters."""
+    p, q = said
+    total = sum(est) or 1.0
+    out, acc = [], 0.0
+    for (a, b), e in zip(words, est, strict=True):
+        lo = p + round(acc / total * (q - p))
+        acc += e
+        hi = p + round(acc / total * (q - p))
+        out.append(WordSpan(a, b, lo, hi))
+    return out
