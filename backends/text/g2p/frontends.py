@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from backends.api import Unsupported, WordSpan
 from backends.startup import install_hint
-from backends.text.g2p.marks import phonemize_keeping_marks, phonemize_words_keeping_marks
+from backends.text.g2p.marks import phonemize_keeping_marks, phonemize_words_keeping_marks, read_pieces
 from backends.text.g2p.spans import Reading, compact, joined, text_words
 from backends.text.lang import (
     CJK_LANGS,
@@ -108,8 +108,11 @@ class EspeakG2P:
         if not text.strip():
             return "", []
         check_script(text, lang)
+        return phonemize_words_keeping_marks(lambda pieces: self._read(lang, pieces), text)
+
+    def _read(self, lang: str, pieces: list[str]) -> list[str]:
         with self._lock:
-            return phonemize_words_keeping_marks(self._backend(lang), text)
+            return read_pieces(self._backend(lang), pieces)
 
 
 class G2P:

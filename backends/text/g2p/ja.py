@@ -72,9 +72,8 @@ class JapaneseG2P:
             self._surfaces, self._tokens = [], []
             phonemes: str = self._g2p(mapped.text)
             surfaces, tokens = self._surfaces, self._tokens
-            normalized = self._normalized(mapped)
-            expected = self._g2p._normalize_text(mapped.text) if normalized is not None else None
-        if normalized is None or normalized.text != expected or len(surfaces) != len(tokens):
+        normalized = self._normalized(mapped)  # (pure: outside the lock)
+        if normalized.text != self._g2p._normalize_text(mapped.text) or len(surfaces) != len(tokens):
             return phonemes, whole(text, phonemes)
         places = _token_places("".join(str(t) for t in tokens), [str(t) for t in tokens], phonemes)
         if places is None:
@@ -93,7 +92,7 @@ class JapaneseG2P:
             spans.append(WordSpan(*mapped.span(*normalized.span(found, at)), p, q))
         return phonemes, spans
 
-    def _normalized(self, mapped: MappedText) -> MappedText | None:
+    def _normalized(self, mapped: MappedText) -> MappedText:
         """The romaniser's ``_normalize_text`` redone on a copy of ``mapped``, character by character."""
         import jaconv
 

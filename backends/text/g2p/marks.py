@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from backends.api import WordSpan
@@ -60,24 +61,26 @@ def split_marks(text: str) -> list[tuple[str, str]]:
 def phonemize_keeping_marks(backend: PhonemizerBackend, text: str) -> str:
     """The phonemes of ``text`` with its punctuation in place, whitespace folded to single spaces."""
     pairs = split_marks(text)
-    pieces = [words for words, _ in pairs if words.strip()]
-    said = backend.phonemize(pieces, strip=True) if pieces else []
-    if len(said) != len(pieces):  # never pair a piece with another's phonemes: one call per piece
-        said = [" ".join(backend.phonemize([p], strip=True)) for p in pieces]
-    spoken = iter(said)
+    # never pair a piece with another's phonemes: one call per piece when the count comes back wrong
+    spoken = iter(read_pieces(backend, [words for words, _ in pairs if words.strip()]))
     out = "".join((next(spoken) if words.strip() else "") + marks for words, marks in pairs)
     return " ".join(out.split())
 
 
-def phonemize_words_keeping_marks(backend: PhonemizerBackend, text: str) -> Reading:
-    """:func:`phonemize_keeping_marks` (the same phonemes, from the same one call) with each word's
-    span of them (marks belong to no word)."""
-    pairs = split_marks(text)
-    pieces = [words for words, _ in pairs if words.strip()]
+def read_pieces(backend: PhonemizerBackend, pieces: list[str]) -> list[str]:
+    """espeak-ng's phonemes of each piece (one call; one per piece where the count comes back wrong)."""
     said = backend.phonemize(pieces, strip=True) if pieces else []
     if len(said) != len(pieces):
         said = [" ".join(backend.phonemize([p], strip=True)) for p in pieces]
-    spoken = iter(said)
+    return list(said)
+
+
+def phonemize_words_keeping_marks(read: Callable[[list[str]], list[str]], text: str) -> Reading:
+    """:func:`phonemize_keeping_marks` (the same phonemes, from the same one call) with each word's
+    span of them (marks belong to no word). ``read``: :func:`read_pieces` under the G2P's lock (the
+    alignment runs after it, outside the lock)."""
+    pairs = split_marks(text)
+    spoken = iter(read([words for words, _ in pairs if words.strip()]))
     parts: list[str] = []
     spans: list[WordSpan] = []
     at = ph_at = 0
@@ -133,41 +136,44 @@ def align_words(text: str, phonemes: str) -> list[WordSpan]:
 
 
 def _pairing(est: list[float], size: list[int]) -> list[tuple[int, int]]:
-    """The cheapest steps (words taken, phoneme words taken) through both sequences."""
+    """The cheapest steps (words taken, phoneme words taken) through both sequences, within a band
+    around the diagonal as wide as the difference of the counts and a little more."""
     n, m = len(est), len(size)
+    e_at = [0.0]
+    for e in est:
+        e_at.append(e_at[-1] + e)
+    s_at = [0.0]
+    for z in size:
+        s_at.append(s_at[-1] + z)
+    # one to one, two to one either way; more only where the counts differ by that much
+    moves = [(1, 1, 0.0), (1, 2, _PENALTY), (2, 1, _PENALTY)]
+    moves += [(1, k, (k - 1) * _PENALTY) for k in range(3, _SPLIT + 1) if m - n >= k - 1]
+    moves += [(k, 1, (k - 1) * _PENALTY) for k in range(3, _JOIN + 1) if n - m >= k - 1]
     inf = math.inf
+    log = math.log
     cost = [[inf] * (m + 1) for _ in range(n + 1)]
-    back: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
+    back = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
     cost[0][0] = 0.0
-    band = abs(n - m) + 4
-
-    def fit(e: float, s: float) -> float:
-        return math.log((s + 0.5) / (e + 0.5)) ** 2
-
+    band = abs(n - m) + 2
     for i in range(n + 1):
-        centre = i * m / n
-        for j in range(max(0, int(centre) - band), min(m, int(centre) + band) + 1):
-            c = cost[i][j]
+        centre = i * m // n
+        row = cost[i]
+        skip = 0.0 if i < n and est[i] == 0 else _UNPAIRED
+        for j in range(max(0, centre - band), min(m, centre + band) + 1):
+            c = row[j]
             if c == inf:
                 continue
-            moves: list[tuple[int, int, float]] = []
-            if i < n:
-                moves.append((1, 0, 0.0 if est[i] == 0 else _UNPAIRED))
-                s = 0
-                for k in range(1, min(_SPLIT, m - j) + 1):
-                    s += size[j + k - 1]
-                    moves.append((1, k, fit(est[i], s) + _PENALTY * (k - 1)))
-                e = est[i]
-                for k in range(2, min(_JOIN, n - i) + 1):
-                    e += est[i + k - 1]
-                    if j < m:
-                        moves.append((k, 1, fit(e, size[j]) + _PENALTY * (k - 1)))
-            if j < m:
-                moves.append((0, 1, _UNPAIRED))
-            for di, dj, step in moves:
-                if c + step < cost[i + di][j + dj]:
-                    cost[i + di][j + dj] = c + step
-                    back[i + di][j + dj] = (di, dj)
+            if i < n and c + skip < cost[i + 1][j]:  # a word read as nothing (free for one with no letters)
+                cost[i + 1][j], back[i + 1][j] = c + skip, (1, 0)
+            if j < m and c + _UNPAIRED < row[j + 1]:  # a phoneme word of no word
+                row[j + 1], back[i][j + 1] = c + _UNPAIRED, (0, 1)
+            e0, s0 = e_at[i] - 0.5, s_at[j] - 0.5
+            for di, dj, pen in moves:
+                a, b = i + di, j + dj
+                if a <= n and b <= m:
+                    step = c + pen + log((s_at[b] - s0) / (e_at[a] - e0)) ** 2
+                    if step < cost[a][b]:
+                        cost[a][b], back[a][b] = step, (di, dj)
     if cost[n][m] == inf:
         return []
     steps = []

@@ -37,6 +37,8 @@ def compact(
     """``phonemes`` without the characters ``keep`` refuses, stripped (and with each run of
     whitespace folded to one space when ``fold``), and ``spans`` on the result (a span loses the
     characters dropped from it, and any space at its edges)."""
+    if _unchanged(phonemes, keep, fold):
+        return phonemes, [_trimmed(phonemes, s) for s in spans]
     kept: list[int] = []
     chars: list[str] = []
     for i, c in enumerate(phonemes):
@@ -59,6 +61,16 @@ def compact(
         index[i] = j
     out = "".join(chars)
     return out, [_trimmed(out, WordSpan(s.start, s.end, index[s.ph_start], index[s.ph_end])) for s in spans]
+
+
+_FOLDED = re.compile(r"\s\s|[^\S ]")
+
+
+def _unchanged(phonemes: str, keep: Callable[[str], bool] | None, fold: bool) -> bool:
+    """Whether :func:`compact` would leave ``phonemes`` as it is (most calls: a quick check)."""
+    if phonemes != phonemes.strip() or (fold and _FOLDED.search(phonemes)):
+        return False
+    return keep is None or all(map(keep, set(phonemes)))
 
 
 def _trimmed(phonemes: str, span: WordSpan) -> WordSpan:
