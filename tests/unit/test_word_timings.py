@@ -149,3 +149,4 @@ def test_japanese_words_cover_the_text_in_order(server_g2p):
     words = segment_word_timings(text, ph, d, n, spans)
     check_timings(words, text, n / SAMPLE_RATE)
     assert all(w.end > w.start for w in words) and all(w.joined for w in words[1:])
+

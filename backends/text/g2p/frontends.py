@@ -20,8 +20,8 @@ Word spans: :meth:`G2P.phonemize_words` returns, with the phonemes, each word of
 span of them from the same one reading (:mod:`backends.text.g2p.spans`); the planner keeps them on
 the segment and word timings are cut at them, so timing a request reads nothing again. Each front
 end reports its words: espeak-ng's are aligned per clause (:mod:`backends.text.g2p.marks`), misaki's
-are its tokens, Japanese's OpenJTalk's words (:mod:`backends.text.g2p.ja`); Mandarin reports none
-(its Latin runs aside), so a Mandarin run is one word. Spans found in the normalised English text
+are its tokens, Japanese's OpenJTalk's words (:mod:`backends.text.g2p.ja`); Mandarin reports none,
+so a Mandarin text is one word. Spans found in the normalised English text
 (``3.14`` -> ``three point one four``) are mapped back onto the words the client wrote
 (:mod:`backends.text.offsets`).
 

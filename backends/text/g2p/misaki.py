@@ -122,7 +122,8 @@ class MisakiMandarin:
 
     def read(self, text: str) -> Reading:
         """The phonemes of ``text``, and one raw span for all of it: misaki's Mandarin reports no
-        words, so a Mandarin run is one word of the word timings."""
+        words (nor do its Latin runs keep theirs through the join), so a Mandarin text is one word of
+        the word timings."""
         pieces = []
         for i, run in enumerate(_LATIN_RUN.split(text)):
             if not run.strip():
