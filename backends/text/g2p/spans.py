@@ -38,7 +38,7 @@ def compact(
     whitespace folded to one space when ``fold``), and ``spans`` on the result (a span loses the
     characters dropped from it, and any space at its edges)."""
     if _unchanged(phonemes, keep, fold):
-        return phonemes, [_trimmed(phonemes, s) for s in spans]
+        return phonemes, list(spans)  # (the front ends give spans without spaces at their edges)
     kept: list[int] = []
     chars: list[str] = []
     for i, c in enumerate(phonemes):
