@@ -127,6 +127,6 @@ def body(data: dict[str, Any]) -> str:
             f"{data['machine']['cpu_count']} CPUs.\n\n"
             + results.markdown_table(["request", "CPU per request (ms, median)", "wall per request (ms, median)"], rows)
             + f"\n\nA timed request costs {data['summary']['extra_cpu_ms_per_timed_request']} ms more CPU than the "
-              "same request untimed (its answer is base64 audio in JSON, against streamed PCM); cutting its "
-              f"{data['summary']['words_per_request']} words' timings from the durations takes "
-              f"{data['summary'].get('cut_us_per_request')} µs of it.")
+              "same request untimed (its answer is base64 audio in JSON, against streamed PCM)"
+            + (f"; cutting its {data['summary']['words_per_request']} words' timings from the durations takes "
+               f"{cut} µs of it." if (cut := data["summary"].get("cut_us_per_request")) is not None else "."))
