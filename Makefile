@@ -110,13 +110,22 @@ $(STAMP312P): Makefile
 		pytest pytest-asyncio pytest-timeout
 	touch $(STAMP312P)
 
+# The checks beside the main suite (types, the Python 3.12 suites, the deploy check) run alongside it at a
+# lower priority: they fill the cores the suite's last long groups leave idle. Their log follows the suite's.
+SIDE_LOG := $(VENV)/test-side.log
+SIDE_CHECKS := $(VENV)/bin/mypy \
+	&& .venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312 --ignore=tests/agent_py312/pipecat \
+	&& .venv312-pipecat/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312/pipecat \
+	&& bash deploy/check.sh --static
+
 test: install $(STAMP312) $(STAMP312P)
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
-	$(VENV)/bin/mypy
-	$(PYTEST) $(PARALLEL) --durations=25
-	.venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312 --ignore=tests/agent_py312/pipecat
-	.venv312-pipecat/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312/pipecat
-	bash deploy/check.sh --static
+	$(call step,pytest (alongside: mypy + the Python 3.12 suites + the static deploy check; their log follows))
+	@( nice -n 5 bash -c '$(SIDE_CHECKS)' > $(SIDE_LOG) 2>&1 ) & side=$$!; \
+	$(PYTEST) $(PARALLEL) --durations=25; suite=$$?; \
+	wait $$side; checks=$$?; \
+	printf '\n==> mypy, the Python 3.12 suites, the deploy check (exit %s)\n' $$checks; cat $(SIDE_LOG); \
+	test $$suite = 0 -a $$checks = 0
 
 lint: install
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py

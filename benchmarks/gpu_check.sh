@@ -2,7 +2,8 @@
 # The first run on a GPU machine that has PyTorch but no network and no install of this project: only
 # the repository and a folder of wheels copied beside it (see docs/benchmarks.md, "The GPU run").
 #
-#   benchmarks/gpu_check.sh [--quick] [--wheels DIR] [--out DIR] [--model-dir DIR] [--python PY] [-- GPU-ARGS...]
+#   benchmarks/gpu_check.sh [--quick] [--no-capacity] [--wheels DIR] [--out DIR] [--model-dir DIR] [--python PY]
+#                           [-- GPU-ARGS...]
 #
 # GPU-ARGS after `--` go to `python -m benchmarks gpu` as they are (e.g. `-- --levels 1,64,256 --onnx`).
 #
@@ -15,6 +16,7 @@
 # 4. runs `python -m benchmarks capacity --backend torch`: the voice-agent load the torch server keeps
 #    within p95 first audio 300 ms, beside the GPU-timed stand-in's on this host, and the recommended
 #    autoscaling target (`deploy up --capacity-from OUT/capacity.json`);
+#    (--no-capacity leaves this step out);
 # 5. leaves everything in OUT (default benchmarks/results/gpu/<UTC time>): the result files and this log.
 #
 # About twenty minutes on one GPU. --quick runs the same steps on the CPU, small (the test suite runs
@@ -27,11 +29,13 @@ WHEELS="${WHEELS:-$REPO/../wheels}"
 OUT="${OUT:-}"
 MODEL_DIR="${KOKORO_MODEL_DIR:-}"
 QUICK=0
+CAPACITY_STEP=1
 EXTRA=()
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
+    --no-capacity) CAPACITY_STEP=0 ;;
     --wheels) WHEELS="$2"; shift ;;
     --out) OUT="$2"; shift ;;
     --model-dir) MODEL_DIR="$2"; shift ;;
@@ -82,8 +86,12 @@ if [ "$QUICK" = 1 ]; then
 else
   CAPACITY=(--backend torch)
 fi
-step "capacity: voice-agent load within the first-audio target, and the autoscaling target"
-"$PY" -m benchmarks capacity "${CAPACITY[@]}" --out "$OUT"
+if [ "$CAPACITY_STEP" = 1 ]; then
+  step "capacity: voice-agent load within the first-audio target, and the autoscaling target"
+  "$PY" -m benchmarks capacity "${CAPACITY[@]}" --out "$OUT"
+else
+  step "capacity: not run (--no-capacity)"
+fi
 
 step "done; results in $OUT"
 ls -1 "$OUT"

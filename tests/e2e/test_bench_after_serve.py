@@ -94,6 +94,9 @@ def test_ttfa_on_the_fake_runtime_says_its_verdicts_are_for_the_harness_only(tmp
     targets = [line for line in lines if line.startswith("  target ")]
     assert targets and not [line for line in targets if "NOT met" in line]
     assert all(line.endswith("— not judged (fake runtime: a goal for the model)") for line in targets)
-    names = [t["name"] for t in json.loads((tmp_path / "ttfa.json").read_text())["targets"]]
+    data = json.loads((tmp_path / "ttfa.json").read_text())
+    assert results.validate(data) == [] and data["samples"] and data["quick"] is True
+    assert data["command"] == "python -m benchmarks ttfa --quick --backend fake"
+    names = [t["name"] for t in data["targets"]]
     assert len(names) == len(targets) == len(set(names))  # one verdict for each measured number
     assert "judge the harness only" in (tmp_path / "ttfa.md").read_text()

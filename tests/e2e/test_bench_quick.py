@@ -15,7 +15,7 @@ from benchmarks.results import validate
 pytestmark = [pytest.mark.bench, pytest.mark.subprocess, pytest.mark.timeout(300)]  # a whole benchmark suite each
 
 SUITES = {name: [name, "--quick", "--backend", "fake"] for name in (
-    "ttfa", "throughput", "payload", "overhead", "e2e", "agentproto", "load", "soak", "overload", "concurrent_probe",
+    "throughput", "payload", "overhead", "e2e", "agentproto", "load", "soak", "overload", "concurrent_probe",
     "word_timings")}
 SUITES["compare"] = ["compare", "--quick", "--backend", "fake"]
 #: What only the real model can show: its audio, its phonemes, its word timings, its decoder.
@@ -30,7 +30,7 @@ REAL_MODEL_ONLY = {
 
 #: Run quick by a test of their own, which checks their figures too.
 TESTED_APART = {"churn": "tests/e2e/test_churn.py", "fuzz": "tests/e2e/test_fuzz_protocols.py",
-                "capacity": "tests/e2e/test_bench_capacity.py"}
+                "capacity": "tests/e2e/test_bench_capacity.py", "ttfa": "tests/e2e/test_bench_after_serve.py"}
 
 
 def test_every_suite_is_run_here_or_said_to_need_the_model():

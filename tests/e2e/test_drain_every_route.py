@@ -190,6 +190,7 @@ async def test_sigterm_mid_reply_finishes_every_route_and_refuses_new_work(model
             assert (await http.get("/ping")).json()["status"] == "draining"
             refused = await http.post("/invocations", json={"text": "Too late."})
             assert refused.status_code == 503 and refused.headers["retry-after"]
+            assert refused.json()["error"]["code"] == "not_ready"
         for path in PATHS.values():
             with pytest.raises(InvalidStatus) as denied:
                 async with connect(proc.url.replace("http", "ws") + path):

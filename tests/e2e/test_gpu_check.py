@@ -2,7 +2,8 @@
 environment and model directory (nothing to install; the real torch runtime on the CPU, kept to one
 level of one request, without the server half), and the server half itself (``compare`` against a
 sequential and a concurrent server, batch sizes from the concurrent one's metrics) on the fake
-runtime, so it runs in seconds. The full ``gpu_check.sh --quick`` (torch servers on the CPU) takes
+runtime, so it runs in seconds. The script's capacity step is left out here (``--no-capacity``): that
+suite runs quick in tests/e2e/test_bench_capacity.py. The full ``gpu_check.sh --quick`` (torch servers on the CPU) takes
 minutes here and is run by hand."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def test_gpu_check_quick_installs_nothing_builds_the_model_and_runs_the_benchmar
     env.update(PYTHON=sys.executable, KOKORO_MODEL_DIR=str(model_dir), WHEELS=str(tmp_path / "no-wheels-needed"))
     out = tmp_path / "out"
     proc = subprocess.run(
-        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--quick", "--out", str(out), "--",
+        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--quick", "--no-capacity", "--out", str(out), "--",
          "--no-server", "--levels", "1", "--requests-per-client", "1"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
     log = (out / "gpu_check.log").read_text()
@@ -40,6 +41,8 @@ def test_gpu_check_quick_installs_nothing_builds_the_model_and_runs_the_benchmar
     assert data["config"]["device"] == "cpu" and data["config"]["dtype"] == "float32"
     assert [s["concurrency"] for s in data["samples"]] == [1] and data["samples"][0]["audio_s"] > 0
     assert "dtype float32" in (out / "gpu-cpu.md").read_text()
+    # the capacity step is `python -m benchmarks capacity`, run quick by tests/e2e/test_bench_capacity.py
+    assert "capacity: not run (--no-capacity)" in log and not (out / "capacity.json").exists()
 
 
 def test_server_half_measures_both_modes_and_the_batches_formed(tmp_path, model_dir):
