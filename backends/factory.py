@@ -73,6 +73,7 @@ def create_pipeline(config: BackendConfig, files: ModelFiles) -> TextPipeline:
         preload=g2p.preload,
         check=g2p.check,
         phrase_end_mark=config.phrase_end_mark,
+        read=g2p.phonemize_words,
     )
 
 

@@ -32,6 +32,7 @@ TITLES = {
     "agentproto": "Voice-agent protocols: first audio from a token stream (server vs client cutting), Clear to silence",
     "telephony": "Telephony: 8 kHz mu-law and A-law against 8 kHz and 24 kHz PCM of the same sentences (pocketsphinx)",
     "onnx_durations": "Word timings on ONNX: the timed model vs today's export (speed, sameness, intelligibility)",
+    "word_timings": "Word timings' cost: CPU of a timed request against the same request untimed, in process",
     "overload": "Overload and stalled readers: a newcomer behind late streams, admit vs refuse",
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",
     "load": "Load: pipelined sessions, ordering and /ping under load",

@@ -247,7 +247,7 @@ def pipeline(vocab, server_g2p):
     """The server's text pipeline."""
     from backends.text.planner import TextPipeline
 
-    return TextPipeline(server_g2p.phonemize, vocab)
+    return TextPipeline(server_g2p.phonemize, vocab, read=server_g2p.phonemize_words)
 
 
 @pytest.fixture(scope="session")

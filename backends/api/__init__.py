@@ -48,6 +48,7 @@ from backends.api.types import (
     Segment,
     SentenceContext,
     SynthesisRequest,
+    WordSpan,
     clip_audio,
 )
 
@@ -56,5 +57,5 @@ __all__ = [
     "BackendFault", "BackendInfo", "BackendObserver", "Capabilities", "EmptyText", "Interrupt",
     "Interrupted", "InvalidJSON", "InvalidRequest", "KokoroError", "NoObserver", "NotReady", "Overloaded", "PlannedSegments", "Segment",
     "SentenceContext", "SynthesisRequest", "SynthesisTimeout", "Synthesizer", "TextTooLong", "UnknownVoice", "Unsupported",
-    "VoiceCatalog", "clip_audio",
+    "VoiceCatalog", "WordSpan", "clip_audio",
 ]

@@ -134,7 +134,7 @@ class Backend(Protocol):
         the iterator aborts the request's pending segments."""
 
     def phonemize(self, text: str, lang: str) -> str:
-        """The phonemes the runtime would read for ``text`` (word timings align with them).
+        """The phonemes the runtime would read for ``text``.
         Blocking (G2P): call it from a worker thread."""
 
     def table_sizes(self) -> dict[str, int]:

@@ -37,6 +37,24 @@ class SentenceContext:
 
 
 @dataclass(frozen=True, slots=True)
+class WordSpan:
+    """One word of a segment's text and the phonemes its G2P read for it, in context:
+    ``text[start:end]`` is the word (a whitespace-separated token; in Japanese and Mandarin, which
+    have no spaces, a word of the front end's), ``phonemes[ph_start:ph_end]`` what was said for it
+    (empty for a word that is not spoken, such as a lone dash). Spans are in text order and their
+    phoneme ranges never overlap; the characters between them (spaces, punctuation, pauses) belong
+    to no word."""
+
+    start: int
+    end: int
+    ph_start: int
+    ph_end: int
+
+    def shifted(self, chars: int, phonemes: int) -> WordSpan:
+        return WordSpan(self.start + chars, self.end + chars, self.ph_start + phonemes, self.ph_end + phonemes)
+
+
+@dataclass(frozen=True, slots=True)
 class Segment:
     """One unit of synthesis: at most :data:`MAX_PHONEMES` phonemes of one voice and speed.
 
@@ -56,6 +74,10 @@ class Segment:
     lang: str = "en-us"
     ends: str = "sentence"
     sentence: SentenceContext | None = None
+    #: Each word of ``text`` and its span of ``phonemes``, from the one G2P call that made them
+    #: (word timings are cut at them); None where the front end gave none (timings then share the
+    #: spoken phonemes among the words by their letters).
+    words: tuple[WordSpan, ...] | None = None
 
 
 class PlannedSegments(Protocol):
@@ -110,6 +132,8 @@ class AudioChunk:
     # Per-token frame durations when the runtime reports them (torch), else None.
     durations: np.ndarray | None = None
     phonemes: str = ""
+    #: The segment's words and their phoneme spans (:attr:`Segment.words`).
+    words: tuple[WordSpan, ...] | None = None
 
     @property
     def is_last(self) -> bool:

@@ -270,6 +270,7 @@ class Engine:
         return AudioChunk(
             audio=result.audio, index=segment.index, count=count, text=segment.text,
             synth_seconds=result.seconds, phonemes=segment.phonemes, durations=result.durations,
+            words=segment.words,
         )
 
     # -- the per-segment step (worker threads; backends.engine.step) -----------------------------

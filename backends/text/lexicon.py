@@ -32,14 +32,21 @@ OTHER_LINK = re.compile(r"\[([^\]\n]+)\]\((?:[+-]?\d+(?:\.\d+)?|#[^)\n]*)\)")
 
 def split_inline(text: str) -> Iterator[tuple[str, str | None]]:
     """``(text, None)`` for plain runs and ``(word, phonemes)`` for each inline override, in order."""
+    for _, _, run, phonemes in inline_runs(text):
+        yield run, phonemes
+
+
+def inline_runs(text: str) -> Iterator[tuple[int, int, str, str | None]]:
+    """:func:`split_inline` with where each run stands in ``text``: ``(start, end, run, phonemes)``
+    (an override's range is its whole ``[word](/phonemes/)`` form)."""
     last = 0
     for m in INLINE.finditer(text):
         if m.start() > last:
-            yield text[last:m.start()], None
-        yield m.group(1), m.group(2)
+            yield last, m.start(), text[last:m.start()], None
+        yield m.start(), m.end(), m.group(1), m.group(2)
         last = m.end()
     if last < len(text):
-        yield text[last:], None
+        yield last, len(text), text[last:], None
 
 
 def strip_links(text: str) -> str:
@@ -96,6 +103,25 @@ class Lexicon:
                 pattern = rf"(?:{alternatives})" if cjk else rf"(?<![\w\[])(?:{alternatives})(?![\w\]])"
                 self._patterns[lang] = (re.compile(pattern, 0 if cjk else re.IGNORECASE), table)
         return self._patterns[lang]
+
+    def runs(self, text: str, lang: str) -> Iterator[tuple[int, int, str, str | None]]:
+        """What :func:`split_inline` yields for :meth:`apply`'s text, with where each run stands in
+        ``text``: ``(start, end, run, phonemes)``, ``phonemes`` None for a run the G2P reads."""
+        found = self._pattern(lang)
+        for start, end, run, phonemes in inline_runs(text):
+            if phonemes is not None or found is None:
+                yield start, end, run, phonemes
+                continue
+            pattern, table = found
+            cjk = lang in CJK_LANGS
+            last = 0
+            for m in pattern.finditer(run):
+                if m.start() > last:
+                    yield start + last, start + m.start(), run[last:m.start()], None
+                yield start + m.start(), start + m.end(), m.group(0), table[m.group(0) if cjk else m.group(0).lower()]
+                last = m.end()
+            if last < len(run):
+                yield start + last, end, run[last:], None
 
     def apply(self, text: str, lang: str) -> str:
         """``text`` with every lexicon word (outside inline forms) rewritten as ``[word](/phonemes/)``."""

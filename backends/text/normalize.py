@@ -12,6 +12,8 @@ end what espeak-ng reads.
 
 Sentence splitting runs on the original text; this runs on each segment's text just before G2P
 (``backends.text.g2p.frontends``), so segment texts (and word timings) keep what the client wrote.
+:func:`normalize_english_mapped` gives the same text with each character's origin
+(:mod:`backends.text.offsets`), so the G2P's word spans map back onto the segment's words.
 Pure Python plus ``num2words``; thread-safe (no state).
 """
 
@@ -22,7 +24,9 @@ from collections.abc import Callable
 
 from num2words import num2words
 
-__all__ = ["normalize_english"]
+from backends.text.offsets import MappedText
+
+__all__ = ["normalize_english", "normalize_english_mapped"]
 
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
           "October", "November", "December"]
@@ -223,8 +227,20 @@ RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str] | str]] = [
 ]
 
 
+_SPACES = re.compile(r"[ \t]{2,}")
+
+
 def normalize_english(text: str) -> str:
     """``text`` with numbers, money, dates, times, units, URLs and abbreviations written out."""
     for pattern, repl in RULES:
         text = pattern.sub(repl, text)
-    return re.sub(r"[ \t]{2,}", " ", text)
+    return _SPACES.sub(" ", text)
+
+
+def normalize_english_mapped(text: str) -> MappedText:
+    """:func:`normalize_english` of ``text`` (the same string) with, for each of its characters,
+    the characters of ``text`` it was written for (word timings name the client's words)."""
+    mapped = MappedText(text)
+    for pattern, repl in RULES:
+        mapped.sub(pattern, repl)
+    return mapped.sub(_SPACES, " ")

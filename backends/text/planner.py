@@ -29,6 +29,9 @@ Rules (docs/runtimes.md states them for users):
   ``segment_phonemes``, so synthesis keeps ahead of playback without gaps.
 * Nothing is lost or duplicated: the segment texts, joined, are the normalised text (up to
   whitespace), and their phonemes, joined, are the whole text's (up to pauses and stress).
+* Each segment keeps the words of its text and their spans of its phonemes from the same G2P call
+  (:attr:`~backends.api.Segment.words`, when the pipeline has ``read``): packing joins them, the
+  vocabulary filter moves them, so word timings need no second reading.
 * Each segment says where it ends (:attr:`~backends.api.Segment.ends`): ``sentence`` (the last
   piece of a sentence), ``clause`` (at ``, ; : —``) or ``phrase`` (a cut between words inside a
   clause); the engine puts the reading's pause for that kind after it (:mod:`backends.engine.joins`). A
@@ -50,7 +53,9 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from backends.api import MAX_PHONEMES, EmptyText, Segment, SentenceContext
+from backends.api import MAX_PHONEMES, EmptyText, Segment, SentenceContext, WordSpan
+from backends.text.boundaries import phrase_boundaries, word_boundaries
+from backends.text.g2p.spans import Reading, compact, joined
 from backends.text.sentences import split_sentences
 
 __all__ = [
@@ -89,70 +94,6 @@ def clause_boundaries(sentence: str) -> list[int]:
     return [m.end() for m in _CLAUSE.finditer(sentence) if 0 < m.end() < len(sentence)]
 
 
-#: Words that open a phrase of their own: prepositions, conjunctions, relative words. ``of`` and
-#: ``to`` are left out: they bind to the word before ("a cup of tea", "want to go").
-PHRASE_OPENERS = frozenset(
-    "about above across after against along although among around as at because before behind below "
-    "beneath beside besides between beyond by despite during except for from if in inside into like near "
-    "once onto over past since than that though through throughout toward towards under underneath unless until upon "
-    "when whenever where whereas wherever whether which while who whom whose why with within without".split()
-)
-#: Coordinators: a phrase boundary only when a new clause or noun phrase follows them.
-COORDINATORS = frozenset("and or but nor yet so".split())
-#: Words that open a clause or a noun phrase (what must follow a coordinator for a cut before it).
-CLAUSE_OPENERS = frozenset(
-    "i you he she it we they there this that these those the a an my your his her its our their "
-    "some many most all each every no".split()
-)
-#: Words a first segment never ends with: a determiner, possessive or intensifier needs what comes
-#: after it (a cut there is inside a noun phrase), and a phrase word needs its object.
-BOUND_TO_NEXT = frozenset(
-    "a an the my your his her its our their this that these those some any no every each very such "
-    "quite rather too so not of to more less much soon well".split()
-) | PHRASE_OPENERS | COORDINATORS
-_WORD = re.compile(r"\S+")
-
-
-def _bare(word: str) -> str:
-    return word.strip("\"'“”‘’()[]{}«»").lower()
-
-
-def phrase_boundaries(sentence: str) -> list[int]:
-    """Offsets before words where a sentence may be cut without breaking a phrase (see the module
-    docstring), in order."""
-    words = [(m.start(), _bare(m.group())) for m in _WORD.finditer(sentence)]
-    cuts = []
-    for i in range(1, len(words) - 1):
-        start, word = words[i]
-        before, after = words[i - 1][1], words[i + 1][1]
-        if before in BOUND_TO_NEXT or not before.isalpha():
-            continue
-        if word in PHRASE_OPENERS or (word in COORDINATORS and after in CLAUSE_OPENERS):
-            cuts.append(start)
-    return cuts
-
-
-#: Words a short first segment never ends with either: subject pronouns, question words and
-#: auxiliaries need the verb or clause after them.
-NEEDS_WHAT_FOLLOWS = BOUND_TO_NEXT | frozenset(
-    "i you he she we they how what who whom whose why where when "
-    "am is are was were be been being will would can could shall should may might must do does did "
-    "have has had isn't aren't wasn't weren't don't doesn't didn't won't can't couldn't".split()
-)
-
-
-def word_boundaries(sentence: str) -> list[int]:
-    """Offsets before words where a sentence may be cut when a short first segment matters more
-    than the phrase: after a word that ends in a letter and needs nothing after it (not in
-    :data:`NEEDS_WHAT_FOLLOWS`), before any word but ``of``, ``to`` and a coordinator (a cut
-    before ``and`` is :func:`phrase_boundaries`' to make)."""
-    words = [(m.start(), _bare(m.group()), m.group()) for m in _WORD.finditer(sentence)]
-    return [
-        start for i, (start, word, _) in enumerate(words[1:], 1)
-        if word not in ("of", "to", *COORDINATORS) and words[i - 1][2][-1:].isalpha() and words[i - 1][1] not in NEEDS_WHAT_FOLLOWS
-    ]
-
-
 def _split_at(sentence: str, cuts: list[int]) -> list[str]:
     pieces, prev = [], 0
     for cut in [*cuts, len(sentence)]:
@@ -180,13 +121,28 @@ class SegmentPlan:
     phonemes: str
     ends: str = "sentence"
     sentence: SentenceContext | None = None
+    words: tuple[WordSpan, ...] | None = None
+
+    def then(self, piece: SegmentPlan) -> SegmentPlan:
+        """This piece and ``piece`` as one, a space between (it ends where ``piece`` ends)."""
+        words = None
+        if self.words is not None and piece.words is not None:
+            words = tuple(joined((self.phonemes, list(self.words)), (piece.phonemes, list(piece.words)),
+                                 len(self.text) + 1)[1])
+        return SegmentPlan(f"{self.text} {piece.text}", f"{self.phonemes} {piece.phonemes}", piece.ends, words=words)
+
+    def ending(self, ends: str, sentence: SentenceContext | None = None) -> SegmentPlan:
+        return SegmentPlan(self.text, self.phonemes, ends, sentence, self.words)
 
 
 class TextPipeline:
     """Plans the segments of a request. ``phonemize(text, lang) -> str``; ``vocab`` filters phonemes
     to what the model knows, so ``len(segment.phonemes)`` is its token count; ``check(text, lang)``
     raises for letters ``phonemize`` would refuse (the whole text is checked before it is planned
-    segment by segment)."""
+    segment by segment). ``read(text, lang) -> (phonemes, words)`` (the G2P's
+    :meth:`~backends.text.g2p.frontends.G2P.phonemize_words`), when given, is used instead of
+    ``phonemize``, and each segment keeps its words' spans (:attr:`~backends.api.Segment.words`);
+    without it, segments carry none."""
 
     def __init__(
         self,
@@ -200,8 +156,10 @@ class TextPipeline:
         preload: Callable[[str], None] | None = None,
         check: Callable[[str, str], None] | None = None,
         phrase_end_mark: str = "",
+        read: Callable[[str, str], Reading] | None = None,
     ):
         self._phonemize = phonemize
+        self._read = read
         self._check = check
         self._preload = preload
         #: Put after the phonemes of a segment cut between words inside a clause (``phrase``), so
@@ -221,15 +179,24 @@ class TextPipeline:
             self._preload(lang)
 
     def phonemes(self, text: str, lang: str) -> str:
+        if self._read is not None:
+            return self.reading(text, lang)[0]
         ph = self._phonemize(text, lang)
         return "".join(c for c in ph if c in self._vocab).strip()
+
+    def reading(self, text: str, lang: str) -> tuple[str, tuple[WordSpan, ...] | None]:
+        """:meth:`phonemes` and, with ``read``, each word's span of them (vocabulary-filtered)."""
+        if self._read is None:
+            return self.phonemes(text, lang), None
+        ph, words = compact(*self._read(text, lang), self._vocab.__contains__)
+        return ph, tuple(words)
 
     # -- budget ---------------------------------------------------------------------------------
     def _fit(self, text: str, lang: str) -> list[SegmentPlan]:
         """Pieces of ``text`` each within the phoneme limit: clauses, then words, then characters."""
-        ph = self.phonemes(text, lang)
+        ph, spans = self.reading(text, lang)
         if len(ph) <= self.max_phonemes:
-            return [SegmentPlan(text, ph)]
+            return [SegmentPlan(text, ph, words=spans)]
         clauses = _split_at(text, clause_boundaries(text))
         if len(clauses) == 1:
             words = text.split()
@@ -247,8 +214,7 @@ class TextPipeline:
         out: list[SegmentPlan] = []
         for piece in pieces:
             if out and len(out[-1].phonemes) + 1 + len(piece.phonemes) <= budget:
-                last = out[-1]
-                out[-1] = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}", piece.ends)
+                out[-1] = out[-1].then(piece)
             else:
                 out.append(piece)
         return out
@@ -333,7 +299,8 @@ class TextPipeline:
         for i, (p, final) in enumerate(self._grow(self._pieces(units, first_units, lang, windowed))):
             yield Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and p.sentence is None
                           and len(p.phonemes) < self.max_phonemes else p.phonemes,
-                          voice=voice, speed=speed, index=i, lang=lang, ends=p.ends, sentence=p.sentence), final
+                          voice=voice, speed=speed, index=i, lang=lang, ends=p.ends, sentence=p.sentence,
+                          words=p.words), final
 
     def _pieces(self, units: list[tuple[str, bool]], first_units: int, lang: str, windowed: bool) -> Iterator[SegmentPlan]:
         """Each unit's pieces within the phoneme limit, unit by unit; the first sentence's held until
@@ -344,7 +311,7 @@ class TextPipeline:
         for u, (unit, closes) in enumerate(units):
             fitted = self._fit(unit, lang)
             ends = [boundary_kind(p.text) for p in fitted[:-1]] + ["sentence" if closes else boundary_kind(unit)]
-            held.extend(SegmentPlan(p.text, p.phonemes, end) for p, end in zip(fitted, ends, strict=True) if p.phonemes)
+            held.extend(p.ending(end) for p, end in zip(fitted, ends, strict=True) if p.phonemes)
             if windows and u < first_units - 1:
                 continue
             if windows and u == first_units - 1:
@@ -365,7 +332,7 @@ class TextPipeline:
         out, at = [], 0
         for p in pieces:
             end = min(len(sentence), at + len(p.phonemes) + 1)
-            out.append(SegmentPlan(p.text, p.phonemes, p.ends, SentenceContext(sentence, at, end)))
+            out.append(p.ending(p.ends, SentenceContext(sentence, at, end)))
             at = end
         return out
 
@@ -390,7 +357,7 @@ class TextPipeline:
             if last is not None and last.sentence is None and piece.sentence is None:
                 budget = min(self.segment_phonemes, max(2 * before, self.min_pack))
                 if len(last.phonemes) + 1 + len(piece.phonemes) <= budget:
-                    last = SegmentPlan(f"{last.text} {piece.text}", f"{last.phonemes} {piece.phonemes}", piece.ends)
+                    last = last.then(piece)
                     continue
             if last is not None:
                 yield last, False

@@ -54,7 +54,7 @@ from server.openai.request_id import request_id_of
 from server.pipeline.http import AudioStream, SpeechEndpoint, read_body, wait_disconnect
 from server.pipeline.params import decode_json
 from server.pipeline.synthesis import Synthesis
-from server.pipeline.word_timings import segment_word_timings
+from server.pipeline.word_timings import segment_chunk_timings
 from server.settings import Settings
 
 _CREATED = int(time.time())
@@ -109,25 +109,17 @@ class OpenAIRoutes:
         chunks = [chunk async for chunk in job.chunks(first)]
         if any(chunk.durations is None for chunk in chunks):
             raise Unsupported("the backend did not report durations for this request")
-        lang = (job.request.lang if job.request is not None else None) or "en-us"
-        result = await asyncio.to_thread(self._timed_result, p, encoder, chunks, lang)
+        result = await asyncio.to_thread(self._timed_result, p, encoder, chunks)
         job.first_audio()
         job.record(200)
         return JSONResponse(result)
 
-    def _timed_result(self, p: SpeechParams, encoder: Encoder, chunks: list[AudioChunk], lang: str) -> dict[str, Any]:
-        """Encode the whole answer and time its words (a worker thread: encoding and G2P block)."""
+    def _timed_result(self, p: SpeechParams, encoder: Encoder, chunks: list[AudioChunk]) -> dict[str, Any]:
+        """Encode the whole answer and time its words (a worker thread: encoding blocks)."""
         parts, words, offset = [], [], 0.0
-
-        def phonemize(word: str) -> str:
-            return self.backend.phonemize(word, lang)
-
         for chunk in chunks:
             parts.append(encoder.encode(chunk.audio))
-            assert chunk.durations is not None
-            words.extend(segment_word_timings(
-                chunk.text, chunk.phonemes, chunk.durations, len(chunk.audio), phonemize, offset
-            ))
+            words.extend(segment_chunk_timings(chunk, offset))
             offset += chunk.seconds
         parts.append(encoder.flush())
         return {

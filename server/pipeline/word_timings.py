@@ -6,23 +6,27 @@ decoder by 10·6·5 = 300 samples, so one frame is 600 samples at 24 kHz (25 ms)
 ``len(audio) == 600 * sum(durations)``; the ``kokoro`` package's ``KPipeline.join_timestamps``
 uses the same factor.
 
-Words: a segment's phonemes are espeak-ng output for the whole segment, which does not keep one
-phoneme word per text word (``of the`` -> ``ʌvðə``; numbers expand; lone punctuation vanishes). So
-each text word is phonemised on its own and its characters are aligned (difflib) to the segment's
-phoneme characters; a word spans the frames of the characters it matched. Without a phonemiser,
-words share the spoken characters in proportion to their letters. Either way the times are
-monotonic, non-overlapping and inside the segment's audio.
+Words: the planner keeps, on each segment, the words of its text and which of its phonemes the
+G2P read for each, from the same one reading the segment was synthesised from
+(:attr:`backends.api.Segment.words`, carried on the chunk). A word's time runs from its first
+phoneme's start to its last phoneme's end; the spaces and marks between words (pauses) belong to
+no word, and a word nothing was said for (a lone ``—``) is a zero-length mark where the speech
+stands. So timing a segment reads nothing again and takes no G2P lock: it is arithmetic over the
+durations. Where a segment carries no spans (a pipeline without word spans), the words share the
+spoken characters in proportion to their letters. Either way the times are monotonic,
+non-overlapping and inside the segment's audio.
 
-Pure functions, CPU only; call from a worker thread when the text is long (phonemisation).
+Pure functions, CPU only (microseconds a word).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 
 import numpy as np
+
+from backends.api import AudioChunk, WordSpan
 
 FRAME_SAMPLES = 600
 SAMPLE_RATE = 24_000
@@ -33,6 +37,8 @@ class WordTiming:
     word: str
     start: float
     end: float
+    #: It follows the word before with no space between (Japanese, Mandarin).
+    joined: bool = False
 
     def to_dict(self) -> dict[str, float | str]:
         return {"word": self.word, "start": round(self.start, 3), "end": round(self.end, 3)}
@@ -58,29 +64,53 @@ def segment_word_timings(
     phonemes: str,
     durations: np.ndarray,
     n_samples: int,
-    phonemize_word: Callable[[str], str] | None = None,
+    words: Sequence[WordSpan] | None = None,
     offset: float = 0.0,
 ) -> list[WordTiming]:
-    """Word timings for one synthesised segment, shifted by ``offset`` seconds.
+    """Word timings for one synthesised segment, shifted by ``offset`` seconds. ``words``: the
+    segment's word spans (:attr:`backends.api.Segment.words`); None spreads the words of ``text``
+    over the spoken characters by their letters."""
+    starts, ends = char_times(phonemes, durations, n_samples)
+    spoken = [i for i, c in enumerate(phonemes) if not c.isspace()]
+    if words is None:
+        return _by_letters(text, spoken, starts, ends, n_samples, offset)
+    if not spoken:
+        return [WordTiming(text[w.start:w.end], offset, offset + n_samples / SAMPLE_RATE) for w in words]
+    out: list[WordTiming] = []
+    cursor = float(starts[spoken[0]])
+    last_end = -1
+    for w in words:
+        a, b = min(w.ph_start, len(phonemes)), min(w.ph_end, len(phonemes))
+        if b > a:
+            t0 = max(float(starts[a]), cursor)
+            t1 = max(float(ends[b - 1]), t0)
+        else:  # nothing spoken for it: a zero-length mark
+            t0 = t1 = cursor
+        joined = last_end >= 0 and not any(c.isspace() for c in text[last_end:w.start])
+        out.append(WordTiming(text[w.start:w.end], offset + t0, offset + t1, joined))
+        cursor, last_end = t1, w.end
+    return out
 
-    ``phonemize_word(word) -> phonemes`` (the backend's G2P, vocabulary-filtered) gives alignment
-    by sound; without it words are spread over the spoken characters by their letter counts.
-    """
+
+def segment_chunk_timings(chunk: AudioChunk, offset: float = 0.0) -> list[WordTiming]:
+    """:func:`segment_word_timings` of one chunk that carries durations (its words' spans, or none)."""
+    assert chunk.durations is not None
+    return segment_word_timings(chunk.text, chunk.phonemes, chunk.durations, len(chunk.audio), chunk.words, offset)
+
+
+def _by_letters(
+    text: str, spoken: list[int], starts: np.ndarray, ends: np.ndarray, n_samples: int, offset: float,
+) -> list[WordTiming]:
     words = text.split()
     if not words:
         return []
-    starts, ends = char_times(phonemes, durations, n_samples)
-    spoken = [i for i, c in enumerate(phonemes) if not c.isspace()]
     if not spoken:
         return [WordTiming(w, offset, offset + n_samples / SAMPLE_RATE) for w in words]
-    if phonemize_word is not None:
-        spans = _aligned_spans(words, phonemes, spoken, phonemize_word)
-    else:
-        spans = _proportional_spans([sum(c.isalnum() for c in w) for w in words], len(spoken))
+    spans = _proportional_spans([sum(c.isalnum() for c in w) for w in words], len(spoken))
     out: list[WordTiming] = []
     cursor = float(starts[spoken[0]])
     for word, span in zip(words, spans, strict=True):
-        if span is None:  # nothing spoken for it (lone punctuation): a zero-length mark
+        if span is None:
             t0 = t1 = cursor
         else:
             t0 = max(float(starts[spoken[span[0]]]), cursor)
@@ -88,60 +118,6 @@ def segment_word_timings(
         out.append(WordTiming(word, offset + t0, offset + t1))
         cursor = t1
     return out
-
-
-def _aligned_spans(
-    words: list[str], phonemes: str, spoken: list[int], phonemize_word: Callable[[str], str]
-) -> list[tuple[int, int] | None]:
-    """Per word, the first and last index into ``spoken`` its own phonemes matched."""
-    target = "".join(phonemes[i] for i in spoken)
-    source, owner = [], []
-    for k, word in enumerate(words):
-        for c in phonemize_word(word):
-            if not c.isspace():
-                source.append(c)
-                owner.append(k)
-    first: list[int | None] = [None] * len(words)
-    last: list[int | None] = [None] * len(words)
-    matcher = SequenceMatcher(None, "".join(source), target, autojunk=False)
-    for a, b, size in matcher.get_matching_blocks():
-        for n in range(size):
-            k = owner[a + n]
-            if first[k] is None:
-                first[k] = b + n
-            last[k] = b + n
-    # A run of words that matched nothing (context changed their sound: "a" -> ɐ, not eɪ) shares
-    # the unmatched characters between its neighbours; other leftovers go to the word before them.
-    k = 0
-    while k < len(words):
-        if first[k] is not None:
-            k += 1
-            continue
-        m = k
-        while m < len(words) and first[m] is None:
-            m += 1
-        before = last[k - 1] if k > 0 else None
-        lo = before + 1 if before is not None else 0
-        after = first[m] if m < len(words) else None
-        hi = after if after is not None else len(target)
-        run = m - k
-        for j in range(k, m):
-            a = lo + (hi - lo) * (j - k) // run
-            b = lo + (hi - lo) * (j - k + 1) // run
-            if b > a:
-                first[j], last[j] = a, b - 1
-        k = m
-    spans: list[tuple[int, int] | None] = []
-    for k in range(len(words)):
-        start, end = first[k], last[k]
-        if start is None or end is None:
-            spans.append(None)
-            continue
-        nxt = next((f for f in first[k + 1:] if f is not None), len(target))
-        spans.append((start, max(end, nxt - 1)))
-    if spans and spans[0] is not None:
-        spans[0] = (0, spans[0][1])
-    return spans
 
 
 def _proportional_spans(weights: list[int], n_spoken: int) -> list[tuple[int, int] | None]:

@@ -15,7 +15,7 @@ monotonic, non-overlapping and inside the segment's audio.
 
 :func:`char_alignment` turns a segment's words into ElevenLabs' per-character arrays, relative to
 the segment's first sample: each word's characters share its span, the spaces between words take
-the gaps, and a trailing space takes the rest of the audio, so that the last character ends exactly
+the gaps (words written without a space between, in Japanese and Mandarin, get none), and a trailing space takes the rest of the audio, so that the last character ends exactly
 where the segment's audio does (clients advance their clock by that end, and complete a word when a
 space follows it).
 
@@ -47,7 +47,7 @@ def words_of(audio: Audio) -> list[WordTiming]:
     """The words of ``audio`` with start/end seconds on the stream's clock."""
     if audio.words:
         end = audio.offset + audio.duration
-        return [WordTiming(w.word, min(w.start, end), min(max(w.end, w.start), end)) for w in audio.words]
+        return [WordTiming(w.word, min(w.start, end), min(max(w.end, w.start), end), w.joined) for w in audio.words]
     return estimate_words(audio.text, audio.offset, audio.duration)
 
 
@@ -82,7 +82,7 @@ def char_alignment(audio: Audio, seconds: float | None = None) -> dict[str, list
 
     cursor = 0
     for k, word in enumerate(words):
-        if k:
+        if k and not word.joined:
             chars.append(" ")
             starts.append(cursor)
             ends.append(max(cursor, ms(word.start)))

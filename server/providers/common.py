@@ -11,7 +11,6 @@ and an in-band error or a close code as a dropped connection worth retrying.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -23,7 +22,7 @@ from backends.api import AudioChunk, KokoroError
 from server.pipeline.http import read_body
 from server.pipeline.params import decode_object
 from server.pipeline.synthesis import Synthesis
-from server.pipeline.word_timings import WordTiming, segment_word_timings
+from server.pipeline.word_timings import WordTiming, segment_chunk_timings
 from server.providers.formats import WireFormat
 from server.streaming.events import Audio
 from server.websocket.admission import deny
@@ -54,20 +53,12 @@ async def timed_audio(job: Synthesis, first: AudioChunk, fmt: WireFormat) -> Asy
     with its place on the request's clock and its words from the model's durations (where the
     runtime reports none, :func:`~server.providers.alignment.words_of` spreads them by letters)."""
     clock = 0.0
-    lang = "en-us"
     async for chunk in job.chunks(first):
         data = await job.encode(chunk.audio)
         words: tuple[WordTiming, ...] = ()
-        if chunk.durations is not None:
-            lang = (job.request.lang if job.request is not None else None) or lang
-            words = tuple(await asyncio.to_thread(_words, job, chunk, lang, clock))
+        if chunk.durations is not None:  # arithmetic over the durations: no G2P, no thread
+            words = tuple(segment_chunk_timings(chunk, clock))
         yield Audio(data, round(clock, 4), chunk.seconds, chunk.text, words)
         clock += chunk.seconds
     if tail := await job.flush():
         yield Audio(tail, round(clock, 4), fmt.seconds(tail) or 0.0, "")
-
-
-def _words(job: Synthesis, chunk: AudioChunk, lang: str, offset: float) -> list[WordTiming]:
-    assert chunk.durations is not None
-    return segment_word_timings(chunk.text, chunk.phonemes, chunk.durations, len(chunk.audio),
-                                lambda word: job.backend.phonemize(word, lang), offset)

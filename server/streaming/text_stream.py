@@ -80,7 +80,7 @@ from backends.audio.encoders import Encoder
 from backends.audio.wire import BYTES_PER_SAMPLE, wire_encoder
 from backends.text.chunker import SentenceChunker
 from server.pipeline.synthesis import Synthesis, retrieve
-from server.pipeline.word_timings import WordTiming, segment_word_timings
+from server.pipeline.word_timings import WordTiming, segment_chunk_timings
 from server.streaming.events import Audio, Cleared, Done, Event, Failed, Flushed, StreamOptions
 
 __all__ = ["Audio", "Cleared", "Done", "Event", "Failed", "Flushed", "StreamOptions", "TextStream"]
@@ -362,20 +362,11 @@ class TextStream:
         cheap = self.options.sample_rate == chunk.sample_rate and self.options.encoding in ("pcm", "f32")
         data = encoder.encode(chunk.audio) if cheap else await asyncio.to_thread(encoder.encode, chunk.audio)
         words: tuple[WordTiming, ...] = ()
-        if self.timed and chunk.durations is not None:
-            lang = (job.request.lang if job.request is not None else None) or "en-us"
-            words = tuple(await asyncio.to_thread(self._words, chunk, lang, self._clock))
+        if self.timed and chunk.durations is not None:  # arithmetic over the durations: no G2P, no thread
+            words = tuple(segment_chunk_timings(chunk, self._clock))
         audio = Audio(data, round(self._clock, 4), chunk.seconds, chunk.text, words)
         self._clock += chunk.seconds
         return audio
-
-    def _words(self, chunk: AudioChunk, lang: str, offset: float) -> list[WordTiming]:
-        assert chunk.durations is not None
-        return segment_word_timings(
-            chunk.text, chunk.phonemes, chunk.durations, len(chunk.audio),
-            lambda word: self.state.backend.phonemize(word, lang), offset,
-        )
-
 
 def _encoder(options: StreamOptions) -> Encoder:
     return wire_encoder(options.encoding, options.sample_rate, options.bit_rate)

@@ -15,7 +15,8 @@ from benchmarks.results import validate
 pytestmark = [pytest.mark.bench, pytest.mark.subprocess, pytest.mark.timeout(300)]  # a whole benchmark suite each
 
 SUITES = {name: [name, "--quick", "--backend", "fake"] for name in (
-    "throughput", "payload", "overhead", "e2e", "agentproto", "load", "soak", "overload", "concurrent_probe")}
+    "throughput", "payload", "overhead", "e2e", "agentproto", "load", "soak", "overload", "concurrent_probe",
+    "word_timings")}
 SUITES["compare"] = ["compare", "--quick", "--backend", "fake"]
 #: What only the real model can show: its audio, its phonemes, its word timings, its decoder.
 REAL_MODEL_ONLY = {
@@ -42,7 +43,7 @@ def test_the_suite_runs_quick_on_the_fake_runtime(suite, tmp_path, model_dir, mo
     monkeypatch.setenv("KOKORO_MODEL_DIR", str(model_dir))
     out = tmp_path / "compare.json" if suite == "compare" else tmp_path
     assert main([*SUITES[suite], "--out", str(out)]) in (0, 1)  # 1: a goal not met, on a fake
-    name = "concurrent_probe_fake" if suite == "concurrent_probe" else suite
+    name = f"{suite}_fake" if suite in ("concurrent_probe", "word_timings") else suite
     data = json.loads((tmp_path / f"{name}.json").read_text())
     assert (tmp_path / f"{name}.md").read_text().strip()
     assert validate(data) == [] and data["samples"] and data["quick"] is True

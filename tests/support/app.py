@@ -43,7 +43,8 @@ def fake_pipeline(segment_phonemes: int = 60) -> TextPipeline:
     import kokoro_onnx
 
     vocab = load_vocab(Path(kokoro_onnx.__file__).parent / "config.json")
-    return TextPipeline(G2P().phonemize, vocab, segment_phonemes=segment_phonemes)
+    g2p = G2P()
+    return TextPipeline(g2p.phonemize, vocab, segment_phonemes=segment_phonemes, read=g2p.phonemize_words)
 
 
 @cache

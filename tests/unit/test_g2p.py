@@ -118,3 +118,12 @@ def test_a_language_whose_front_end_is_not_installed_is_refused_with_the_install
     with pytest.raises(Unsupported) as err:
         G2P().phonemize("你好。", "cmn")
     assert err.value.code == "language_unavailable" and "kokoro-serve[languages]" in err.value.message
+
+
+def test_mandarin_reports_no_words_so_its_text_is_one_word(g2p):
+    """misaki's Mandarin gives no word spans: the whole text is one word (timed over all of its
+    speech), never a word list that disagrees with the text."""
+    text = "我们去了北京，很好玩。"
+    ph, words = g2p.phonemize_words(text, "cmn")
+    assert ph == g2p.phonemize(text, "cmn")
+    assert [(text[w.start:w.end], ph[w.ph_start:w.ph_end]) for w in words] == [(text, ph)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.text.normalize import normalize_english
+from backends.text.normalize import normalize_english, normalize_english_mapped
 
 CASES = [
     # cardinals, thousands separators, signs
@@ -82,3 +82,26 @@ def test_no_words_are_lost_after_a_number_with_a_comma(english, server_g2p):
     phonemes = g2p.phonemize(INVOICE, "en-us")
     for word in ("thousand", "fifty", "units", "dollars", "cents", "each", "ships", "today"):
         assert g2p.phonemize(word, "en-us").strip(".") in phonemes, word
+
+
+@pytest.mark.parametrize(("written", "spoken"), CASES)
+def test_the_mapped_form_is_the_same_text_and_points_back_at_what_was_written(written, spoken):
+    mapped = normalize_english_mapped(written)
+    assert mapped.text == spoken
+    for k in range(len(mapped.text)):  # each character stands for a range of the written text
+        lo, hi = mapped.span(k, k + 1)
+        assert 0 <= lo <= hi <= len(written)
+
+
+def test_misaki_words_are_timed_by_what_they_were_read_as():
+    """misaki's tokens carry their phonemes; mapped back through the normaliser they name the words
+    the client wrote ("3.14," spans all of "three point one four")."""
+    from backends.text.g2p.frontends import G2P
+
+    text = "Pi is about 3.14, and it's 20% off!"
+    g2p = G2P(english="misaki", torch_free=True)
+    ph, spans = g2p.phonemize_words(text, "en-us")
+    assert ph == g2p.phonemize(text, "en-us")
+    assert [text[s.start:s.end] for s in spans] == text.split()
+    assert all(ph[s.ph_start:s.ph_end] for s in spans)
+    assert len(ph[spans[3].ph_start:spans[3].ph_end].split()) == 4

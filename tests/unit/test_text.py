@@ -246,3 +246,24 @@ def test_for_a_runtime_that_decodes_windows_the_first_sentences_segments_carry_t
     assert first[0].sentence.first and first[-1].sentence.last and first[-1].sentence.end == len(sentence.phonemes)
     assert segments[3].text == "Then" and segments[3].sentence is None
     assert all(s.sentence is None for s in pipeline.plan(text, voice="v", short_first_words=5))
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_each_segment_keeps_its_words_spans_through_cuts_packing_and_the_phrase_mark(server_g2p, vocab, windowed):
+    """The spans the G2P gave survive the planner: every segment's words are its text's, in order,
+    each on phonemes of its own inside the segment's (packed segments' spans joined, the
+    vocabulary filter and a phrase mark applied), and the phonemes are those planned without spans."""
+    text = ("When you ask a voice assistant a question, the silence before it answers is what you notice most. "
+            "It costs $12.50 on 2024-03-05. Short one. Another short one! And a third, at 3.14 percent.")
+    pipe = TextPipeline(server_g2p.phonemize, vocab, segment_phonemes=80, phrase_end_mark=",",
+                        read=server_g2p.phonemize_words)
+    plain = TextPipeline(server_g2p.phonemize, vocab, segment_phonemes=80, phrase_end_mark=",")
+    segments = pipe.plan(text, voice="v", short_first_words=4, windowed=windowed)
+    assert [s.phonemes for s in segments] == [s.phonemes for s in plain.plan(text, voice="v", short_first_words=4,
+                                                                          windowed=windowed)]
+    assert any(" " in s.text and s.text.count(".") > 1 for s in segments)  # sentences were packed together
+    for s in segments:
+        assert s.words is not None
+        assert [s.text[w.start:w.end] for w in s.words] == s.text.split()
+        assert all(0 <= w.ph_start < w.ph_end <= len(s.phonemes) for w in s.words)
+        assert all(a.ph_end <= b.ph_start for a, b in itertools.pairwise(s.words))

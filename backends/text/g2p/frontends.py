@@ -16,6 +16,15 @@ ahead of time for the default language). Before any of them: the script check
 (:func:`~backends.text.lang.check_script`), the lexicon and the inline ``[word](/phonemes/)`` forms
 (:mod:`backends.text.lexicon`).
 
+Word spans: :meth:`G2P.phonemize_words` returns, with the phonemes, each word of the text and its
+span of them from the same one reading (:mod:`backends.text.g2p.spans`); the planner keeps them on
+the segment and word timings are cut at them, so timing a request reads nothing again. Each front
+end reports its words: espeak-ng's are aligned per clause (:mod:`backends.text.g2p.marks`), misaki's
+are its tokens, Japanese's OpenJTalk's words (:mod:`backends.text.g2p.ja`); Mandarin reports none,
+so a Mandarin text is one word. Spans found in the normalised English text
+(``3.14`` -> ``three point one four``) are mapped back onto the words the client wrote
+(:mod:`backends.text.offsets`).
+
 Every front end holds its own lock (espeak-ng and the taggers keep global state); a call takes a
 few milliseconds per sentence. Call from a worker thread (``Backend.prepare`` does), never the event
 loop.
@@ -28,9 +37,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
-from backends.api import Unsupported
+from backends.api import Unsupported, WordSpan
 from backends.startup import install_hint
-from backends.text.g2p.marks import phonemize_keeping_marks
+from backends.text.g2p.marks import phonemize_keeping_marks, phonemize_words_keeping_marks, read_pieces
+from backends.text.g2p.spans import Reading, compact, joined, text_words
 from backends.text.lang import (
     CJK_LANGS,
     ENGLISH,
@@ -42,13 +52,16 @@ from backends.text.lang import (
     check_readable,
     check_script,
 )
-from backends.text.lexicon import Lexicon, split_inline, strip_links
+from backends.text.lexicon import INLINE, OTHER_LINK, Lexicon, strip_links
+from backends.text.offsets import MappedText
 
 __all__ = [
     "G2P", "LANGUAGES", "LANGUAGE_SCRIPTS", "SCRIPT_LANGUAGE", "VOICE_LANG_PREFIX", "EspeakG2P", "check_script",
 ]
 
 EnglishG2P = Literal["misaki", "espeak"]
+#: A front end: ``text -> (phonemes, raw word spans)`` (:mod:`backends.text.g2p.spans`).
+FrontEnd = Callable[[str], Reading]
 
 
 #: phonemizer's own logger warns "words count mismatch" on nearly every call (its word count
@@ -89,6 +102,18 @@ class EspeakG2P:
         with self._lock:  # marks cut where they stand, so no word after a number's "," is lost
             return phonemize_keeping_marks(self._backend(lang), text)
 
+    def phonemize_words(self, text: str, lang: str = "en-us") -> Reading:
+        """:meth:`phonemize` with the raw span of each word (:mod:`backends.text.g2p.marks`)."""
+        lang = canonical_lang(lang)
+        if not text.strip():
+            return "", []
+        check_script(text, lang)
+        return phonemize_words_keeping_marks(lambda pieces: self._read(lang, pieces), text)
+
+    def _read(self, lang: str, pieces: list[str]) -> list[str]:
+        with self._lock:
+            return read_pieces(self._backend(lang), pieces)
+
 
 class G2P:
     """``phonemize(text, lang)`` for every Kokoro language (see the module docstring).
@@ -105,12 +130,12 @@ class G2P:
         self.torch_free = torch_free
         self.lexicon = lexicon or Lexicon()
         self.espeak = EspeakG2P()
-        self._front_ends: dict[str, Callable[[str], str]] = {}
+        self._front_ends: dict[str, FrontEnd] = {}
         self._build_lock = threading.Lock()
 
     # -- front ends -----------------------------------------------------------------------------
-    def front_end(self, lang: str) -> Callable[[str], str]:
-        """The callable ``text -> phonemes`` of ``lang`` (built on first use)."""
+    def front_end(self, lang: str) -> FrontEnd:
+        """The callable ``text -> (phonemes, raw word spans)`` of ``lang`` (built on first use)."""
         found = self._front_ends.get(lang)
         if found is None:
             with self._build_lock:
@@ -124,26 +149,27 @@ class G2P:
                                           code="language_unavailable") from exc
         return found
 
-    def _build(self, lang: str) -> Callable[[str], str]:
+    def _build(self, lang: str) -> FrontEnd:
         if lang in ENGLISH:
-            from backends.text.normalize import normalize_english
+            from backends.text.normalize import normalize_english_mapped
 
             if self.english == "misaki":
                 from backends.text.g2p.misaki import MisakiEnglish
 
                 misaki = MisakiEnglish(british=lang == "en-gb", torch_free=self.torch_free)
-                return lambda text: misaki(normalize_english(text))
-            return lambda text: self.espeak.phonemize(strip_links(normalize_english(text)), lang)
+                return lambda text: _mapped(normalize_english_mapped(text), misaki.read)
+            return lambda text: _mapped(_stripped(normalize_english_mapped(text)),
+                                        lambda t: self.espeak.phonemize_words(t, lang))
         if lang == "ja":
             from backends.text.g2p.ja import JapaneseG2P
 
-            return JapaneseG2P()
+            return JapaneseG2P().read
         if lang == "cmn":
             from backends.text.g2p.misaki import MisakiMandarin
 
             # Latin words inside Chinese text: the English front end, built when the first one comes
-            return MisakiMandarin(english=lambda text: self.front_end("en-us")(text))
-        return lambda text: self.espeak.phonemize(strip_links(text), lang)
+            return MisakiMandarin(english=lambda text: self.front_end("en-us")(text)).read
+        return lambda text: _mapped(_stripped(MappedText(text)), lambda t: self.espeak.phonemize_words(t, lang))
 
     def preload(self, lang: str) -> None:
         """Build ``lang``'s front end now (at start, for the default language)."""
@@ -167,19 +193,43 @@ class G2P:
     def phonemize(self, text: str, lang: str = "en-us") -> str:
         """The phonemes of ``text`` read in ``lang``. Raises ``InvalidRequest``: ``invalid_language``,
         ``language_mismatch`` (a letter ``lang`` cannot read), ``unreadable_text``."""
+        return self.phonemize_words(text, lang)[0]
+
+    def phonemize_words(self, text: str, lang: str = "en-us") -> Reading:
+        """:meth:`phonemize`, with each word of ``text`` and its span of the phonemes, from the same
+        one reading (:func:`~backends.text.g2p.spans.text_words`: whitespace-separated tokens, or the
+        front end's words in Japanese and Mandarin). An inline or lexicon word is one span."""
         lang = canonical_lang(lang)
         if not text.strip():
-            return ""
+            return "", []
         check_script(strip_links(text), lang)
         check_readable(strip_links(text), lang)
-        text = self.lexicon.apply(text, lang)
         front = self.front_end(lang)
-        out = ""
-        for run, phonemes in split_inline(text):
-            piece = phonemes if phonemes is not None else (front(run) if run.strip() else "")
-            if not piece:
+        out: Reading = ("", [])
+        for start, end, run, phonemes in self.lexicon.runs(text, lang):
+            if phonemes is not None:
+                piece: Reading = (phonemes, [WordSpan(start, end, 0, len(phonemes))])
+            elif run.strip():
+                ph, spans = front(run)
+                piece = (ph, [s.shifted(start, 0) for s in spans])
+            else:
                 continue
-            glue = " " if out and (run[:1].isspace() or out[-1:].isspace() or phonemes is not None) else ""
-            out = f"{out}{glue}{piece.strip()}"
-        return " ".join(out.split())
+            if not piece[0]:
+                continue
+            piece = compact(*piece)
+            glue = " " if out[0] and (run[:1].isspace() or out[0][-1:].isspace() or phonemes is not None) else ""
+            out = joined(out, piece, 0, glue)
+        phonemes_out, spans = compact(*out, fold=True)
+        return phonemes_out, text_words(text, phonemes_out, spans, own_words=lang in CJK_LANGS)
+
+
+def _stripped(mapped: MappedText) -> MappedText:
+    """:func:`~backends.text.lexicon.strip_links` on a mapped text."""
+    return mapped.sub(INLINE, r"\1").sub(OTHER_LINK, r"\1")
+
+
+def _mapped(mapped: MappedText, read: FrontEnd) -> Reading:
+    """``read`` of a rewritten text, its spans moved back onto the text it was written from."""
+    phonemes, spans = read(mapped.text)
+    return phonemes, [WordSpan(*mapped.span(s.start, s.end), s.ph_start, s.ph_end) for s in spans if s.end > s.start]
 

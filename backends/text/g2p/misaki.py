@@ -12,6 +12,8 @@ Mandarin: misaki's ``ZHG2P`` as Kokoro v1.0 uses it (``version=None``: jieba wor
 readings, numbers read by cn2an). Runs of Latin letters inside Chinese text are read by the
 English front end (misaki's legacy path would pass them through as letters).
 
+Word spans (:meth:`MisakiEnglish.read`): misaki's tokens, each with its phonemes in context.
+
 Each object holds a lock: spaCy's pipeline and espeak-ng are not safe to share between threads.
 """
 
@@ -25,6 +27,8 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 
+from backends.api import WordSpan
+from backends.text.g2p.spans import Reading, whole
 from backends.text.lang import unreadable
 
 #: The spaCy English model: the registry's repack of ``en_core_web_sm`` 3.8.
@@ -72,11 +76,28 @@ class MisakiEnglish:
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> str:
+        return self.read(text)[0]
+
+    def read(self, text: str) -> Reading:
+        """The phonemes of ``text`` and the raw span of each of misaki's tokens (its output is the
+        tokens' phonemes, each followed by the token's whitespace)."""
         with self._lock:
             phonemes, tokens = self._g2p(text)
         if _UNK in phonemes:
             raise unreadable([t.text for t in tokens if t.phonemes is None or _UNK in t.phonemes], "en-us")
-        return str(phonemes)
+        spans: list[WordSpan] = []
+        at = ph_at = 0
+        for token in tokens:
+            said = token.phonemes or ""
+            found = text.find(token.text, at) if token.text else -1
+            if found >= 0 and said:
+                spans.append(WordSpan(found, found + len(token.text), ph_at, ph_at + len(said)))
+            if found >= 0:
+                at = found + len(token.text)
+            ph_at += len(said) + len(token.whitespace)
+        if ph_at != len(phonemes):  # (misaki's output is its tokens': never expected) one span for all
+            return str(phonemes), whole(text, phonemes)
+        return str(phonemes), spans
 
 
 _NO_SPACE_BEFORE = re.compile(r" +([.,!?;:])")
@@ -86,7 +107,7 @@ _LATIN_RUN = re.compile(r"([A-Za-z][A-Za-z '\-]*[A-Za-z]|[A-Za-z])")
 class MisakiMandarin:
     """``text -> phonemes`` through misaki's Mandarin front end; ``english`` reads Latin runs."""
 
-    def __init__(self, english: Callable[[str], str] | None = None) -> None:
+    def __init__(self, english: Callable[[str], Reading] | None = None) -> None:
         import jieba
         from misaki import zh
 
@@ -97,13 +118,20 @@ class MisakiMandarin:
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> str:
+        return self.read(text)[0]
+
+    def read(self, text: str) -> Reading:
+        """The phonemes of ``text``, and one raw span for all of it: misaki's Mandarin reports no
+        words (nor do its Latin runs keep theirs through the join), so a Mandarin text is one word of
+        the word timings."""
         pieces = []
         for i, run in enumerate(_LATIN_RUN.split(text)):
             if not run.strip():
                 continue
             if i % 2 and self._english is not None:
-                pieces.append(self._english(run))
+                pieces.append(self._english(run)[0])
             else:
                 with self._lock:
                     pieces.append(self._g2p(run)[0])
-        return _NO_SPACE_BEFORE.sub(r"\1", " ".join(p for p in pieces if p))
+        phonemes = _NO_SPACE_BEFORE.sub(r"\1", " ".join(p for p in pieces if p))
+        return phonemes, whole(text, phonemes)
