@@ -199,6 +199,9 @@ class OnnxSynthesizer(Synthesizer):
         # them on, RSS climbed ~50 MB over the first hundred texts; off, it stays flat, at no cost
         # in speed (measured; see benchmarks/results/soak.md).
         opts.enable_mem_pattern = False
+        # Its threads sleep between calls instead of spinning: a spinning pool keeps burning the cores
+        # that the event loop, the G2P and the other sessions' calls need (docs/runtimes.md).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if shared_arena(self.providers):
             # Every session's activations in one arena of the process's, not one arena each
             # (each of which would keep its own high-water mark).

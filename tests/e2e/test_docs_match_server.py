@@ -5,6 +5,7 @@ the answer, the 1009 and 1008 closes read as documented, a non-streamed WAV carr
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -60,7 +61,12 @@ def test_the_timed_words_example_is_the_answer(server):
     request = re.search(r"speech/timed .*?-d '(\{.*?\})'", text, re.S).group(1)
     shown = re.search(r"\| python -c .*?\n```\n\n```text\n(.*?)\n```", text, re.S).group(1)
     words = json.loads(post(server, "/v1/audio/speech/timed", json.loads(request)))["words"]
-    assert str(words) == shown
+    example = ast.literal_eval(shown)
+    # The same words, each where the example puts it: the int8 model's predicted durations move by a
+    # frame or two (25 ms each) between CPU families (their integer kernels round differently).
+    assert [w["word"] for w in words] == [w["word"] for w in example]
+    for got, doc in zip(words, example, strict=True):
+        assert abs(got["start"] - doc["start"]) <= 0.1 and abs(got["end"] - doc["end"]) <= 0.1, (got, doc)
 
 
 def close_of(url: str, first: bytes | str | None = None) -> tuple[int, str]:

@@ -21,7 +21,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.support.live import ServerProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+# Six real-model replies, twice (once to know each reply, once drained): minutes beside the rest of the suite.
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.timeout(300)]
 FIRST, SECOND = "The first part of the reply is here.", "And the second part follows it now."
 #: The bidi request queued behind the first: long enough to be waiting or under way at SIGTERM.
 LONGER = f"{SECOND} The last one ends the reply."
