@@ -133,6 +133,22 @@ class LiveServer:
         self.stop()
 
 
+class RssSamples(list[dict[str, Any]]):
+    """A server's resident memory, one sample per call of ``take(done)``: what was done by then, the MiB
+    and the seconds since the first (what :func:`growth` reads)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.pid, self.t0 = pid, time.perf_counter()
+
+    def take(self, done: int) -> float:
+        mib = rss_mib(self.pid, children=False)
+        if mib is None:
+            raise RuntimeError(f"no resident memory readable for process {self.pid}")
+        self.append({"requests": done, "rss_mib": mib, "t_s": round(time.perf_counter() - self.t0, 1)})
+        return mib
+
+
 def growth(samples: list[dict[str, Any]], warmup_fraction: float) -> dict[str, Any]:
     """RSS growth from the end of warm-up to the end, over the second half of that window alone
     (a leak keeps growing; a warm-up levels off), and the slope after warm-up (KiB/request)."""

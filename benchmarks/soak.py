@@ -26,7 +26,7 @@ from agent.ws_client import ContractSession
 
 from . import prom
 from .clients import post
-from .live import LiveServer, growth, rss_mib
+from .live import LiveServer, RssSamples, growth
 from .loop import closed_loop
 from .results import Result, command_line, markdown_table
 
@@ -144,15 +144,12 @@ async def _soak(srv: Any, requests: int, concurrency: int, soak: Soak, every: in
     pid = srv.proc.pid
     plan = [KINDS[i % len(KINDS)] for i in range(requests)]
     random.Random(7).shuffle(plan)
-    samples: list[dict[str, Any]] = []
+    samples = RssSamples(pid)
     done = 0
     t0 = time.perf_counter()
 
     def sample() -> None:
-        mib = rss_mib(pid, children=False)
-        if mib is None:
-            raise RuntimeError(f"no resident memory readable for process {pid}")
-        samples.append({"requests": done, "rss_mib": mib, "t_s": round(time.perf_counter() - t0, 1)})
+        samples.take(done)
 
     sample()
     async with httpx.AsyncClient(base_url=srv.url, timeout=120) as http:

@@ -33,7 +33,7 @@ from websockets.exceptions import WebSocketException
 
 from .churn_mix import TEXTS as CHURN_TEXTS
 from .churn_mix import Churn, Typed, Unanswered
-from .live import LiveServer, at_rest, growth, rss_mib
+from .live import LiveServer, RssSamples, at_rest, growth
 from .results import Result, load_average, markdown_table
 
 PROTOCOLS = ("bidi", "deepgram", "cartesia", "elevenlabs")
@@ -193,15 +193,12 @@ async def streaming_soak(url: str, pid: int, client: Turns, turns: int, concurre
     is done) until ``turns`` turns were run, the server's RSS sampled every ``every`` turns (growth
     measured after the first ``warmup`` share); then the state tables once at rest, ``/ping``."""
     plan = iter(conversations(turns))
-    samples: list[dict[str, Any]] = []
+    samples = RssSamples(pid)
     done = 0
     t0 = time.perf_counter()
 
     def sample() -> None:
-        mib = rss_mib(pid, children=False)
-        if mib is None:
-            raise RuntimeError(f"no resident memory readable for process {pid}")
-        samples.append({"requests": done, "rss_mib": mib, "t_s": round(time.perf_counter() - t0, 1)})
+        mib = samples.take(done)
         if len(samples) % 10 == 0:
             log(f"    {done} turns, RSS {mib} MiB, load {load_average()}")
 
