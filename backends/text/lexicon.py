@@ -9,7 +9,7 @@ Lexicon (``KOKORO_LEXICON``): a JSON file of ``{language: {word: phonemes}}``, w
 entries every language shares, e.g. ``{"en-us": {"Kokoro": "kˈOkəɹO"}, "ja": {"東京": "toːkʲoː"}}``.
 In Latin, Greek and Devanagari text an entry matches whole words, case-insensitively; in Japanese
 and Mandarin (no spaces between words) it matches wherever the characters occur, longest entry
-first. Each match is rewritten to the inline form before G2P, so both paths are one.
+first. Each match is read as an inline form would be (:meth:`Lexicon.runs`), so both paths are one.
 
 Immutable after loading; safe to share across threads.
 """
@@ -30,15 +30,10 @@ INLINE = re.compile(r"\[([^\]\n]+)\]\(/([^/\n]*)/?\)")
 OTHER_LINK = re.compile(r"\[([^\]\n]+)\]\((?:[+-]?\d+(?:\.\d+)?|#[^)\n]*)\)")
 
 
-def split_inline(text: str) -> Iterator[tuple[str, str | None]]:
-    """``(text, None)`` for plain runs and ``(word, phonemes)`` for each inline override, in order."""
-    for _, _, run, phonemes in inline_runs(text):
-        yield run, phonemes
-
-
 def inline_runs(text: str) -> Iterator[tuple[int, int, str, str | None]]:
-    """:func:`split_inline` with where each run stands in ``text``: ``(start, end, run, phonemes)``
-    (an override's range is its whole ``[word](/phonemes/)`` form)."""
+    """``text`` in order as plain runs and inline overrides, each with where it stands:
+    ``(start, end, run, None)`` for a plain run, ``(start, end, word, phonemes)`` for an override
+    (its range is its whole ``[word](/phonemes/)`` form)."""
     last = 0
     for m in INLINE.finditer(text):
         if m.start() > last:
@@ -105,8 +100,9 @@ class Lexicon:
         return self._patterns[lang]
 
     def runs(self, text: str, lang: str) -> Iterator[tuple[int, int, str, str | None]]:
-        """What :func:`split_inline` yields for :meth:`apply`'s text, with where each run stands in
-        ``text``: ``(start, end, run, phonemes)``, ``phonemes`` None for a run the G2P reads."""
+        """:func:`inline_runs` of ``text`` with every lexicon word (outside inline forms) a run of its
+        own with its phonemes: ``(start, end, run, phonemes)``, ``phonemes`` None for a run the G2P
+        reads."""
         found = self._pattern(lang)
         for start, end, run, phonemes in inline_runs(text):
             if phonemes is not None or found is None:
@@ -122,19 +118,3 @@ class Lexicon:
                 last = m.end()
             if last < len(run):
                 yield start + last, end, run[last:], None
-
-    def apply(self, text: str, lang: str) -> str:
-        """``text`` with every lexicon word (outside inline forms) rewritten as ``[word](/phonemes/)``."""
-        found = self._pattern(lang)
-        if found is None:
-            return text
-        pattern, table = found
-        cjk = lang in CJK_LANGS
-        out = []
-        for plain, phonemes in split_inline(text):
-            if phonemes is not None:
-                out.append(f"[{plain}](/{phonemes}/)")
-            else:
-                out.append(pattern.sub(lambda m: f"[{m.group(0)}](/{table[m.group(0) if cjk else m.group(0).lower()]}/)",
-                                       plain))
-        return "".join(out)
