@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from backends.api import Unsupported, WordSpan
 from backends.startup import install_hint
-from backends.text.g2p.marks import phonemize_keeping_marks, phonemize_words_keeping_marks, read_pieces
+from backends.text.g2p.marks import phonemize_words_keeping_marks, read_pieces
 from backends.text.g2p.spans import Reading, compact, joined, text_words
 from backends.text.lang import (
     CJK_LANGS,
@@ -95,15 +95,11 @@ class EspeakG2P:
         return backend
 
     def phonemize(self, text: str, lang: str = "en-us") -> str:
-        lang = canonical_lang(lang)
-        if not text.strip():
-            return ""
-        check_script(text, lang)
-        with self._lock:  # marks cut where they stand, so no word after a number's "," is lost
-            return phonemize_keeping_marks(self._backend(lang), text)
+        return self.phonemize_words(text, lang)[0]
 
     def phonemize_words(self, text: str, lang: str = "en-us") -> Reading:
-        """:meth:`phonemize` with the raw span of each word (:mod:`backends.text.g2p.marks`)."""
+        """The phonemes of ``text``, marks cut where they stand (so no word after a number's "," is
+        lost), with the raw span of each word (:mod:`backends.text.g2p.marks`)."""
         lang = canonical_lang(lang)
         if not text.strip():
             return "", []

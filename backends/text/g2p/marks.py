@@ -58,15 +58,6 @@ def split_marks(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def phonemize_keeping_marks(backend: PhonemizerBackend, text: str) -> str:
-    """The phonemes of ``text`` with its punctuation in place, whitespace folded to single spaces."""
-    pairs = split_marks(text)
-    # never pair a piece with another's phonemes: one call per piece when the count comes back wrong
-    spoken = iter(read_pieces(backend, [words for words, _ in pairs if words.strip()]))
-    out = "".join((next(spoken) if words.strip() else "") + marks for words, marks in pairs)
-    return " ".join(out.split())
-
-
 def read_pieces(backend: PhonemizerBackend, pieces: list[str]) -> list[str]:
     """espeak-ng's phonemes of each piece (one call; one per piece where the count comes back wrong)."""
     said = backend.phonemize(pieces, strip=True) if pieces else []
@@ -76,8 +67,8 @@ def read_pieces(backend: PhonemizerBackend, pieces: list[str]) -> list[str]:
 
 
 def phonemize_words_keeping_marks(read: Callable[[list[str]], list[str]], text: str) -> Reading:
-    """:func:`phonemize_keeping_marks` (the same phonemes, from the same one call) with each word's
-    span of them (marks belong to no word). ``read``: :func:`read_pieces` under the G2P's lock (the
+    """The phonemes of ``text`` with its punctuation in place, whitespace folded to single spaces,
+    and each word's span of them (marks belong to no word). ``read``: :func:`read_pieces` under the G2P's lock (the
     alignment runs after it, outside the lock)."""
     pairs = split_marks(text)
     spoken = iter(read([words for words, _ in pairs if words.strip()]))
