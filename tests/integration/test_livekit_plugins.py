@@ -33,8 +33,9 @@ shared CPU may take longer than the plugins' default 10 s to a first segment."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,16 @@ def make(plugin: str, url: str, *, key: str = KEY, voice: str = VOICE) -> tts.TT
     if plugin == "cartesia":
         return cartesia.TTS(base_url=url, api_key=key, voice=voice)
     return elevenlabs.TTS(base_url=f"{url}/v1", api_key=key, voice_id=voice)
+
+
+@contextlib.asynccontextmanager
+async def opened(plugin: str, url: str, **settings: str) -> AsyncIterator[tts.TTS]:
+    """:func:`make`'s plugin, closed after use as an agent closes it."""
+    p = make(plugin, url, **settings)
+    try:
+        yield p
+    finally:
+        await p.aclose()
 
 
 @pytest.fixture(scope="module")
@@ -191,11 +202,8 @@ def assert_speech(out: Heard, plugin: str, reference_s: float, *, made_up_s: flo
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_synthesize_is_speech_of_the_right_length_in_the_default_format(server, reference_s, plugin):
     async def body() -> Heard:
-        p = make(plugin, server.url)
-        try:
+        async with opened(plugin, server.url) as p:
             return await synthesized(p, TEXT)
-        finally:
-            await p.aclose()
 
     out = agent(body)
     assert_speech(out, plugin, reference_s, made_up_s=MADE_UP_S[plugin])
@@ -205,11 +213,8 @@ def test_synthesize_is_speech_of_the_right_length_in_the_default_format(server, 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_stream_is_speech_of_the_right_length_with_the_word_times_each_plugin_reads(server, reference_s, plugin):
     async def body() -> Heard:
-        p = make(plugin, server.url)
-        try:
+        async with opened(plugin, server.url) as p:
             return await streamed(p, TEXT)
-        finally:
-            await p.aclose()
 
     out = agent(body)
     assert_speech(out, plugin, reference_s)
@@ -243,8 +248,7 @@ def test_a_reply_closed_mid_way_holds_up_the_next_turn_by_one_segment_at_most(se
     interruption, not for the rest of the abandoned reply."""
 
     async def body() -> tuple[float, float, Heard]:
-        p = make(plugin, server.url)
-        try:
+        async with opened(plugin, server.url) as p:
             stream = p.stream(conn_options=options())
             stream.push_text(LONG)
             stream.flush()  # the LLM's reply so far; more would follow
@@ -254,8 +258,6 @@ def test_a_reply_closed_mid_way_holds_up_the_next_turn_by_one_segment_at_most(se
             await stream.aclose()
             following = await streamed(p, NEXT)
             return at_interruption, segments_synthesised(server.url), following
-        finally:
-            await p.aclose()
 
     at_interruption, after, following = agent(body)
     # synthesised from the interruption to the next turn's end: the segment running, then the turn's
@@ -283,11 +285,8 @@ def test_a_bad_voice_an_empty_text_and_a_wrong_key_raise_the_plugins_errors(serv
         for case, settings in cases.items():
             text = "" if case == "empty text" else TEXT
             for call in (synthesized, streamed):
-                p = make(plugin, server.url, **settings)
-                try:
+                async with opened(plugin, server.url, **settings) as p:
                     out[case, call.__name__] = await failure(call(p, text))
-                finally:
-                    await p.aclose()
         return out
 
     results = agent(body)
