@@ -85,7 +85,8 @@ def run(*, quick: bool = False, model_dir: Any = None, log: Any = print, backend
     label = f"{runtime}/{mode}, {s['sessions']} sessions"
     result.target(f"{label}: RSS growth after warm-up", f"< {GOAL_MIB:g} MiB", f"{s['growth_mib']} MiB",
                   s["growth_mib"] < GOAL_MIB, any_runtime=True)
-    result.target(f"{label}: RSS growth after warm-up, relative", "< 5%", f"{s['growth_pct']}%", s["growth_pct"] < 5, any_runtime=True)
+    # Relative to the model's process: a fake server's ~90 MiB makes 5% a few MiB of allocator noise.
+    result.target(f"{label}: RSS growth after warm-up, relative", "< 5%", f"{s['growth_pct']}%", s["growth_pct"] < 5)
     result.target(f"{label}: tables at rest (kokoro_state_entries)", "all 0",
                   {k: v for k, v in s["tables_at_rest"].items() if v} or "all 0", not any(s["tables_at_rest"].values()), any_runtime=True)
     result.target(f"{label}: unanswered requests", "0", s["unanswered"], s["unanswered"] == 0, any_runtime=True)

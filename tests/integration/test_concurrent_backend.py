@@ -251,7 +251,7 @@ async def test_closing_the_stream_early_drops_the_rest(make_backend):
     after = await drained(backend)
     said = synth.calls[: len(synth.calls) - len(after)]
     assert said in ([s.text for s in request.segments[:n]] for n in (1, 2))  # at most one segment ran ahead
-    assert len(request.segments) > 2
+    assert len(" ".join(said)) < len(LONG_TEXT) / 3  # the rest of the text was never spoken
 
 
 async def test_one_failing_segment_fails_only_its_request(make_backend):
