@@ -111,14 +111,16 @@ $(STAMP312P): Makefile
 	touch $(STAMP312P)
 
 # The checks beside the main suite (types, the Python 3.12 suites, the deploy check) run alongside it at a
-# lower priority: they fill the cores the suite's last long groups leave idle. Their log follows the suite's.
+# lower priority, the 3.12 venvs' installs included: they fill the cores the suite's last long groups
+# leave idle, off the suite's path. Their log follows the suite's.
 SIDE_LOG := $(VENV)/test-side.log
-SIDE_CHECKS := $(VENV)/bin/mypy \
+SIDE_CHECKS := $(MAKE) --no-print-directory $(STAMP312) $(STAMP312P) \
+	&& $(VENV)/bin/mypy \
 	&& .venv312/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312 --ignore=tests/agent_py312/pipecat \
 	&& .venv312-pipecat/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/agent_py312/pipecat \
 	&& bash deploy/check.sh --static
 
-test: install $(STAMP312) $(STAMP312P)
+test: install
 	$(VENV)/bin/ruff check backends server agent deploy benchmarks tests settings_table.py
 	$(call step,pytest (alongside: mypy + the Python 3.12 suites + the static deploy check; their log follows))
 	@( nice -n 5 bash -c '$(SIDE_CHECKS)' > $(SIDE_LOG) 2>&1 ) & side=$$!; \

@@ -221,8 +221,9 @@ def _shifted(timing: Timing, opened_s: float) -> Timing:
 # -- a long text ahead of a short one -----------------------------------------------------------
 async def head_of_line(url: str, long_text: str, runs: int) -> dict[str, Any]:
     """First audio of a one-sentence request alone, sent 50 ms after another one-sentence request
-    and 50 ms after ``long_text``; and ``long_text``'s own (medians of ``runs``, ms). Each client
-    hangs up at its first audio, so no run waits for the long text's whole reading."""
+    and 50 ms after ``long_text``; and ``long_text``'s own, alone and with that sentence 50 ms behind
+    it (which shares the cores in concurrent mode) (medians of ``runs``, ms). Each client hangs up at
+    its first audio, so no run waits for the long text's whole reading."""
 
     async def first_ms(text: str, delay_s: float = 0.0) -> float | None:
         await asyncio.sleep(delay_s)
@@ -230,7 +231,8 @@ async def head_of_line(url: str, long_text: str, runs: int) -> dict[str, Any]:
             timing = await http.post("/invocations", {"text": text, "format": "pcm"}, hang_up_at_first_audio=True)
         return ms(timing.first_audio_s) if not timing.error else None
 
-    figures: dict[str, list[float | None]] = {"alone": [], "behind_sentence": [], "behind_long": [], "long_own": []}
+    figures: dict[str, list[float | None]] = {"alone": [], "behind_sentence": [], "behind_long": [], "long_own": [],
+                                              "long_alone": []}
     await first_ms(SENTENCE)  # warm: the first request of a server pays for what it builds once
     for _ in range(runs):
         figures["alone"].append(await first_ms(SENTENCE))
@@ -238,6 +240,7 @@ async def head_of_line(url: str, long_text: str, runs: int) -> dict[str, Any]:
         own, behind = await asyncio.gather(first_ms(long_text), first_ms(SENTENCE, 0.05))
         figures["behind_long"].append(behind)
         figures["long_own"].append(own)
+        figures["long_alone"].append(await first_ms(long_text))
     out: dict[str, Any] = {f"{k}_ms": rnd(percentile(v, 50), 1) for k, v in figures.items()}
     out["runs"] = runs
     return out

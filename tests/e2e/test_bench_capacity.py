@@ -37,7 +37,7 @@ def test_capacity_quick_measures_every_workload_and_recommends_a_target_deploy_s
     assert refuse[-1]["refused"] > 0  # 4x capacity: newcomers told `overloaded`, not queued ...
     assert refuse[-1]["refused_with_retry_after"] == refuse[-1]["refused"]  # ... and when to come back
     hol = [s for s in data["samples"] if s["workload"] == "head_of_line"]
-    assert hol and all(s["behind_long_ms"] > 0 and s["long_own_ms"] > 0 for s in hol)
+    assert hol and all(s["behind_long_ms"] > 0 and s["long_own_ms"] > 0 and s["long_alone_ms"] > 0 for s in hol)
     for sample in (s for s in data["samples"] if s["workload"] != "head_of_line"):
         assert sample["answered"] > 0 and sample["failed"] == 0, sample
         assert sample["first_audio_ms_p50"] <= sample["first_audio_ms_p95"] <= sample["first_audio_ms_p99"]
