@@ -158,11 +158,17 @@ def run_one(name: str, *, quick: bool, model_dir: Path | None, out_dir: Path, ba
 
 
 def render(name: str, out_dir: Path) -> None:
-    """Rewrite the Markdown table and the PNG of an existing result (the JSON is left as it is)."""
+    """Rewrite the Markdown table and the PNG of each existing result of suite ``name`` — ``<name>.json``
+    and the files it writes per runtime or workload, ``<name>_<kind>.json`` (the JSON is left as it is)."""
     module = importlib.import_module(f"benchmarks.{name}")
-    data = json.loads((out_dir / f"{name}.json").read_text())
-    results.render(data, out_dir, name, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None))
-    _log(f"rendered {out_dir / name}.md from {name}.json")
+    for path in sorted([out_dir / f"{name}.json", *out_dir.glob(f"{name}_*.json")]):
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        if data.get("benchmark") != path.stem:  # another suite's file that shares the prefix
+            continue
+        results.render(data, out_dir, path.stem, title=TITLES[name], body=module.body, plot=getattr(module, "plot", None))
+        _log(f"rendered {out_dir / path.stem}.md from {path.name}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,8 +224,7 @@ def _main(argv: list[str]) -> int:
     names = NAMES if args.name == "all" else (args.name,)
     if args.render_only:
         for name in names:
-            if (args.out / f"{name}.json").exists():
-                render(name, args.out)
+            render(name, args.out)
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return run_suites(names, args, deployed, suite_options, tuple(shown))

@@ -1,6 +1,7 @@
 """Result files follow one schema; the summaries compute the figures docs/benchmarks.md quotes."""
 
 import json
+import shutil
 
 import pytest
 
@@ -117,3 +118,20 @@ def test_the_percentile_agrees_with_numpy_and_skips_missing_values(q):
     values = [3.0, None, 1.0, 7.5, 2.0, 10.0, 4.25]
     assert results.percentile(values, q) == pytest.approx(np.percentile([v for v in values if v is not None], q))
     assert results.percentile([None], q) is None and results.percentile([5.0], q) == 5.0
+
+
+@pytest.mark.subprocess
+def test_render_only_rewrites_a_suites_per_runtime_results_too(tmp_path):
+    """churn writes churn_onnx.json on ONNX, soak soak_streaming.json for its turns: --render-only
+    re-renders those beside <name>.json, and leaves a file of another name (a kept copy) alone."""
+    from benchmarks.__main__ import main
+
+    shutil.copy(results.RESULTS_DIR / "churn_onnx.json", tmp_path / "churn_onnx.json")
+    kept = json.loads((results.RESULTS_DIR / "churn_onnx.json").read_text())
+    (tmp_path / "churn_onnx_before.json").write_text(json.dumps(kept))  # benchmark: churn_onnx, not its stem
+    (tmp_path / "churn_onnx.md").write_text("stale")
+
+    assert main(["churn", "--render-only", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "churn_onnx.md").read_text()
+    assert md.startswith("# Churn") and f"{kept['samples'][0]['sessions']:,} sessions on onnx/concurrent" in md
+    assert not (tmp_path / "churn.md").exists() and not (tmp_path / "churn_onnx_before.md").exists()
