@@ -133,10 +133,6 @@ class Backend(Protocol):
         """Yield one chunk per segment of a prepared request, in order. Closing or cancelling
         the iterator aborts the request's pending segments."""
 
-    def phonemize(self, text: str, lang: str) -> str:
-        """The phonemes the runtime would read for ``text``.
-        Blocking (G2P): call it from a worker thread."""
-
     def table_sizes(self) -> dict[str, int]:
         """Entries in each table the backend keeps per session, request or runtime call, by a
         fixed name (``kokoro_state_entries``): every one is 0 once the requests have ended and their

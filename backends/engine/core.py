@@ -163,9 +163,6 @@ class Engine:
     def queue_depth(self) -> int:
         return 0
 
-    def phonemize(self, text: str, lang: str) -> str:
-        return self.pipeline.phonemes(text, lang)
-
     def table_sizes(self) -> dict[str, int]:
         """Entries per table kept per session, request or call (see :class:`~backends.api.Backend`);
         the modes add their queues."""
