@@ -197,7 +197,7 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=None, help="where the result files go (default "
                         "benchmarks/results, or benchmarks/results/quick with --quick)")
     parser.add_argument("--render-only", action="store_true",
-                        help="rewrite <name>.md and .png from the existing <name>.json without running anything")
+                        help="rewrite <name>.md and .png from the existing <name>.json (and a per-runtime <name>_<kind>.json) without running anything")
     parser.add_argument("--backend", choices=["fake", "onnx", "torch"], default=None,
                         help="the runtime of the servers a suite starts, where it takes one (every suite but quality, "
                         "languages, onnx_durations and windowed_decoder, which measure the model's own output); "
