@@ -199,24 +199,27 @@ def assert_speech(out: Heard, plugin: str, reference_s: float, *, made_up_s: flo
     assert np.sqrt(np.mean(out.samples ** 2)) > 0.01  # speech, not silence
 
 
+def read_once(plugin: str, url: str, read: Callable[[Any, str], Awaitable[Heard]]) -> Heard:
+    """What ``read`` (:func:`synthesized` or :func:`streamed`) hears of :data:`TEXT` through a
+    plugin opened for this one reading."""
+    async def body() -> Heard:
+        async with opened(plugin, url) as p:
+            return await read(p, TEXT)
+
+    result: Heard = agent(body)
+    return result
+
+
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_synthesize_is_speech_of_the_right_length_in_the_default_format(server, reference_s, plugin):
-    async def body() -> Heard:
-        async with opened(plugin, server.url) as p:
-            return await synthesized(p, TEXT)
-
-    out = agent(body)
+    out = read_once(plugin, server.url, synthesized)
     assert_speech(out, plugin, reference_s, made_up_s=MADE_UP_S[plugin])
     assert out.words == []  # none of the three asks for times over HTTP
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_stream_is_speech_of_the_right_length_with_the_word_times_each_plugin_reads(server, reference_s, plugin):
-    async def body() -> Heard:
-        async with opened(plugin, server.url) as p:
-            return await streamed(p, TEXT)
-
-    out = agent(body)
+    out = read_once(plugin, server.url, streamed)
     assert_speech(out, plugin, reference_s)
     if plugin == "deepgram":
         assert out.words == []  # Deepgram's protocol has no word times
