@@ -150,7 +150,7 @@ class RssSamples(list[dict[str, Any]]):
 
 
 def growth(samples: list[dict[str, Any]], warmup_fraction: float) -> dict[str, Any]:
-    """RSS growth from the end of warm-up to the end, over the second half of that window alone
+    """RSS growth from the end of warm-up to the end (MiB and %), over the second half of that window alone
     (a leak keeps growing; a warm-up levels off), and the slope after warm-up (KiB/request)."""
     total = samples[-1]["requests"]
     after = [s for s in samples if s["requests"] >= total * warmup_fraction]
@@ -160,7 +160,7 @@ def growth(samples: list[dict[str, Any]], warmup_fraction: float) -> dict[str, A
     slope = statistics.linear_regression(xs, ys).slope * 1024 if len(after) >= 3 else None
     return {"rss_start_mib": samples[0]["rss_mib"], "rss_after_warmup_mib": base, "rss_end_mib": end,
             "rss_peak_mib": max(s["rss_mib"] for s in samples), "warmup_requests": after[0]["requests"],
-            "growth_pct": round((end - base) / base * 100, 2),
+            "growth_mib": round(end - base, 2), "growth_pct": round((end - base) / base * 100, 2),
             "second_half_growth_pct": round((end - middle) / middle * 100, 2),
             "slope_kib_per_request": rnd(slope, 3)}
 
