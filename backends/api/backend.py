@@ -126,6 +126,13 @@ class Backend(Protocol):
     async def check_health(self) -> None:
         """Raise :class:`NotReady` when the backend cannot take requests."""
 
+    def admit(self, session: str | None = None) -> None:
+        """Raise :class:`Overloaded` (or :class:`NotReady`) if a new request of ``session`` (None: a
+        request of its own, as every HTTP request is) would be refused now — the admission checks of
+        :meth:`prepare` and :meth:`stream`, before anything of the request is read, so a refusal
+        costs the server next to nothing. Cheap and synchronous (event loop); passing it admits
+        nothing: :meth:`prepare` and :meth:`stream` check again."""
+
     async def prepare(self, request: SynthesisRequest) -> SynthesisRequest:
         """Validate voice/length and plan segments (off the loop). Raises KokoroError."""
 

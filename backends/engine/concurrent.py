@@ -74,7 +74,6 @@ from backends.api import (
     BackendFault,
     Interrupted,
     NotReady,
-    Overloaded,
     SynthesisRequest,
 )
 from backends.engine.core import Engine
@@ -154,6 +153,10 @@ class ConcurrentBackend(Engine):
         if self.scheduler.down is not None:
             raise NotReady(f"{self.scheduler.down}: replace this instance")
 
+    def full(self) -> str | None:
+        n = len(self._jobs)
+        return f"{n} requests are in progress; try again shortly" if n >= self.config.max_queue else None
+
     def table_sizes(self) -> dict[str, int]:
         return {**super().table_sizes(), **self._queue.sizes(), "queued_segments": self._queued,
                 "admitted_requests": len(self._jobs), "busy_workers": self.workers - self._free}
@@ -179,12 +182,8 @@ class ConcurrentBackend(Engine):
     async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
         """Yield one chunk per segment of a prepared request, in order (see the module docstring
         for admission, ordering and cancellation)."""
-        if self._closing:
-            raise NotReady("server is shutting down")
-        if len(self._jobs) >= self.config.max_queue:
-            raise Overloaded(f"{len(self._jobs)} requests are in progress; try again shortly")
         policy = self.policy
-        policy.admit(request)
+        self.admit(policy.session_of(request))
         seq = next(self._seq)
         job = Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
                    playout=policy.playout(request), planned=len(request.segments))

@@ -49,6 +49,7 @@ from backends.api import (
     KokoroError,
     NoObserver,
     NotReady,
+    Overloaded,
     Segment,
     SynthesisRequest,
     SynthesisTimeout,
@@ -208,15 +209,29 @@ class Engine:
         raise NotImplementedError
 
     # -- requests -------------------------------------------------------------------------------
+    def full(self) -> str | None:
+        """Why the mode's queue takes no more requests now (``max_queue``), or None: the modes say."""
+        return None
+
+    def admit(self, session: str | None = None) -> None:
+        """Refuse a new request of ``session`` now, as :meth:`prepare` and :meth:`stream` would:
+        shutting down, the queue full, or the policy's rule 10 (see :class:`~backends.api.Backend`)."""
+        if self._closing:
+            raise NotReady("server is shutting down")
+        if (why := self.full()) is not None:
+            raise Overloaded(why)
+        self.policy.admit_session(session)
+
     async def prepare(self, request: SynthesisRequest) -> SynthesisRequest:
         """Validate the request and plan its first segment off the event loop; the rest is planned
-        behind it (``request.plan``), so first audio never waits for it. Raises a :class:`KokoroError`."""
+        behind it (``request.plan``), so first audio never waits for it. Raises a :class:`KokoroError`;
+        a request the mode would refuse (:meth:`admit`) is refused before its text is read."""
         if self._closing:
             raise NotReady("server is shutting down")
         limit = self.config.max_text_chars
         if len(request.text) > limit:
             raise TextTooLong(f"text has {len(request.text)} characters; the limit is {limit}")
-        self.policy.admit(request)  # refused under overload before its text is read (overload=refuse)
+        self.admit(self.policy.session_of(request))
         loop = asyncio.get_running_loop()
         short = self.policy.short_first(request)  # (before this request counts as its session's own)
         with self.policy.tracked(request):

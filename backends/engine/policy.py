@@ -263,11 +263,17 @@ class SchedulingPolicy:
         return overload.active
 
     def admit(self, request: SynthesisRequest) -> None:
+        """Rule 10 for ``request`` (:meth:`admit_session` of its session)."""
+        self.admit_session(self.session_of(request))
+
+    def admit_session(self, session: str | None) -> None:
         """Rule 10 for a newcomer: with ``overload=refuse``, raise :class:`Overloaded` while the
         runtime is overloaded, or while the newcomer would wait longer than
-        ``overload_first_audio_ms`` for its first call; not when the request's listener hears
-        something (a session's next sentence belongs to a stream already admitted)."""
-        if self.config.overload != "refuse" or self._listeners.hears_something(self.session_of(request), self.clock()):
+        ``overload_first_audio_ms`` for its first call; not when the session's listener hears
+        something (a session's next sentence belongs to a stream already admitted). ``session``
+        None: a request of its own, always a newcomer."""
+        if self.config.overload != "refuse" or (
+                session is not None and self._listeners.hears_something(session, self.clock())):
             return
         if self.report_load():
             raise Overloaded(f"the server is overloaded: its listeners asked for {self.load.demanded:.1f} audio-s/s, "

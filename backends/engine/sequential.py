@@ -42,7 +42,6 @@ from backends.api import (
     Interrupted,
     KokoroError,
     NotReady,
-    Overloaded,
     Segment,
     SynthesisRequest,
 )
@@ -75,6 +74,10 @@ class SequentialBackend(Engine):
         (the concurrent mode's meaning too)."""
         return len(self._queue)
 
+    def full(self) -> str | None:
+        n = self._waiting
+        return f"{n} requests are waiting; try again shortly" if n >= self.config.max_queue else None
+
     def table_sizes(self) -> dict[str, int]:
         return {**super().table_sizes(), **self._queue.sizes(), "waiting_segments": self._waiting,
                 "worker_busy": int(self._running)}
@@ -93,12 +96,8 @@ class SequentialBackend(Engine):
         self._observer.queue_depth(len(self._queue))
 
     async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
-        if self._closing:
-            raise NotReady("server is shutting down")
-        if self._waiting >= self.config.max_queue:
-            raise Overloaded(f"{self._waiting} requests are waiting; try again shortly")
         policy = self.policy
-        policy.admit(request)
+        self.admit(policy.session_of(request))
         loop = asyncio.get_running_loop()
         timeout_at = self._timeout_at(request)
         playout = policy.playout(request)

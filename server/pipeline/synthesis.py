@@ -157,15 +157,19 @@ class Synthesis:
 
     # -- admission ----------------------------------------------------------------------------
     def admit(self, *, started: bool = False) -> None:
-        """Raise :class:`NotReady` unless new work may start (loaded, warmed up, not draining).
-        ``started``: the request continues a turn admitted earlier (a piece of a voice-agent turn),
-        which a drain lets finish: only readiness is checked."""
+        """Raise :class:`NotReady` unless new work may start (loaded, warmed up, not draining), and
+        :class:`Overloaded` where the backend would refuse a new request now (before anything of it
+        is read: a refusal under overload costs next to nothing). ``started``: the request continues
+        a turn admitted earlier (a piece of a voice-agent turn), which a drain lets finish: only
+        readiness is checked."""
         if self.state is not None and started:
             self.state.check_ready()
-        elif self.state is not None:
+            return
+        if self.state is not None:
             self.state.check_accepting()
         elif not self.backend.ready:
             raise NotReady("the backend is not started")
+        self.backend.admit()
 
     # -- synthesis ----------------------------------------------------------------------------
     def use_encoder(self, fmt: str, sample_rate: int | None) -> Encoder:

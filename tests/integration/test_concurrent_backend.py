@@ -187,12 +187,15 @@ async def test_overloaded_when_the_queue_bound_is_hit_then_serves_again(make_bac
     backend = make_backend(synth, max_queue=2)
     first = [asyncio.create_task(collect(backend, await prepared(backend, SENTENCES[i], rid=f"r{i}"))) for i in range(2)]
     await wait_until(lambda: backend.active_requests == 2)
-    extra = await prepared(backend, SENTENCES[2], rid="r2")
-    with pytest.raises(Overloaded) as info:
-        await collect(backend, extra)
+    with pytest.raises(Overloaded) as info:  # refused before its text is planned
+        await prepared(backend, SENTENCES[2], rid="r2")
     assert info.value.status == 503 and info.value.retryable
+    with pytest.raises(Overloaded):  # what the HTTP routes ask before reading a request
+        backend.admit()
     synth.gate.set()
     assert all(len(chunks) >= 1 for chunks in await asyncio.gather(*first))
+    backend.admit()
+    extra = await prepared(backend, SENTENCES[2], rid="r2")
     assert len(await collect(backend, extra)) == len(extra.segments)
     assert backend.active_requests == 0
 

@@ -102,9 +102,11 @@ def test_overloaded_backend_answers_503(make_client, synth, wait):
         worker.start()
         wait(synth.started.is_set)
         r = client.post("/invocations", json={"text": "Refused."})
+        unread = client.post("/invocations", content=b"{not json")  # refused before its body is read
         synth.gate.set()
         worker.join(10)
-    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"]
+    assert unread.status_code == 503 and unread.json()["error"]["code"] == "overloaded"
     assert first["r"].status_code == 200
 
 
