@@ -21,6 +21,10 @@ PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 # The fast lane leaves out what needs the model, torch, a browser, the cloud stand-ins, a benchmark or
 # a process of its own (--fast-lane fails a test that starts a process or reads the model anyway).
 FAST_LANE := not model and not torch and not browser and not cloud and not bench and not subprocess
+# Python writes its bytecode caches: where the environment says not to (PYTHONDONTWRITEBYTECODE), every
+# process of the suite (each worker, each server it starts) compiles the project's sources anew, and
+# pytest rewrites every test module's asserts anew in each worker.
+unexport PYTHONDONTWRITEBYTECODE
 export KOKORO_PORT ?= 8080
 export KOKORO_HOST ?= 127.0.0.1
 
