@@ -115,7 +115,9 @@ class SchedulingPolicy:
         self._running: list[RunningCall] = []
         self._behind = False
         self._waits = FirstAudioWaits(clock)
-        self._refusing_late = False
+        self._late_since: float | None = None  # this episode of late refusals began (logged once)
+        self._late_last = 0.0
+        self._late_refused = 0
 
     # -- rule 1, 2: playback deadlines, short first segments -------------------------------------
     @staticmethod
@@ -280,17 +282,27 @@ class SchedulingPolicy:
                              f"it made {self.load.delivered:.1f}; try another instance or again shortly")
         budget, wait = self.config.overload_first_audio_ms / 1000.0, self._waits.expected()
         late = budget > 0 and wait > budget
-        if late != self._refusing_late:
-            self._refusing_late = late
-            if late:
-                log.warning("refusing newcomers: a newcomer would wait %.0f ms for its first call (%d waiting, one "
-                            "for %.0f ms; KOKORO_OVERLOAD_FIRST_AUDIO_MS=%g)", wait * 1000, len(self._waits),
-                            self._waits.longest() * 1000, budget * 1000)
-            else:
-                log.info("admitting newcomers again: first calls start within %g ms", budget * 1000)
+        self._log_late(late, wait, budget)
         if late:
             raise Overloaded(f"the server is overloaded: a newcomer would wait {wait * 1000:.0f} ms for the runtime; "
                              "try another instance or again shortly")
+
+    def _log_late(self, late: bool, wait: float, budget: float) -> None:
+        """Log an episode of late refusals once when it begins, and when no newcomer was refused for
+        a load window, how many it refused: under a flood the decision flips with every call that
+        starts, which one line per flip would turn into a log line per request."""
+        now = self.clock()
+        if late:
+            if self._late_since is None:
+                self._late_since = now
+                log.warning("refusing newcomers: a newcomer would wait %.0f ms for its first call (%d waiting, one "
+                            "for %.0f ms; KOKORO_OVERLOAD_FIRST_AUDIO_MS=%g)", wait * 1000, len(self._waits),
+                            self._waits.longest() * 1000, budget * 1000)
+            self._late_last, self._late_refused = now, self._late_refused + 1
+        elif self._late_since is not None and now - self._late_last > self.config.load_window_s:
+            log.info("admitting newcomers again: first calls start within %g ms (%d refused over %.1f s)",
+                     budget * 1000, self._late_refused, self._late_last - self._late_since)
+            self._late_since, self._late_refused = None, 0
 
     def offer(self, queue: SegmentQueue, item: Any, segment: Segment, playout: Playout, *, session: str,
               request_seq: int, remaining: float, busy: bool, interrupts: bool, turn: int = 0) -> None:

@@ -172,12 +172,16 @@ def test_refuse_turns_newcomers_away_while_an_admitted_one_waits_too_long_for_it
             with pytest.raises(Overloaded, match="would wait 200 ms"):
                 policy.admit(request("third", clock))
             policy.admit(request("first", clock))  # its own session's next request is no newcomer
+            with pytest.raises(Overloaded):
+                policy.admit(request("fifth", clock))
             if not planned:
                 queue.pop()  # its first call starts
         policy.admit(request("fourth", clock))
+        clock.advance(policy.config.load_window_s + 0.1)
+        policy.admit(request("sixth", clock))
     said = [r.getMessage() for r in caplog.records]
     assert said[0].startswith("refusing newcomers: a newcomer would wait 200 ms for its first call (1 waiting")
-    assert "again" in said[-1]
+    assert len(said) == 2 and "again" in said[-1] and "(2 refused" in said[-1]  # one line as it begins, one as it ends
     assert policy.table_sizes()["first_audio_waits"] == 0
 
 
