@@ -100,7 +100,7 @@ async def _measure_plan(srv: LiveServer, plan: dict[str, Any], *, quick: bool, t
         if loop == "closed":
             timings, wall = await run_closed(call, session, int(load), duration_s)
         else:
-            timings, wall = await run_open(call, load, duration_s)
+            timings, wall = await run_open(call, load, duration_s, pool=lambda: session(0))
         figures = level_figures(timings, wall, meter.stop(), target_ms)
         sample = {"plan": plan["label"], "workload": name, "loop": loop, "load": load, **figures,
                   "server_first_audio_ms_p95": server_p95_ms(before, await asyncio.to_thread(srv.scrape)),
@@ -256,7 +256,7 @@ def body(data: dict[str, Any]) -> str:
             "(in concurrent mode the two share the cores):\n\n" + markdown_table(
                 ["plan", "sentence alone", "behind a sentence", "behind 4,900 characters", "4,900 characters alone",
                  "4,900 characters' own, a sentence behind", "runs"], hol)
-            + "\n\nEvery level (open loop: arrivals a second, each on a new connection; first audio as the client "
+            + "\n\nEvery level (open loop: arrivals a second, each on an idle keep-alive connection of a pool or a new one when all are busy; first audio as the client "
             "measured it, and the server's own p95 from `kokoro_time_to_first_audio_seconds` (read off its buckets, "
             "linear within one: coarse for a level of few requests) — from when it read the request, so on `sentence` "
             "the difference is time spent before that: the accept backlog, a busy event "

@@ -13,9 +13,10 @@ the moment the request left):
 A turn's first audio is its first sentence's; its underrun is the silence a listener playing the
 audio in real time hears after the first audio (:class:`~benchmarks.clients.PlaybackClock`).
 Closed loop: each client keeps its own connection (a session) and sends its next request when
-the last is answered. Open loop: requests arrive at a rate (Poisson), each on a connection of its
-own (a new call), however many are still running — so the load offered does not fall when the
-server slows, as a closed loop's does.
+the last is answered. Open loop: requests arrive at a rate (Poisson), however many are still
+running — so the load offered does not fall when the server slows, as a closed loop's does — each
+on an idle keep-alive connection of a pool, or a new one when all are busy, as SageMaker's front
+end keeps its connections to the container (:func:`run_open`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class RawHttp:
 
     async def __aexit__(self, *exc: Any) -> None:
         self.close()
+
+    @property
+    def open(self) -> bool:
+        """Whether the connection is open (a new one opens at the next request)."""
+        return self._io is not None
 
     def close(self) -> None:
         if self._io is not None:
@@ -252,10 +258,25 @@ async def run_closed(call: Call, session: Callable[[int], Any], clients: int, du
     return [*loop.records, *(_failed(e) for e in loop.failures)], loop.wall_s
 
 
-async def run_open(call: Call, rate: float, duration_s: float, *, seed: int = 7, max_in_flight: int = 2000) -> tuple[list[Timing], float]:
-    """Poisson arrivals at ``rate`` a second for ``duration_s``; each a request on its own connection.
-    Arrivals beyond ``max_in_flight`` still running count as failed (the generator's own limit)."""
+async def run_open(call: Call, rate: float, duration_s: float, *, pool: Callable[[], RawHttp] | None = None,
+                   seed: int = 7, max_in_flight: int = 2000) -> tuple[list[Timing], float]:
+    """Poisson arrivals at ``rate`` a second for ``duration_s``, however many are still running.
+    Each arrival goes on a connection of its own, or with ``pool`` (a new keep-alive connection) on
+    an idle connection of a pool, a new one when every pooled connection is busy — as a front end
+    (SageMaker's, a load balancer) keeps its connections to the container open. Arrivals beyond
+    ``max_in_flight`` still running count as failed (the generator's own limit)."""
     rng, records, tasks = random.Random(seed), [], set()
+    idle: list[RawHttp] = []
+
+    async def pooled() -> Timing:
+        assert pool is not None
+        conn = idle.pop() if idle else pool()
+        try:
+            return await _timed(call, conn)
+        finally:
+            if conn.open:
+                idle.append(conn)
+
     t0 = time.perf_counter()
     at = rng.expovariate(rate)
     while at < duration_s:
@@ -263,12 +284,14 @@ async def run_open(call: Call, rate: float, duration_s: float, *, seed: int = 7,
         if len(tasks) >= max_in_flight:
             records.append(_failed(RuntimeError("load generator: too many requests in flight")))
         else:
-            task = asyncio.create_task(_timed(call, None))
+            task = asyncio.create_task(pooled() if pool is not None else _timed(call, None))
             tasks.add(task)
             task.add_done_callback(lambda t: (tasks.discard(t), records.append(t.result())))
         at += rng.expovariate(rate)
     while tasks:
         await asyncio.gather(*list(tasks), return_exceptions=True)
+    for conn in idle:
+        conn.close()
     return records, time.perf_counter() - t0
 
 
