@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -18,11 +19,13 @@ from tests.support.app import LoadedRuntime, build_app
 from tests.support.inproc import metric
 from tests.support.live import ThreadServer
 
-pytest.importorskip("pipecat")
-from pipecat.services.cartesia.tts import CartesiaTTSService
-from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+if TYPE_CHECKING:
+    from pipecat.services.cartesia.tts import CartesiaTTSService
+    from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
 
-from tests.support.pipecat_run import PipecatRun, Reply
+    from tests.support.pipecat_run import Reply
+
+# Pipecat is imported where it is used: every collection of the suite would pay its import.
 
 VOICE = "jm_kumo"  # of the voices on the registry, the one that reads English best
 KEY = "test-key"
@@ -36,6 +39,7 @@ STOP_TIMEOUT_S = 30.0
 
 @pytest.fixture(scope="module")
 def server(onnx_synth, pipeline, voices) -> Iterator[ThreadServer]:
+    pytest.importorskip("pipecat")
     # timed: the ONNX model with the duration output, so word times come from the model's durations
     app = build_app(LoadedRuntime(onnx_synth, timed=True), settings=Settings(api_key=KEY), pipeline=pipeline,
                     voices=voices)
@@ -45,12 +49,16 @@ def server(onnx_synth, pipeline, voices) -> Iterator[ThreadServer]:
 
 
 def cartesia(url: str) -> CartesiaTTSService:
+    from pipecat.services.cartesia.tts import CartesiaTTSService
+
     host = url.split("://", 1)[1]
     return CartesiaTTSService(api_key=KEY, url=f"ws://{host}/tts/websocket",
                               settings=CartesiaTTSService.Settings(voice=VOICE), stop_frame_timeout_s=STOP_TIMEOUT_S)
 
 
 def elevenlabs(url: str) -> ElevenLabsTTSService:
+    from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+
     host = url.split("://", 1)[1]
     return ElevenLabsTTSService(api_key=KEY, url=f"ws://{host}", settings=ElevenLabsTTSService.Settings(voice=VOICE),
                                 stop_frame_timeout_s=STOP_TIMEOUT_S)
@@ -73,6 +81,8 @@ def word_offsets(reply: Reply) -> list[float]:
 
 @pytest.mark.parametrize("make", SERVICES)
 def test_a_streamed_reply_is_speech_with_word_times_inside_its_audio(server, make: Callable, transcribe):
+    from tests.support.pipecat_run import PipecatRun
+
     async def scenario() -> tuple[Reply, list[str]]:
         async with PipecatRun(make(server.url)) as run:
             reply = await run.say(REPLY)
@@ -95,6 +105,8 @@ def test_a_streamed_reply_is_speech_with_word_times_inside_its_audio(server, mak
 
 @pytest.mark.parametrize("make", SERVICES)
 def test_an_interruption_mid_reply_stops_its_audio_and_synthesis_and_the_next_reply_plays(server, make: Callable):
+    from tests.support.pipecat_run import PipecatRun
+
     async def scenario() -> tuple[Reply, Reply, float, float, list[str]]:
         async with PipecatRun(make(server.url)) as run:
             long = await run.start_reply(LONG, tokens_per_s=30)

@@ -23,7 +23,8 @@ from tests.support.app import LoadedRuntime, build_app
 from tests.support.live import ThreadServer
 
 VOICE = "jm_kumo"
-TEXT = "Hello there. This is a short test of the speech server."
+#: Two sentences, so two segments: the audio and the word times must run on from one to the next.
+TEXT = "Hello there. This is a test."
 KEY = "sekret"
 
 

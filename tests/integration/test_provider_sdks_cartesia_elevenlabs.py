@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from cartesia import Cartesia
-from elevenlabs.client import ElevenLabs
 
 from server.settings import Settings
 from tests.integration.test_provider_http_sdk import KEY, TEXT, VOICE, decode, g711, seconds
 from tests.support.app import LoadedRuntime, build_app
 from tests.support.live import ThreadServer
+
+if TYPE_CHECKING:
+    from cartesia import Cartesia
+    from elevenlabs.client import ElevenLabs
+
+# The SDKs are imported where they are used: every collection of the suite would pay their imports.
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +42,14 @@ def reference_s(server) -> float:
 
 
 def cartesia(server, key: str = KEY) -> Cartesia:
+    from cartesia import Cartesia
+
     return Cartesia(api_key=key, base_url=server.url, websocket_base_url=server.url.replace("http", "ws"), max_retries=0)
 
 
 def elevenlabs(server, key: str = KEY) -> ElevenLabs:
+    from elevenlabs.client import ElevenLabs
+
     return ElevenLabs(api_key=key, base_url=server.url)
 
 

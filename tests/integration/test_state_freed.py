@@ -51,7 +51,11 @@ def test_an_interrupted_entry_put_back_keeps_its_place_in_the_round():
     assert [e.item for e in queue] == ["b1", "a1", "c1"]
 
 
-@pytest.mark.parametrize(("mode", "sessions"), [("concurrent", 2000), ("sequential", 1000)])
+# A table that keeps anything of a session shows after one session of its kind (the tables must read 0);
+# the count is for the rest: every kind runs dozens of times in varied interleavings, and a label kept
+# per session on any one protocol's sessions (3/22 of the mix at the least) adds more series than the
+# bound below leaves above the ~220 at rest.
+@pytest.mark.parametrize(("mode", "sessions"), [("concurrent", 1000), ("sequential", 700)])
 def test_thousands_of_sessions_leave_every_table_at_its_idle_size(mode, sessions):
     app = build_app(fake_synth(segment_s=0.001), mode, settings=Settings(max_queued_per_session=8))
     state = app.state.kokoro
