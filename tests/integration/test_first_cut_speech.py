@@ -18,15 +18,25 @@ CUTS = {
 }
 
 
-def _segments_audio(onnx_synth, pipeline, cut):
-    sentence, short, _ = CUTS[cut]
-    segments = pipeline.plan(sentence, voice="jm_kumo", fast_first=True, short_first_words=short)
-    return segments, [onnx_synth.synthesize(s) for s in segments]
+@pytest.fixture(scope="module")
+def segments_audio(onnx_synth, pipeline):
+    """A cut's segments and each one's audio, synthesised once for the tests that listen to it
+    (the ONNX runtime is deterministic: a second synthesis would give the same samples)."""
+    read: dict[str, tuple[list, list[np.ndarray]]] = {}
+
+    def get(cut):
+        if cut not in read:
+            sentence, short, _ = CUTS[cut]
+            segments = pipeline.plan(sentence, voice="jm_kumo", fast_first=True, short_first_words=short)
+            read[cut] = segments, [onnx_synth.synthesize(s) for s in segments]
+        return read[cut]
+
+    return get
 
 
 @pytest.mark.parametrize("cut", CUTS)
-def test_the_early_cut_first_segment_joins_without_a_click(onnx_synth, pipeline, cut):
-    segments, parts = _segments_audio(onnx_synth, pipeline, cut)
+def test_the_early_cut_first_segment_joins_without_a_click(segments_audio, cut):
+    segments, parts = segments_audio(cut)
     assert segments[0].text == CUTS[cut][2]
     steps = np.abs(np.diff(np.concatenate(parts)))
     for before, after in itertools.pairwise(parts):
@@ -39,9 +49,9 @@ def test_the_early_cut_first_segment_joins_without_a_click(onnx_synth, pipeline,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cut", CUTS)
-def test_the_early_cut_audio_stays_intelligible(onnx_synth, pipeline, transcribe, cut):
+def test_the_early_cut_audio_stays_intelligible(segments_audio, transcribe, cut):
     """pocketsphinx's bundled en-us model hears most of the words across the joins."""
-    _, parts = _segments_audio(onnx_synth, pipeline, cut)
+    _, parts = segments_audio(cut)
     expected = [w.strip(".,").lower() for w in CUTS[cut][0].split()]
     heard = set(transcribe(np.concatenate(parts)))
     hit = sum(w in heard for w in expected)

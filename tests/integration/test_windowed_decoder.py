@@ -33,6 +33,20 @@ def windowed_synth(request, onnx_synth):
     return onnx_synth if request.param == "onnx" else request.getfixturevalue("torch_synth")
 
 
+@pytest.fixture(scope="module")
+def whole_reading():
+    """A runtime's reading of the whole sentence alone, with its durations: read once for the tests
+    that compare against it (both runtimes here are deterministic)."""
+    kept: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+    def read(synth, phonemes: str) -> tuple[np.ndarray, np.ndarray]:
+        if (synth.name, phonemes) not in kept:
+            kept[synth.name, phonemes] = synth.synthesize_timed(Segment(TEXT, phonemes, "jm_kumo"))
+        return kept[synth.name, phonemes]
+
+    return read
+
+
 async def _stream(synth, pipeline, voices, **config):
     backend = SequentialBackend(synth, pipeline, voices, BackendConfig.defaults(**config))
     request = await backend.prepare(SynthesisRequest(text=TEXT, voice="jm_kumo", session="windowed"))
@@ -45,7 +59,8 @@ def _first_fragment(pipeline) -> Segment:
     return Segment(TEXT, phonemes[: cut - 1], "jm_kumo", sentence=SentenceContext(phonemes, 0, cut))
 
 
-async def test_an_early_cut_keeps_the_sentences_pitch_and_joins_without_a_click(windowed_synth, pipeline, voices):
+async def test_an_early_cut_keeps_the_sentences_pitch_and_joins_without_a_click(windowed_synth, pipeline, voices,
+                                                                                 whole_reading):
     assert windowed_synth.capabilities.windowed  # the default model directory has the ONNX graphs
     request, chunks = await _stream(windowed_synth, pipeline, voices)
     segments = request.segments
@@ -53,7 +68,7 @@ async def test_an_early_cut_keeps_the_sentences_pitch_and_joins_without_a_click(
     context = segments[0].sentence
     assert context is not None and all(s.sentence is not None and s.sentence.phonemes == context.phonemes
                                        for s in segments)
-    reading = windowed_synth.synthesize(Segment(TEXT, context.phonemes, "jm_kumo"))
+    reading = whole_reading(windowed_synth, context.phonemes)[0]
     stream = np.concatenate([c.audio for c in chunks])
     at = len(chunks[0].audio)
     # the windows start where the reading starts: the same frames, no alignment needed
@@ -71,14 +86,17 @@ async def test_an_early_cut_keeps_the_sentences_pitch_and_joins_without_a_click(
         assert chunk.durations is not None and int(chunk.durations.sum()) * FRAME == len(chunk.audio)
 
 
-async def test_switched_off_each_segment_is_read_alone(torch_synth, pipeline, voices):
-    """``KOKORO_WINDOWED_FIRST_SEGMENT=false``: the fragment is an utterance of its own again."""
-    request, chunks = await _stream(torch_synth, pipeline, voices, windowed_first_segment=False)
+async def test_switched_off_each_segment_is_read_alone(onnx_synth, pipeline, voices):
+    """``KOKORO_WINDOWED_FIRST_SEGMENT=false``: the fragment is an utterance of its own again, on a
+    runtime that could read it as a window (the switch is the engine's, whichever runtime)."""
+    assert onnx_synth.capabilities.windowed
+    request, chunks = await _stream(onnx_synth, pipeline, voices, windowed_first_segment=False)
     assert request.segments[0].ends == "phrase"
     assert all(s.sentence is None for s in request.segments) and len(chunks) == len(request.segments)
 
 
-def test_on_onnx_a_window_of_the_whole_sentence_is_the_exports_reading(onnx_synth, model_files, voices, pipeline):
+def test_on_onnx_a_window_of_the_whole_sentence_is_the_exports_reading(onnx_synth, model_files, voices, pipeline,
+                                                                        whole_reading):
     from backends.runtimes.onnx import OnnxSynthesizer
 
     export = OnnxSynthesizer(model_files, voices)
@@ -88,8 +106,8 @@ def test_on_onnx_a_window_of_the_whole_sentence_is_the_exports_reading(onnx_synt
     phonemes = pipeline.plan(TEXT, voice="jm_kumo")[0].phonemes
     reading, reading_durations = export.synthesize_timed(Segment(TEXT, phonemes, "jm_kumo"))
     whole = Segment(TEXT, phonemes, "jm_kumo", sentence=SentenceContext(phonemes, 0, len(phonemes)))
-    for segment in (whole, Segment(TEXT, phonemes, "jm_kumo")):  # a window of it; the segment alone
-        audio, durations = onnx_synth.synthesize_timed(segment)  # the predict and decode graphs
+    # the predict and decode graphs: a window of all of it; the segment alone
+    for audio, durations in (onnx_synth.synthesize_timed(whole), whole_reading(onnx_synth, phonemes)):
         assert np.array_equal(audio, reading)
         assert np.array_equal(durations, reading_durations)
 
@@ -109,14 +127,19 @@ def test_on_onnx_a_sentence_is_predicted_once_for_all_its_windows_and_not_kept_a
             calls += 1
             return predict.run(*args)
 
-    fresh = [onnx_synth.synthesize(w) for w in windows]  # (the first window of each reading predicts)
+    bound = onnx_synth.predictions.size
+    onnx_synth.predictions.clear()  # no prediction an earlier reading left behind is reused here
     onnx_synth._windows[False] = (Counting(), onnx_synth._windows[False][1])
     try:
+        readings = []
         for _ in range(2):  # two readings of the sentence, window by window
-            again = [onnx_synth.synthesize(w) for w in windows]
-            assert all(np.array_equal(a, b) for a, b in zip(again, fresh, strict=True))
+            readings.append([onnx_synth.synthesize(w) for w in windows])
             assert len(onnx_synth.predictions) == 0  # its last window let the prediction go
+        assert all(np.array_equal(a, b) for a, b in zip(*readings, strict=True))
         assert calls == 2  # once a reading, not once a window
+        # A bound of 2 rather than the default: three readings stopped early overflow it. What is
+        # checked is that the runtime keeps no more than its bound, whatever the bound is set to.
+        onnx_synth.predictions.size = 2
         onnx_synth.synthesize(windows[0])  # a reading stopped after its first window: kept a while, bounded
         for n in range(onnx_synth.predictions.size + 1):  # one more reading stopped early than it keeps
             other = Segment(TEXT, phonemes[: cuts[0]].strip(), "jm_kumo", speed=1.0 + n / 100,
@@ -125,6 +148,7 @@ def test_on_onnx_a_sentence_is_predicted_once_for_all_its_windows_and_not_kept_a
         assert len(onnx_synth.predictions) <= onnx_synth.predictions.size
     finally:
         onnx_synth._windows[False] = (predict, onnx_synth._windows[False][1])
+        onnx_synth.predictions.size = bound
         onnx_synth.predictions.clear()
 
 
