@@ -22,6 +22,7 @@ loop only. Sizes are bounded by admission (``max_queue``), so a linear scan per 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -216,6 +217,12 @@ class Listeners:
         self._active: Counter[str] = Counter()
         self._playing: dict[str, float] = {}
         self._turns: dict[str, int] = {}  # the newest turn of each session heard of (rule 9)
+        # When each delivery runs out, soonest first (a superseded one is passed over), and the
+        # sessions whose audio ran out while a request was still in progress: a sweep reads only
+        # what has run out since the last, however many listeners play (it runs at every admission).
+        self._expiry: list[tuple[float, int, str]] = []
+        self._expiry_seq = itertools.count()
+        self._ran_out: set[str] = set()
 
     @contextlib.contextmanager
     def serving(self, session: str) -> Iterator[None]:
@@ -227,12 +234,17 @@ class Listeners:
             self._active[session] -= 1
             if self._active[session] <= 0:
                 del self._active[session]
+                if session in self._ran_out:  # its audio ran out while it was served
+                    self._ran_out.discard(session)
+                    self._playing.pop(session, None)
                 if session not in self._playing:
                     self._turns.pop(session, None)
 
     def played(self, session: str, runs_out: float) -> None:
         """The audio delivered to ``session`` so far runs out at ``runs_out``."""
         self._playing[session] = runs_out
+        self._ran_out.discard(session)
+        heapq.heappush(self._expiry, (runs_out, next(self._expiry_seq), session))
 
     def hears_something(self, session: str, now: float) -> bool:
         """Whether ``session`` has a request in progress or audio still playing at ``now``."""
@@ -241,8 +253,13 @@ class Listeners:
 
     def sweep(self, now: float) -> None:
         """Forget the sessions whose audio ran out by ``now`` and that have no request in progress."""
-        for other, until in list(self._playing.items()):
-            if until <= now and other not in self._active:
+        while self._expiry and self._expiry[0][0] <= now:
+            until, _, other = heapq.heappop(self._expiry)
+            if self._playing.get(other) != until:
+                continue  # more audio was delivered since: a later entry stands for it
+            if other in self._active:
+                self._ran_out.add(other)  # forgotten when its last request ends
+            else:
                 del self._playing[other]
                 self._turns.pop(other, None)
 
@@ -250,7 +267,7 @@ class Listeners:
         """Sessions per table at ``now`` (those whose audio ran out are forgotten first)."""
         self.sweep(now)
         return {"listeners_active": len(self._active), "listeners_playing": len(self._playing),
-                "listeners_turns": len(self._turns)}
+                "listeners_turns": len(self._turns), "listeners_expiry": len(self._expiry)}
 
     def newer_turn(self, session: str, turn: int, *, note: bool = False) -> bool:
         """Whether ``turn`` is newer than every turn of ``session`` so far: its listener has moved

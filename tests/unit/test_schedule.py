@@ -251,6 +251,26 @@ def test_listeners_know_who_hears_something():
     assert not ls.hears_something("a", now=1.0)
 
 
+def test_a_listener_whose_audio_ran_out_mid_request_is_forgotten_when_the_request_ends():
+    ls = Listeners()
+    with ls.serving("a"):
+        ls.played("a", runs_out=1.0)
+        ls.played("a", runs_out=2.0)  # more audio delivered: the first time no longer counts
+        assert ls.hears_something("a", now=1.5) and ls.sizes(1.5)["listeners_playing"] == 1
+        assert ls.hears_something("a", now=3.0)  # ran out, but its request is still in progress
+    assert not ls.hears_something("a", now=3.0)
+    assert not any(ls.sizes(3.0).values())  # nothing of it kept
+
+
+def test_many_listeners_are_forgotten_as_their_audio_runs_out():
+    ls = Listeners()
+    for i in range(1000):
+        with ls.serving(f"s{i}"):
+            ls.played(f"s{i}", runs_out=float(i))
+    assert ls.sizes(499.5)["listeners_playing"] == 500 and ls.hears_something("s999", now=999.0 - 0.5)
+    assert not any(ls.sizes(1000.0).values())
+
+
 def _later_call(queue: SegmentQueue, name: str, *, due: float, started: float, expected_s: float) -> RunningCall:
     """A running call of a later segment: its listener already hears its first one."""
     playout = Playout(arrived=0.0)
