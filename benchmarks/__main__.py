@@ -93,7 +93,7 @@ def _takes_backend(name: str) -> bool:
 
 #: Options of one suite: ``--flag`` -> (the suite, its ``run()`` keyword, argparse settings).
 SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
-    "--requests": ("soak", "requests", {"type": int, "help": "soak: requests per run (default 1,000; --quick 300 on "
+    "--requests": ("soak", "requests", {"type": int, "help": "soak: requests per run (default 1,000; --quick 100 on "
                                                               "the fake runtime, 40 on onnx)"}),
     "--allocator": ("soak", "allocators", {"action": "append", "choices": ["default", "arena2"],
                                            "help": "soak: glibc's default allocator or MALLOC_ARENA_MAX=2 (default both; "

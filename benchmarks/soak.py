@@ -204,7 +204,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, requests: int | None 
     # glibc gives each thread that allocates its own malloc arena, and RSS climbs in steps as the
     # thread pools touch theirs; MALLOC_ARENA_MAX=2 shows what is left once that is taken out.
     allocator_env = {"default": {}, "arena2": {"MALLOC_ARENA_MAX": "2"}}
-    sizes = {"fake": 300 if quick else 1000, "onnx": 40 if quick else 1000}
+    sizes = {"fake": 100 if quick else 1000, "onnx": 40 if quick else 1000}  # quick on fake: every kind of the mix a few times
     plans = [(runtime, requests or n, env) for runtime, n in sizes.items() for allocator, env in allocator_env.items()
              if (backend is None or runtime == backend) and (not allocators or allocator in allocators)]
     if "mixed" not in workloads:

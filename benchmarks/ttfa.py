@@ -82,8 +82,11 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
     # quick: the modes that differ; for this paragraph `streamed` packs into one segment (= batch) and
     # create_stream() has one batch (= create()).
     modes = ["batch", "sentence_first", "fast_first", "clause_first", "raw_batch"] if quick else [*SERVER_MODES, *RAW_MODES]
-    if backend == "fake":  # the harness without the model: no raw runtime beside it
+    servers_used = SERVERS
+    if backend == "fake":  # the harness without the model: no raw runtime beside it, no server its modes leave idle
         modes = [m for m in modes if not m.startswith("raw_")]
+        used = {OWN_SERVER.get(m, "default") for m in modes}
+        servers_used = {name: env for name, env in SERVERS.items() if name in used}
     result = Result(
         "ttfa", quick, command_line("ttfa", quick),
         config={
@@ -91,7 +94,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
             "voice": VOICE, "lang": "en-us", "runs_per_mode": runs, "modes": modes,
             "servers": {name: " ".join([*(f"{k}={v}" for k, v in env.items()),
                                         f"kokoro-serve serve --backend {backend} --mode sequential"])
-                        for name, env in SERVERS.items()},
+                        for name, env in servers_used.items()},
             "streaming_mode": STREAMING_MODE,
         },
     )
@@ -102,7 +105,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
         result.config["raw_runtime"] = {"model": str(raw.model_path.name), "load_s": rnd(raw.load_s, 2)}
     with contextlib.ExitStack() as stack:
         servers = {name: stack.enter_context(LiveServer(backend=backend, model_dir=model_dir, env=env, log=log))
-                   for name, env in SERVERS.items()}
+                   for name, env in servers_used.items()}
         before = {name: srv.scrape() for name, srv in servers.items()}
         t0 = time.perf_counter()
         result.samples = rounds_over_http(result, lambda http, mode: _sample(mode, servers, raw, http), log)
