@@ -9,6 +9,7 @@ against the real server in test_deploy_serve_entry.py.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -39,7 +40,14 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 
 def client(env: dict[str, str], service: str):
-    return boto3.client(service, endpoint_url=env["AWS_ENDPOINT_URL"], region_name=REGION,
+    return _client(env["AWS_ENDPOINT_URL"], service)
+
+
+@functools.cache
+def _client(endpoint_url: str, service: str):
+    # One client per server and service, reused: building one loads the service's model, which costs more
+    # than the calls the tests make with it.
+    return boto3.client(service, endpoint_url=endpoint_url, region_name=REGION,
                         aws_access_key_id="testing", aws_secret_access_key="testing")
 
 

@@ -1,5 +1,9 @@
 """RunPod: the serverless handler through RunPod's own local worker API, pod mode as a real process,
 and ``deploy.py`` driving the real ``runpod`` SDK against a local stand-in of RunPod's GraphQL API.
+
+The local worker API and pod mode are checked on the wire (what RunPod hands back, who is let in), so
+their servers run the fake runtime (``KOKORO_BACKEND=fake``); the production worker runs exactly as the
+image starts it, on the real model.
 """
 
 from __future__ import annotations
@@ -44,14 +48,13 @@ def _post(url, body, timeout=180):
 
 
 @pytest.fixture(scope="module")
-def worker(model_dir, tmp_path_factory):
+def worker(tmp_path_factory):
     """``python handler.py --rp_serve_api``: RunPod's FastAPI worker; the handler starts the server
     (its own process group: the handler's server child goes down with it)."""
     port = free_port()
     argv = [sys.executable, str(HANDLER), "--rp_serve_api", "--rp_api_port", str(port), "--rp_api_host", "127.0.0.1"]
     proc = ServerProcess(tmp_path_factory.mktemp("logs") / "worker.log", argv=argv, port=port, own_group=True,
-                         KOKORO_MODEL_DIR=str(model_dir), KOKORO_MODE="concurrent", KOKORO_THREADS="1",
-                         RUNPOD_DEBUG_LEVEL="ERROR")
+                         KOKORO_BACKEND="fake", KOKORO_MODE="concurrent", RUNPOD_DEBUG_LEVEL="ERROR")
     try:
         yield proc.wait_ready("/").url  # the worker API's docs page (/docs redirects there)
     finally:
@@ -125,11 +128,10 @@ def test_pod_mode_requires_an_api_key_and_runs_concurrent_mode_on_8080():
     assert rp_start.plan({"RUNPOD_WEBHOOK_GET_JOB": "u"})[0][-1].endswith("handler.py")
 
 
-def test_pod_mode_process_serves_behind_the_api_key(model_dir, tmp_path):
+def test_pod_mode_process_serves_behind_the_api_key(tmp_path):
     port = free_port()
     proc = ServerProcess(tmp_path / "pod.log", argv=START, port=port, KOKORO_RUNPOD_MODE="pod",
-                         KOKORO_API_KEY="pod-secret", KOKORO_PORT=str(port), KOKORO_MODEL_DIR=str(model_dir),
-                         KOKORO_THREADS="1")
+                         KOKORO_API_KEY="pod-secret", KOKORO_PORT=str(port), KOKORO_BACKEND="fake")
     try:
         proc.wait_ready()  # /ping stays open for health checks
         with pytest.raises(urllib.error.HTTPError) as denied:

@@ -23,9 +23,12 @@ from tests.support.live import ServerProcess
 
 # Six real-model replies, twice (once to know each reply, once drained): minutes beside the rest of the suite.
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.timeout(300)]
-FIRST, SECOND = "The first part of the reply is here.", "And the second part follows it now."
-#: The bidi request queued behind the first: long enough to be waiting or under way at SIGTERM.
-LONGER = f"{SECOND} The last one ends the reply."
+# Short sentences: what keeps each reply under way at SIGTERM is the route (the text still arriving, a request
+# queued behind another, a later segment that waits while the other routes' first segments run first), not
+# its length; the test checks that every reply was still under way when the signal came.
+FIRST, SECOND = "Here is one.", "And two."
+#: The bidi request queued behind the first.
+LONGER = f"{SECOND} Then three."
 #: Room for six replies at once on a small, busy CPU (the default budget is KOKORO_DRAIN_S's own).
 DRAIN_S = 60
 PATHS = {
@@ -47,6 +50,8 @@ class Turn:
         self.refusal: dict | None = None
         self.close_code: int | None = None
         self.words: list[str] = []
+        #: Set once the whole reply has arrived (its end event, or the end of the body).
+        self.replied = asyncio.Event()
 
     async def run(self, drained: bool) -> None:
         if not drained:
@@ -80,6 +85,8 @@ class Turn:
                     self.refusal = event
                 if event["type"] == "synthesis_complete":
                     completed.append(event["request_id"])
+                    if completed == ["a", "b"]:
+                        self.replied.set()
                 return not drained and completed == ["a", "b"]
 
             await self._recv_all(ws, done)
@@ -92,6 +99,8 @@ class Turn:
             async def done(event: dict) -> bool:
                 if event["type"] == "Warning":
                     self.refusal = event
+                if event["type"] == "Flushed":
+                    self.replied.set()
                 return event["type"] == "Flushed" and not drained
 
             rest = [{"type": "Speak", "text": SECOND}, {"type": "Flush"}]
@@ -123,6 +132,8 @@ class Turn:
                     self.words += event["word_timestamps"]["words"]
                 elif event["type"] == "error":
                     self.refusal = event
+                elif event["type"] == "done":
+                    self.replied.set()
                 return event["type"] == "done" and not drained
 
             await self._recv_all(ws, done)
@@ -144,6 +155,8 @@ class Turn:
                     self.started.set()
                 elif "error" in event:
                     self.refusal = event
+                if event.get("isFinal") is True:
+                    self.replied.set()
                 return event.get("isFinal") is True and not drained
 
             await self._recv_all(ws, done)
@@ -157,6 +170,7 @@ class Turn:
                 async for part in r.aiter_bytes():
                     self.audio += len(part)
                     self.started.set()
+        self.replied.set()
 
     async def invocations(self, drained: bool) -> None:
         await self.post("/invocations", {"text": f"{FIRST} {SECOND}", "format": "pcm", "speed": 2.0})
@@ -183,6 +197,7 @@ async def test_sigterm_mid_reply_finishes_every_route_and_refuses_new_work(model
         await asyncio.wait_for(asyncio.gather(*(t.started.wait() for t in turns.values())), 120)
         proc.proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
+        replied_before = [name for name, t in turns.items() if t.replied.is_set()]
         async with httpx.AsyncClient(base_url=proc.url, timeout=30) as http:
             for _ in range(500):
                 if (await http.get("/ping")).status_code == 503:
@@ -204,6 +219,7 @@ async def test_sigterm_mid_reply_finishes_every_route_and_refuses_new_work(model
         took = time.monotonic() - signalled
     finally:
         proc.stop()
+    assert replied_before == [], "these replies had ended before SIGTERM: the drain had nothing of theirs to finish"
     assert exit_code == 0 and took < DRAIN_S
     for name, t in turns.items():
         assert t.audio == whole[name], name  # all its audio, not a byte less

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -37,48 +38,57 @@ def _rss(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-@pytest.fixture(params=["sequential", "concurrent"])
-def server(request, tmp_path):
-    proc = ServerProcess(tmp_path / "server.log", KOKORO_BACKEND="fake", KOKORO_MODE=request.param,
-                         KOKORO_SEND_TIMEOUT_S="4", KOKORO_FAKE_SEGMENT_S="0.001")
+# One server per mode for both tests: each stalls a route of its own and reads the counters as differences.
+@pytest.fixture(scope="module", params=["sequential", "concurrent"])
+def server(request, tmp_path_factory):
+    proc = ServerProcess(tmp_path_factory.mktemp("server") / "server.log", KOKORO_BACKEND="fake",
+                         KOKORO_MODE=request.param, KOKORO_SEND_TIMEOUT_S="4", KOKORO_FAKE_SEGMENT_S="0.001")
     try:
         yield proc.wait_ready()
     finally:
         proc.stop()
 
 
-def _metrics(srv: ServerProcess) -> str:
-    return httpx.get(f"{srv.url}/metrics", timeout=10).text
+@pytest.fixture
+def scrape(server: ServerProcess) -> Iterator[Callable[[], str]]:
+    """The server's /metrics, over one kept-alive connection: the waits below poll it many times a second."""
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        yield lambda: http.get("/metrics").text
 
 
-def _audio_seconds(srv: ServerProcess) -> float:
-    return metric(_metrics(srv), "kokoro_audio_seconds_total")
+def _audio_seconds(scrape: Callable[[], str]) -> float:
+    return metric(scrape(), "kokoro_audio_seconds_total")
 
 
-def _timeouts(srv: ServerProcess, route: str) -> float:
-    return metric(_metrics(srv), f'kokoro_send_timeouts_total{{route="{route}"}}')
+def _timeouts(scrape: Callable[[], str], route: str) -> float:
+    return metric(scrape(), f'kokoro_send_timeouts_total{{route="{route}"}}')
 
 
-def test_a_websocket_client_that_never_reads_pauses_its_synthesis_and_is_closed(server):
+def _send_timeout_errors(scrape: Callable[[], str], route: str) -> float:
+    return metric(scrape(), f'kokoro_errors_total{{code="send_timeout",route="{route}"}}')
+
+
+def test_a_websocket_client_that_never_reads_pauses_its_synthesis_and_is_closed(server, scrape):
     one_request_s = answer(server.ws_url, LONG)["audio_duration_s"]
-    rss_before, audio_before = _rss(server.proc.pid), _audio_seconds(server)
+    rss_before, audio_before = _rss(server.proc.pid), _audio_seconds(scrape)
+    timeouts_before, errors_before = _timeouts(scrape, "ws"), _send_timeout_errors(scrape, "ws")
 
     stuck = RawWS(server.port)
     for i in range(QUEUED):
         stuck.send_text(json.dumps({"text": LONG, "request_id": f"stuck-{i}"}))
-    wait_for(lambda: _audio_seconds(server) > audio_before)
+    wait_for(lambda: _audio_seconds(scrape) > audio_before)
 
     # Another session is answered while the stuck one waits for its reader.
     assert answer(server.ws_url, "Someone else is still served.")["audio_duration_s"] > 0
 
-    wait_for(lambda: _timeouts(server, "ws") == 1)
+    wait_for(lambda: _timeouts(scrape, "ws") == timeouts_before + 1)
     asked_s = QUEUED * one_request_s
-    made_s = _audio_seconds(server) - audio_before
+    made_s = _audio_seconds(scrape) - audio_before
     assert made_s < asked_s / 4, f"{made_s:.0f} s of audio made for a client that asked {asked_s:.0f} s and read none"
     grown = _rss(server.proc.pid) - rss_before
     assert grown < asked_s * BYTES_PER_AUDIO_S / 4, f"RSS grew {grown / 2**20:.0f} MiB"
-    wait_for(lambda: metric(_metrics(server), "kokoro_active_sessions") == 0)
-    assert metric(_metrics(server), 'kokoro_errors_total{code="send_timeout",route="ws"}') == 1
+    wait_for(lambda: metric(scrape(), "kokoro_active_sessions") == 0)
+    assert _send_timeout_errors(scrape, "ws") == errors_before + 1
 
     # The client, reading at last, gets what was buffered and then the end of the connection.
     received = 0
@@ -104,22 +114,24 @@ def _trickle_post(port: int, body: bytes, stop: threading.Event) -> socket.socke
     return sock
 
 
-def test_a_post_client_reading_a_byte_a_second_pauses_its_synthesis_and_is_cut(server):
+def test_a_post_client_reading_a_byte_a_second_pauses_its_synthesis_and_is_cut(server, scrape):
     one_request_s = answer(server.ws_url, LONG)["audio_duration_s"]
-    audio_before = _audio_seconds(server)
+    audio_before = _audio_seconds(scrape)
+    timeouts_before = _timeouts(scrape, "invocations")
+    errors_before = _send_timeout_errors(scrape, "invocations")
     body = json.dumps({"text": LONG, "format": "pcm"}).encode()
     stop = threading.Event()
     result: list[socket.socket] = []
     reader = threading.Thread(target=lambda: result.append(_trickle_post(server.port, body, stop)))
     reader.start()
     try:
-        wait_for(lambda: _audio_seconds(server) > audio_before)
+        wait_for(lambda: _audio_seconds(scrape) > audio_before)
         assert answer(server.ws_url, "Someone else is still served.")["audio_duration_s"] > 0
-        wait_for(lambda: _timeouts(server, "invocations") == 1)
+        wait_for(lambda: _timeouts(scrape, "invocations") == timeouts_before + 1)
     finally:
         stop.set()
         reader.join()
-    made_s = _audio_seconds(server) - audio_before
+    made_s = _audio_seconds(scrape) - audio_before
     sock = result[0]
     # Read the rest at speed: a chunked body that ends without its final empty chunk (cut).
     data = b""
@@ -128,5 +140,5 @@ def test_a_post_client_reading_a_byte_a_second_pauses_its_synthesis_and_is_cut(s
     sock.close()
     assert not data.endswith(b"0\r\n\r\n"), "the cut response must not look complete"
     assert made_s < one_request_s, "synthesis went on for a client that was not reading"
-    wait_for(lambda: metric(_metrics(server), 'kokoro_inflight_requests{route="invocations"}') == 0)
-    assert metric(_metrics(server), 'kokoro_errors_total{code="send_timeout",route="invocations"}') == 1
+    wait_for(lambda: metric(scrape(), 'kokoro_inflight_requests{route="invocations"}') == 0)
+    assert _send_timeout_errors(scrape, "invocations") == errors_before + 1

@@ -20,7 +20,9 @@ from server.cli.say import format_for, say
 TEXT = "One sentence here. And a second one."
 
 
-@pytest.fixture
+# One backend for the module: what a test checks is the file say() writes, and a backend answers each
+# call afresh (starting one warms the model up with a synthesis of its own).
+@pytest.fixture(scope="module")
 async def backend(onnx_synth, g2p, vocab, voices):
     # Small segments (KOKORO_SEGMENT_PHONEMES) so a short text still has several.
     b = SequentialBackend(onnx_synth, TextPipeline(g2p.phonemize, vocab, segment_phonemes=20), voices)
