@@ -16,6 +16,8 @@ What a user would notice, checked on a few short sentences (CPU):
   running later segment between two modules of the forward pass, runs first, and the interrupted
   segment runs again after it (virtual time: the policy's clock is injected).
 The runtime's dependencies are required: without torch or kokoro this module fails, never skips.
+(torch is imported by the tests that use it: every worker of a parallel run collects this module,
+and all but one never run it.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 
 from backends.api import MAX_PHONEMES, SAMPLE_RATE, Segment, SynthesisRequest, Unsupported
 from backends.config import BackendConfig
@@ -34,7 +35,6 @@ from backends.engine.concurrent import ConcurrentBackend
 from backends.engine.joins import pause_for, shape
 from backends.engine.sequential import SequentialBackend
 from backends.runtimes.torch import reduced_precision_problem, resolve_dtype
-from backends.runtimes.torch_forward import forward_batch
 from tests.support.observer import Recorder
 from tests.support.virtual_time import VirtualClock
 
@@ -135,6 +135,10 @@ def test_batched_equals_single_in_float32(torch_synth, segments, speak):
 
 def test_batched_equals_single_exactly_in_float64(torch_synth, voices, vocab, g2p):
     """In float64 rounding no longer hides anything: a padding or masking mistake would show."""
+    import torch
+
+    from backends.runtimes.torch_forward import forward_batch
+
     model = copy.deepcopy(torch_synth._model).double()
     texts = ["Yes, sir.", "No."]
     tokens = [[vocab[c] for c in g2p.phonemize(t, "en-us") if c in vocab] for t in texts]
@@ -152,6 +156,8 @@ def test_batched_equals_single_exactly_in_float64(torch_synth, voices, vocab, g2
 
 def test_same_computation_as_kmodel_forward(torch_synth, vocab, voices, g2p, speak, monkeypatch):
     """The batched forward at batch size 1 against the kokoro package's own forward pass."""
+    import torch
+
     text = "Open the door."
     tokens = [vocab[c] for c in g2p.phonemize(text, "en-us") if c in vocab]
     style = torch.from_numpy(voices.get("jm_kumo")[len(tokens) - 1])
@@ -187,6 +193,8 @@ def _onnx_prosody(onnx_path, tokens, style, speed=1.0):
 
 def _torch_f0(model, tokens, style, durations):
     """KModel's F0 curve for given durations (the ONNX ones, so both curves share a time axis)."""
+    import torch
+
     ids = torch.tensor([[0, *tokens, 0]])
     mask = torch.zeros_like(ids, dtype=torch.bool)
     with torch.inference_mode():
@@ -201,6 +209,8 @@ def _torch_f0(model, tokens, style, durations):
 def test_parity_with_the_onnx_runtime(torch_synth, onnx_synth, segments, speak, model_dir, voices):
     """Thresholds from measurement: the same voice and words score ~0.8 dB on the aligned
     spectrogram distance where another voice or sentence scores ~5 dB."""
+    import torch
+
     seg = segments(SENTENCES[0])
     ours, durations = speak(SENTENCES[0])
     theirs = onnx_synth.synthesize(seg)
