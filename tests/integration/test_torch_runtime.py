@@ -134,7 +134,8 @@ def test_batched_equals_single_in_float32(torch_synth, segments, speak):
 
 
 def test_batched_equals_single_exactly_in_float64(torch_synth, voices, vocab, g2p):
-    """In float64 rounding no longer hides anything: a padding or masking mistake would show."""
+    """In float64 rounding no longer hides anything: a padding or masking mistake would show. The
+    items are spoken fast: float64 convolutions on a CPU cost in proportion to the frames."""
     import torch
 
     from backends.runtimes.torch_forward import forward_batch
@@ -143,9 +144,11 @@ def test_batched_equals_single_exactly_in_float64(torch_synth, voices, vocab, g2
     texts = ["Yes, sir.", "No."]
     tokens = [[vocab[c] for c in g2p.phonemize(t, "en-us") if c in vocab] for t in texts]
     styles = torch.from_numpy(np.stack([voices.get("jm_kumo")[len(t) - 1, 0] for t in tokens])).double()
-    speeds = torch.tensor([1.0, 0.9], dtype=torch.float64)
+    speeds = torch.tensor([1.4, 1.2], dtype=torch.float64)
     with torch.inference_mode():
         batch = forward_batch(model, tokens, styles, speeds, deterministic=True)
+        # the second item is padded in both: tokens and frames
+        assert len(tokens[1]) < len(tokens[0]) and int(batch.audio_lengths[1]) < int(batch.audio_lengths[0])
         for i, toks in enumerate(tokens):
             alone = forward_batch(model, [toks], styles[i : i + 1], speeds[i : i + 1], deterministic=True)
             n = int(alone.audio_lengths[0])
