@@ -326,7 +326,7 @@ async def test_a_late_listener_interrupts_a_running_torch_call_between_modules(t
     handle = torch_synth._model.bert_encoder.register_forward_pre_hook(hold)
     heard: list[str] = []
     try:
-        long_ = await backend.prepare(SynthesisRequest(text="Yes, sir. We will meet at the station at seven.",
+        long_ = await backend.prepare(SynthesisRequest(text="Yes, sir. We will meet at seven.",
                                                        voice="jm_kumo", session="long", created=clock()))
         new = await backend.prepare(SynthesisRequest(text="Hello.", voice="jm_kumo", session="new", created=clock()))
         assert len(long_.segments) == 2
