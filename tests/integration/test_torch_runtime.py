@@ -16,6 +16,8 @@ What a user would notice, checked on a few short sentences (CPU):
   running later segment between two modules of the forward pass, runs first, and the interrupted
   segment runs again after it (virtual time: the policy's clock is injected).
 The runtime's dependencies are required: without torch or kokoro this module fails, never skips.
+(torch is imported by the tests that use it: every worker of a parallel run collects this module,
+and all but one never run it.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 
 from backends.api import MAX_PHONEMES, SAMPLE_RATE, Segment, SynthesisRequest, Unsupported
 from backends.config import BackendConfig
@@ -34,7 +35,6 @@ from backends.engine.concurrent import ConcurrentBackend
 from backends.engine.joins import pause_for, shape
 from backends.engine.sequential import SequentialBackend
 from backends.runtimes.torch import reduced_precision_problem, resolve_dtype
-from backends.runtimes.torch_forward import forward_batch
 from tests.support.observer import Recorder
 from tests.support.virtual_time import VirtualClock
 
@@ -134,14 +134,21 @@ def test_batched_equals_single_in_float32(torch_synth, segments, speak):
 
 
 def test_batched_equals_single_exactly_in_float64(torch_synth, voices, vocab, g2p):
-    """In float64 rounding no longer hides anything: a padding or masking mistake would show."""
+    """In float64 rounding no longer hides anything: a padding or masking mistake would show. The
+    items are spoken fast: float64 convolutions on a CPU cost in proportion to the frames."""
+    import torch
+
+    from backends.runtimes.torch_forward import forward_batch
+
     model = copy.deepcopy(torch_synth._model).double()
     texts = ["Yes, sir.", "No."]
     tokens = [[vocab[c] for c in g2p.phonemize(t, "en-us") if c in vocab] for t in texts]
     styles = torch.from_numpy(np.stack([voices.get("jm_kumo")[len(t) - 1, 0] for t in tokens])).double()
-    speeds = torch.tensor([1.0, 0.9], dtype=torch.float64)
+    speeds = torch.tensor([1.4, 1.2], dtype=torch.float64)
     with torch.inference_mode():
         batch = forward_batch(model, tokens, styles, speeds, deterministic=True)
+        # the second item is padded in both: tokens and frames
+        assert len(tokens[1]) < len(tokens[0]) and int(batch.audio_lengths[1]) < int(batch.audio_lengths[0])
         for i, toks in enumerate(tokens):
             alone = forward_batch(model, [toks], styles[i : i + 1], speeds[i : i + 1], deterministic=True)
             n = int(alone.audio_lengths[0])
@@ -152,6 +159,8 @@ def test_batched_equals_single_exactly_in_float64(torch_synth, voices, vocab, g2
 
 def test_same_computation_as_kmodel_forward(torch_synth, vocab, voices, g2p, speak, monkeypatch):
     """The batched forward at batch size 1 against the kokoro package's own forward pass."""
+    import torch
+
     text = "Open the door."
     tokens = [vocab[c] for c in g2p.phonemize(text, "en-us") if c in vocab]
     style = torch.from_numpy(voices.get("jm_kumo")[len(tokens) - 1])
@@ -187,6 +196,8 @@ def _onnx_prosody(onnx_path, tokens, style, speed=1.0):
 
 def _torch_f0(model, tokens, style, durations):
     """KModel's F0 curve for given durations (the ONNX ones, so both curves share a time axis)."""
+    import torch
+
     ids = torch.tensor([[0, *tokens, 0]])
     mask = torch.zeros_like(ids, dtype=torch.bool)
     with torch.inference_mode():
@@ -201,6 +212,8 @@ def _torch_f0(model, tokens, style, durations):
 def test_parity_with_the_onnx_runtime(torch_synth, onnx_synth, segments, speak, model_dir, voices):
     """Thresholds from measurement: the same voice and words score ~0.8 dB on the aligned
     spectrogram distance where another voice or sentence scores ~5 dB."""
+    import torch
+
     seg = segments(SENTENCES[0])
     ours, durations = speak(SENTENCES[0])
     theirs = onnx_synth.synthesize(seg)
@@ -313,7 +326,7 @@ async def test_a_late_listener_interrupts_a_running_torch_call_between_modules(t
     handle = torch_synth._model.bert_encoder.register_forward_pre_hook(hold)
     heard: list[str] = []
     try:
-        long_ = await backend.prepare(SynthesisRequest(text="Yes, sir. We will meet at the station at seven.",
+        long_ = await backend.prepare(SynthesisRequest(text="Yes, sir. We will meet at seven.",
                                                        voice="jm_kumo", session="long", created=clock()))
         new = await backend.prepare(SynthesisRequest(text="Hello.", voice="jm_kumo", session="new", created=clock()))
         assert len(long_.segments) == 2

@@ -3,6 +3,8 @@
 The pure mapping rules are tested on synthetic data; the rebuild itself runs once on the real
 export (about 15 s) and its result is checked the way the runtime uses it: a strict load.
 The PyTorch runtime's dependencies are required, not optional: without torch these tests fail.
+(torch is imported by the tests that use it: every worker of a parallel run collects this module,
+and all but one never run it.)
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import backends.assets.torch_convert as torch_convert
 from backends.assets.torch_convert import _lstm_gates, _module_path, _weight_norm, rebuild_checkpoint
@@ -76,6 +77,8 @@ def test_lstm_gates_are_reordered_from_iofc_to_ifgo():
 
 
 def test_weight_norm_refold_reproduces_the_weight_and_keeps_zeroed_channels_zero():
+    import torch
+
     rng = np.random.default_rng(0)
     w = rng.normal(size=(4, 3, 5)).astype(np.float32)
     w[2] = 0.0  # a channel per-tensor quantisation zeroed
@@ -100,6 +103,8 @@ def test_rebuild_maps_686_of_688_keys_and_reports_what_it_filled_in(rebuilt):
 
 
 def test_rebuilt_checkpoint_loads_strictly_with_finite_weights(rebuilt, config):
+    import torch
+
     path, _ = rebuilt
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     # The official kokoro-v1_0.pth layout: component -> state dict with DataParallel's prefix.
@@ -114,6 +119,7 @@ def test_rebuilt_checkpoint_loads_strictly_with_finite_weights(rebuilt, config):
 
 def test_rebuilt_weights_are_the_dequantised_onnx_values(rebuilt, model_dir):
     import onnx
+    import torch
     from onnx import numpy_helper
 
     graph = onnx.load(str(model_dir / ONNX)).graph
@@ -133,6 +139,8 @@ def test_rebuilt_weights_are_the_dequantised_onnx_values(rebuilt, model_dir):
 
 
 def test_strict_load_refuses_missing_unexpected_and_non_finite_weights(rebuilt, config):
+    import torch
+
     path, _ = rebuilt
     good = torch.load(path, map_location="cpu", weights_only=True)
     model = build_kmodel(config)
@@ -154,6 +162,8 @@ def test_strict_load_refuses_missing_unexpected_and_non_finite_weights(rebuilt, 
 
 
 def test_a_failed_write_leaves_neither_a_file_nor_a_temporary(rebuilt, model_dir, tmp_path, monkeypatch):
+    import torch
+
     states = torch.load(rebuilt[0], map_location="cpu", weights_only=True)
     states = {c: {k[len("module.") :]: v for k, v in s.items()} for c, s in states.items()}
     monkeypatch.setattr(torch_convert, "build_state_dicts", lambda *_: (states, {"notes": []}))
