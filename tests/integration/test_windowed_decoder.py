@@ -27,9 +27,10 @@ from benchmarks import speech_measures as sm
 TEXT = "Kokoro is a small text to speech model."
 
 
-@pytest.fixture(params=["onnx", pytest.param("torch", marks=pytest.mark.torch)])
+@pytest.fixture(params=["onnx", pytest.param("torch", marks=[pytest.mark.torch, pytest.mark.xdist_group("torch")])])
 def windowed_synth(request, onnx_synth):
-    """The ONNX runtime, or the run's one torch runtime (``torch_synth``), both loaded."""
+    """The ONNX runtime, or the run's one torch runtime (``torch_synth``, asked for at run time: the
+    torch case runs in its group, where it is loaded once), both loaded."""
     return onnx_synth if request.param == "onnx" else request.getfixturevalue("torch_synth")
 
 
