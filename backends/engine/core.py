@@ -220,7 +220,7 @@ class Engine:
             raise NotReady("server is shutting down")
         if (why := self.full()) is not None:
             raise Overloaded(why)
-        self.policy.admit_session(session)
+        self.policy.admit(session)
 
     async def prepare(self, request: SynthesisRequest) -> SynthesisRequest:
         """Validate the request and plan its first segment off the event loop; the rest is planned

@@ -264,11 +264,7 @@ class SchedulingPolicy:
         self._observer.load(demanded, delivered, overloaded=overload.active)
         return overload.active
 
-    def admit(self, request: SynthesisRequest) -> None:
-        """Rule 10 for ``request`` (:meth:`admit_session` of its session)."""
-        self.admit_session(self.session_of(request))
-
-    def admit_session(self, session: str | None) -> None:
+    def admit(self, session: str | None) -> None:
         """Rule 10 for a newcomer: with ``overload=refuse``, raise :class:`Overloaded` while the
         runtime is overloaded, or while the newcomer would wait longer than
         ``overload_first_audio_ms`` for its first call; not when the session's listener hears

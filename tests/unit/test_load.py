@@ -63,7 +63,7 @@ class Rig:
             self.policy.segment_ready(self.playouts[i], audio, self.requests[i])
 
     def newcomer(self) -> None:
-        self.policy.admit(request(f"new-{self.clock()}", self.clock))
+        self.policy.admit(self.policy.session_of(request(f"new-{self.clock()}", self.clock)))
 
 
 def overload_logs(caplog) -> list[str]:
@@ -103,7 +103,7 @@ def test_demand_above_supply_is_an_overload_logged_measured_and_refused_with_the
     with pytest.raises(Overloaded) as refused:
         rig.newcomer()
     assert refused.value.code == "overloaded" and refused.value.retryable and "12.0" in str(refused.value)
-    rig.policy.admit(request("s3", rig.clock))  # a session's next sentence belongs to an admitted stream
+    rig.policy.admit(rig.policy.session_of(request("s3", rig.clock)))  # a session's next sentence belongs to an admitted stream
 
 
 def test_overload_with_admit_serves_the_newcomer():
@@ -167,18 +167,18 @@ def test_refuse_turns_newcomers_away_while_an_admitted_one_waits_too_long_for_it
                 policy.offer(queue, "first-0", segment(), playout, session="first", request_seq=0, remaining=3,
                              busy=True, interrupts=False)
             clock.advance(0.1)
-            policy.admit(request("second", clock))  # 100 ms: within the budget
+            policy.admit(policy.session_of(request("second", clock)))  # 100 ms: within the budget
             clock.advance(0.1)
             with pytest.raises(Overloaded, match="would wait 200 ms"):
-                policy.admit(request("third", clock))
-            policy.admit(request("first", clock))  # its own session's next request is no newcomer
+                policy.admit(policy.session_of(request("third", clock)))
+            policy.admit(policy.session_of(request("first", clock)))  # its own session's next request is no newcomer
             with pytest.raises(Overloaded):
-                policy.admit(request("fifth", clock))
+                policy.admit(policy.session_of(request("fifth", clock)))
             if not planned:
                 queue.pop()  # its first call starts
-        policy.admit(request("fourth", clock))
+        policy.admit(policy.session_of(request("fourth", clock)))
         clock.advance(policy.config.load_window_s + 0.1)
-        policy.admit(request("sixth", clock))
+        policy.admit(policy.session_of(request("sixth", clock)))
     said = [r.getMessage() for r in caplog.records]
     assert said[0].startswith("refusing newcomers: a newcomer would wait 200 ms for its first call (1 waiting")
     assert len(said) == 2 and "again" in said[-1] and "(2 refused" in said[-1]  # one line as it begins, one as it ends
@@ -195,7 +195,7 @@ def test_refuse_turns_a_burst_away_before_anyone_has_waited_the_budget(caplog):
     queue = policy.new_queue()
     with contextlib.ExitStack() as stack:
         def arrive(name: str) -> None:
-            policy.admit(request(name, clock))
+            policy.admit(policy.session_of(request(name, clock)))
             r = request(name, clock)
             playout = policy.playout(r)
             stack.enter_context(policy.tracked(r, playout))
@@ -224,7 +224,7 @@ def test_admit_and_a_zero_budget_never_refuse_for_a_wait():
                                   observer=Recorder(), clock=clock)
         with policy.tracked(request("first", clock)):
             clock.advance(5.0)
-            policy.admit(request("second", clock))
+            policy.admit(policy.session_of(request("second", clock)))
 
 
 def test_the_load_meter_averages_demand_and_delivery_over_the_window():

@@ -229,7 +229,7 @@ def test_a_call_still_running_for_a_request_that_ended_is_not_a_late_stream():
         clock.now = 2.0
         assert policy.behind(queue)
     assert not policy.behind(queue)
-    policy.admit(request("new", 2.0))
+    policy.admit(policy.session_of(request("new", 2.0)))
 
 
 def test_the_load_is_reported_as_streams_begin_and_end():
