@@ -110,7 +110,8 @@ class BackendConfig(EnvSettings):
         ge=0,
         description="Scheduling policy, with `KOKORO_OVERLOAD=refuse`: a newcomer is refused while it would wait "
         "longer than this for the runtime to start its first segment's call (the newcomers waiting ahead of it at the "
-        "pace first calls start under backlog, or the longest wait now): the admitted keep their first audio early. "
+        "pace first calls start under backlog, or the longest wait now; the event loop's lateness counted in for each "
+        "step of the request on it): the admitted keep their first audio early. "
         "Set it below the first-audio target by what planning, the first call and the network take; 0: refuse only "
         "under overload.",
     )

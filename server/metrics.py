@@ -49,6 +49,7 @@ The observer calls also feed :attr:`Metrics.realtime`, the slow-machine watch
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -136,7 +137,16 @@ class Metrics:
             "1 while the runtime is overloaded: demanded above delivered (with hysteresis; docs/runtimes.md).",
             registry=r,
         )
+        # the load as last reported, read at scrape: the policy reports it at every admission and every
+        # call, and a gauge's set takes a lock each time
+        self._load = (0.0, 0.0, 0)
+        self.demanded.set_function(lambda: self._load[0])
+        self.delivered.set_function(lambda: self._load[1])
+        self.overloaded.set_function(lambda: self._load[2])
         self.ready = Gauge("kokoro_ready", "1 when the server takes requests (/ping is 200).", registry=r)
+        # labelled series by their labels, looked up once (``labels()`` validates and sorts on every call)
+        self._requests, self._errors = _Children(self.requests), _Children(self.errors)
+        self._ttfa, self._inflight = _Children(self.ttfa), _Children(self.inflight)
 
     # -- the backend observer (called from worker threads) -------------------------------------
     def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
@@ -161,21 +171,23 @@ class Metrics:
         self.interrupted_seconds.inc(seconds)
 
     def load(self, demanded: float, delivered: float, *, overloaded: bool = False) -> None:
-        self.demanded.set(demanded)
-        self.delivered.set(delivered)
-        self.overloaded.set(1 if overloaded else 0)
+        self._load = (demanded, delivered, 1 if overloaded else 0)
 
     # -- the server's own -------------------------------------------------------------------------
     def request_done(self, route: str, status: int, code: str | None = None) -> None:
-        self.requests.labels(route=route, status=str(status)).inc()
+        self._requests(route, str(status)).inc()
         if code is not None:
-            self.errors.labels(route=route, code=code).inc()
+            self._errors(route, code).inc()
 
     def send_timed_out(self, route: str) -> None:
         self.send_timeouts.labels(route=route).inc()
 
     def first_audio(self, route: str, seconds: float) -> None:
-        self.ttfa.labels(route=route).observe(seconds)
+        self._ttfa(route).observe(seconds)
+
+    def inflight_for(self, route: str) -> Gauge:
+        """``inflight_requests{route}``."""
+        return self._inflight(route)
 
     def watch_tables(self, sizes: Callable[[], dict[str, int]]) -> None:
         """Publish ``sizes()`` (table name -> entries) as ``kokoro_state_entries{table}`` at each
@@ -184,6 +196,24 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+_M = TypeVar("_M", Counter, Gauge, Histogram)
+
+
+class _Children(Generic[_M]):
+    """A labelled series' children by their label values (in the metric's label order), each looked
+    up in prometheus_client once. The label sets are the metric's own (routes, statuses, codes)."""
+
+    def __init__(self, metric: _M):
+        self._metric: _M = metric
+        self._children: dict[tuple[str, ...], _M] = {}
+
+    def __call__(self, *values: str) -> _M:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
 
 
 class _Tables(Collector):

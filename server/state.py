@@ -77,12 +77,13 @@ class ServerState:
         """Count one request as in flight until the block exits, on every path."""
         self.inflight += 1
         self._idle.clear()
-        self.metrics.inflight.labels(route=route).inc()
+        gauge = self.metrics.inflight_for(route)
+        gauge.inc()
         try:
             yield
         finally:
             self.inflight -= 1
-            self.metrics.inflight.labels(route=route).dec()
+            gauge.dec()
             self._update_idle()
 
     def add_session(self, session: Drainable) -> None:

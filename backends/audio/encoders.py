@@ -88,7 +88,11 @@ def check_sample_rate(rate: int | None) -> int:
 
 def to_pcm16(audio: np.ndarray) -> bytes:
     """float32 audio (any shape, flattened) -> clipped, rounded signed 16-bit little-endian bytes."""
-    samples = clip_audio(audio)
+    return _pcm16(clip_audio(audio))
+
+
+def _pcm16(samples: np.ndarray) -> bytes:
+    """:func:`to_pcm16` of samples already clipped (what an encoder's ``_encode`` is handed)."""
     return np.round(samples * 32767.0).astype("<i2").tobytes()
 
 
@@ -174,13 +178,13 @@ class _BaseEncoder:
     def encode(self, chunk: np.ndarray) -> bytes:
         if self._done:
             raise RuntimeError("encoder already flushed")
-        audio = self._resampler.process(clip_audio(chunk))
+        audio = self._resampled(clip_audio(chunk))
         return self._encode(audio) if len(audio) else self._encode_empty()
 
     def flush(self) -> bytes:
         if self._done:
             return b""
-        tail = self._resampler.flush()
+        tail = clip_audio(self._resampler.flush())
         out = self._encode(tail) if len(tail) else self._encode_empty()
         self._done = True
         return out + self._finish()
@@ -188,7 +192,13 @@ class _BaseEncoder:
     def close(self) -> None:
         self._done = True
 
-    # hooks
+    def _resampled(self, audio: np.ndarray) -> np.ndarray:
+        """``audio`` at the codec's rate, still within [-1, 1] (resampling can overshoot a little)."""
+        if self._resampler.in_rate == self._resampler.out_rate:
+            return audio
+        return clip_audio(self._resampler.process(audio))
+
+    # hooks: ``audio`` is float32, 1-D, finite and within [-1, 1]
     def _encode(self, audio: np.ndarray) -> bytes:
         raise NotImplementedError
 
@@ -207,7 +217,7 @@ class PcmEncoder(_BaseEncoder):
         self.content_type = f"audio/pcm; rate={self.sample_rate}; channels=1"
 
     def _encode(self, audio: np.ndarray) -> bytes:
-        return to_pcm16(audio)
+        return _pcm16(audio)
 
 
 class WavEncoder(PcmEncoder):
@@ -227,7 +237,7 @@ class WavEncoder(PcmEncoder):
         return wav_header(self.sample_rate)
 
     def _encode(self, audio: np.ndarray) -> bytes:
-        return self._header() + to_pcm16(audio)
+        return self._header() + _pcm16(audio)
 
     def _encode_empty(self) -> bytes:
         return self._header()
@@ -252,7 +262,7 @@ class Mp3Encoder(_BaseEncoder):
 
     def _encode(self, audio: np.ndarray) -> bytes:
         self._fed = True
-        return bytes(self._lame.encode(to_pcm16(audio)))
+        return bytes(self._lame.encode(_pcm16(audio)))
 
     def _finish(self) -> bytes:
         return bytes(self._lame.flush()) if self._fed else b""  # lameenc refuses to flush an empty stream

@@ -62,6 +62,7 @@ from backends.engine.cost import CallKind
 from backends.engine.planning import PLAN_THREADS, SegmentFeed, plan_first
 from backends.engine.policy import SchedulingPolicy
 from backends.engine.step import SegmentResult, SegmentStep
+from backends.engine.watch import WatchedTask
 from backends.text.planner import TextPipeline
 
 log = logging.getLogger("kokoro.backend")
@@ -109,6 +110,10 @@ class Engine:
         self._plan_executor = ThreadPoolExecutor(max_workers=PLAN_THREADS, thread_name_prefix="kokoro-plan")
         self.policy = SchedulingPolicy(self.config, plain_order=self.plain_order, sample_rate=synthesizer.sample_rate,
                                        observer=self._observer, clock=clock)
+        # How late the event loop runs, which overload=refuse counts into a newcomer's wait (real time,
+        # whatever ``clock`` is: it measures the loop, not the schedule); nothing waits on the probe.
+        self._lag_probe = WatchedTask("the event-loop lag probe", self.policy.loop_lag.probe,
+                                      on_failure=lambda _error: None)
         # The mode's batching and call kind are asked per call: the modes override them.
         self.step = SegmentStep(synthesizer, self.config, self.policy.cost, self._observer, clock,
                                 batched=lambda: self.batched, call_kind=self.call_kind)
@@ -183,11 +188,14 @@ class Engine:
         async for _ in self.stream(warm):
             pass
         self._ready = True
+        if self.config.overload == "refuse":
+            self._lag_probe.ensure()
         fields = self.info.describe()  # JSON lines carry them as fields (backends.logs)
         log.info("backend ready: %s", " ".join(f"{k}={v}" for k, v in fields.items()), extra=fields)
 
     async def aclose(self) -> None:
         self._closing = True
+        self._lag_probe.cancel()
         self._prep_executor.shutdown(wait=False, cancel_futures=True)
         self._plan_executor.shutdown(wait=False, cancel_futures=True)
 

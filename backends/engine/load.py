@@ -20,6 +20,12 @@
   arrivals out (waiting for the longest wait to pass the budget lets in every arrival until then,
   and they queue behind each other); batching shows as a small gap (a batch starts many at once).
 
+* :class:`LoopLag` — how far behind the event loop runs (a probe that sleeps a moment and measures
+  how late it wakes): the host side of an overload. Where the runtime is fast (a GPU) the host's
+  work — reading requests, planning, sending audio — saturates the one event loop first, and every
+  step of a request waits behind the others; ``overload=refuse`` counts that lateness into a
+  newcomer's expected wait (:data:`LOOP_STEPS` steps of a request before its first audio).
+
 Both averages are kept as running sums over a deque of steps (amortised O(1) per event), since
 the policy reads them at every admission and every segment. Event loop only; the clock is
 injected (virtual time in tests).
@@ -27,7 +33,9 @@ injected (virtual time in tests).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -137,13 +145,12 @@ class LoadMeter:
 class Overload:
     """Demand above supply over the meter's window, with hysteresis (the module docstring)."""
 
-    def __init__(self, meter: LoadMeter):
-        self.meter = meter
+    def __init__(self) -> None:
         self.active = False
 
-    def update(self) -> bool:
-        """Read the meter; returns whether the state changed (``active`` is the new one)."""
-        demanded, delivered, busy = self.meter.demanded, self.meter.delivered, self.meter.busy
+    def update(self, demanded: float, delivered: float, busy: float) -> bool:
+        """Judge the meter's ``demanded``, ``delivered`` and ``busy`` (read once by the caller, who
+        reports them too); returns whether the state changed (``active`` is the new one)."""
         if not self.active:
             begins = busy >= BUSY_TO_BEGIN and demanded > delivered * (1 + MARGIN) + SLACK
             self.active = begins
@@ -201,3 +208,34 @@ class FirstAudioWaits:
 
     def __len__(self) -> int:
         return len(self._since)
+
+
+#: Steps of a request on the event loop before its first audio leaves (its body read, its first
+#: segment planned, that segment's call returned, the audio sent): each waits behind the loop's lag.
+LOOP_STEPS = 4
+
+
+class LoopLag:
+    """How late the event loop runs: :meth:`probe` (a task) sleeps ``interval_s`` at a time and
+    notes how late it wakes; :attr:`behind` is the most of the last ``samples`` (0 while no probe
+    runs: nothing is known to be late)."""
+
+    def __init__(self, interval_s: float = 0.02, samples: int = 5):
+        self.interval_s = interval_s
+        self._late: deque[float] = deque([0.0], maxlen=samples)
+
+    @property
+    def behind(self) -> float:
+        """Seconds the loop ran late at its worst over the last few probes."""
+        return max(self._late)
+
+    def note(self, late_s: float) -> None:
+        """One probe woke ``late_s`` late."""
+        self._late.append(max(0.0, late_s))
+
+    async def probe(self) -> None:
+        """Run until cancelled."""
+        while True:
+            asked = time.perf_counter() + self.interval_s
+            await asyncio.sleep(self.interval_s)
+            self.note(time.perf_counter() - asked)

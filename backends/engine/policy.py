@@ -65,7 +65,9 @@ calls (a share of the cores), a batch of ``n`` — as a running average of secon
    ``refuse`` answers it :class:`~backends.api.Overloaded` at once while the runtime is overloaded,
    and — so that the newcomers admitted keep their first audio early — while it would wait longer
    than ``overload_first_audio_ms`` for its first segment's call to start (the newcomers waiting
-   ahead of it at the pace first calls start under backlog, or the longest wait now).
+   ahead of it at the pace first calls start under backlog, or the longest wait now), the event
+   loop's lateness counted in for each step of the request on it (:class:`~backends.engine.load.LoopLag`:
+   the host's share of an overload, which a fast runtime leaves to the host).
    Checked before its first segment is planned and again when its stream starts.
 
 With ``deadlines`` off, rules 1-8 give way to the mode's plain order (sequential: first in, first
@@ -88,7 +90,7 @@ from typing import Any, Literal
 from backends.api import BackendObserver, Interrupt, Overloaded, Segment, SynthesisRequest
 from backends.config import BackendConfig
 from backends.engine.cost import CallKind, CostModel
-from backends.engine.load import FirstAudioWaits, LoadMeter, Overload
+from backends.engine.load import LOOP_STEPS, FirstAudioWaits, LoadMeter, LoopLag, Overload
 from backends.engine.schedule import Entry, Listeners, Playout, Preemption, RunningCall, SegmentQueue
 
 log = logging.getLogger("kokoro.backend")
@@ -108,13 +110,14 @@ class SchedulingPolicy:
         self.clock = clock
         self.cost = CostModel(config.cost_smoothing)
         self.load = LoadMeter(config.load_window_s, clock)
-        self.overload = Overload(self.load)
+        self.overload = Overload()
         self._observer = observer
         self._listeners = Listeners()
         self._preemption = Preemption()
         self._running: list[RunningCall] = []
         self._behind = False
         self._waits = FirstAudioWaits(clock)
+        self.loop_lag = LoopLag()  # (its probe runs while the engine does, with overload=refuse)
         self._late_since: float | None = None  # this episode of late refusals began (logged once)
         self._late_last = 0.0
         self._late_refused = 0
@@ -252,7 +255,7 @@ class SchedulingPolicy:
         whether the runtime is overloaded."""
         load, overload = self.load, self.overload
         demanded, delivered = load.demanded, load.delivered
-        if overload.update():
+        if overload.update(demanded, delivered, load.busy):
             if overload.active:
                 log.warning("overloaded: the listeners asked for %.1f audio-s/s over the last %g s, the runtime made "
                             "%.1f (calls running %.0f%% of the time; %d streams now); newcomers are %s", demanded,
@@ -276,12 +279,13 @@ class SchedulingPolicy:
         if self.report_load():
             raise Overloaded(f"the server is overloaded: its listeners asked for {self.load.demanded:.1f} audio-s/s, "
                              f"it made {self.load.delivered:.1f}; try another instance or again shortly")
-        budget, wait = self.config.overload_first_audio_ms / 1000.0, self._waits.expected()
+        budget = self.config.overload_first_audio_ms / 1000.0
+        wait = self._waits.expected() + LOOP_STEPS * self.loop_lag.behind
         late = budget > 0 and wait > budget
         self._log_late(late, wait, budget)
         if late:
-            raise Overloaded(f"the server is overloaded: a newcomer would wait {wait * 1000:.0f} ms for the runtime; "
-                             "try another instance or again shortly")
+            raise Overloaded(f"the server is overloaded: a newcomer would wait {wait * 1000:.0f} ms for its first "
+                             "audio to start; try another instance or again shortly")
 
     def _log_late(self, late: bool, wait: float, budget: float) -> None:
         """Log an episode of late refusals once when it begins, and when no newcomer was refused for
@@ -291,9 +295,10 @@ class SchedulingPolicy:
         if late:
             if self._late_since is None:
                 self._late_since = now
-                log.warning("refusing newcomers: a newcomer would wait %.0f ms for its first call (%d waiting, one "
-                            "for %.0f ms; KOKORO_OVERLOAD_FIRST_AUDIO_MS=%g)", wait * 1000, len(self._waits),
-                            self._waits.longest() * 1000, budget * 1000)
+                log.warning("refusing newcomers: a newcomer would wait %.0f ms for its first audio to start (%d "
+                            "waiting for their first call, one for %.0f ms; the event loop %.0f ms late; "
+                            "KOKORO_OVERLOAD_FIRST_AUDIO_MS=%g)", wait * 1000, len(self._waits),
+                            self._waits.longest() * 1000, self.loop_lag.behind * 1000, budget * 1000)
             self._late_last, self._late_refused = now, self._late_refused + 1
         elif self._late_since is not None and now - self._late_last > self.config.load_window_s:
             log.info("admitting newcomers again: first calls start within %g ms (%d refused over %.1f s)",

@@ -81,7 +81,7 @@ def header_value(text: str) -> str:
     """An id the server chose or read from a JSON body, as a header value: printable ASCII as is,
     anything else (non-ASCII characters, CR/LF) percent-encoded. (A client's own ``X-Request-Id``
     goes back in the bytes it came in: :func:`server.openai.request_id.id_header`.)"""
-    if all(" " <= c <= "~" for c in text):
+    if text.isascii() and text.isprintable():  # (the printable ASCII characters: " " to "~")
         return text
     return quote(text, safe="")
 

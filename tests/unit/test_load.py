@@ -7,14 +7,16 @@ runtime."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 
 import numpy as np
 import pytest
 
 from backends.api import Overloaded, Segment, SynthesisRequest
 from backends.config import BackendConfig
-from backends.engine.load import LoadMeter
+from backends.engine.load import LOOP_STEPS, LoadMeter, LoopLag
 from backends.engine.policy import SchedulingPolicy
 from backends.engine.schedule import Playout
 from tests.support.observer import Recorder
@@ -180,7 +182,8 @@ def test_refuse_turns_newcomers_away_while_an_admitted_one_waits_too_long_for_it
         clock.advance(policy.config.load_window_s + 0.1)
         policy.admit(policy.session_of(request("sixth", clock)))
     said = [r.getMessage() for r in caplog.records]
-    assert said[0].startswith("refusing newcomers: a newcomer would wait 200 ms for its first call (1 waiting")
+    assert said[0].startswith("refusing newcomers: a newcomer would wait 200 ms for its first audio to start "
+                              "(1 waiting")
     assert len(said) == 2 and "again" in said[-1] and "(2 refused" in said[-1]  # one line as it begins, one as it ends
     assert policy.table_sizes()["first_audio_waits"] == 0
 
@@ -244,3 +247,42 @@ def test_the_load_meter_averages_demand_and_delivery_over_the_window():
     meter.streams = 0
     clock.now = 30.0
     assert (meter.demanded, meter.delivered, meter.busy) == (0.0, 0.0, 0.0)
+
+
+async def test_the_lag_probe_sees_a_blocked_event_loop_and_forgets_it():
+    """The event loop held 300 ms by one callback (what a host-bound overload does to every step of
+    a request): the probe wakes that late and says so; a few probes later it no longer does."""
+    lag = LoopLag(interval_s=0.005, samples=3)
+    loop = asyncio.get_running_loop()
+    probe = loop.create_task(lag.probe())
+    try:
+        await asyncio.sleep(0.02)
+        loop.call_soon(time.sleep, 0.3)
+        await asyncio.sleep(0.01)
+        assert lag.behind >= 0.25
+        await asyncio.sleep(0.1)
+        assert lag.behind < 0.25
+    finally:
+        probe.cancel()
+
+
+def test_refuse_counts_the_event_loops_lateness_into_a_newcomers_wait():
+    """Nobody waits for the runtime, but the event loop runs late (the host saturated, as in front
+    of a fast GPU): each of a newcomer's LOOP_STEPS steps on the loop waits that long, so past the
+    budget it is refused; a session already heard is not; the loop on time again, admitted."""
+    clock = VirtualClock()
+    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=200),
+                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
+    heard = request("heard", clock)
+    playout = policy.playout(heard)
+    with policy.tracked(heard, playout):
+        policy.segment_ready(playout, np.zeros(RATE, dtype=np.float32), heard)
+        policy.loop_lag.note(0.19 / LOOP_STEPS)
+        policy.admit(policy.session_of(request("a", clock)))
+        policy.loop_lag.note(0.21 / LOOP_STEPS)
+        with pytest.raises(Overloaded, match="would wait 210 ms for its first audio"):
+            policy.admit(policy.session_of(request("b", clock)))
+        policy.admit("heard")
+        for _ in range(5):
+            policy.loop_lag.note(0.0)
+        policy.admit(policy.session_of(request("c", clock)))
