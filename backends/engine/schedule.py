@@ -141,13 +141,15 @@ class SegmentQueue:
         """Up to ``n`` entries in order, a session's second entry only after every session's
         first (a batch spreads over sessions); the first always goes, each later one only when
         ``fits(taken, entry)``. Entries passed over keep their place."""
+        key = self.rank(self)
+        keyed = sorted(((key(entry), entry) for entry in self._entries), key=lambda r: r[0])  # (each key once)
         ranked: list[tuple[int, tuple[Any, ...], Entry]] = []
         per_session: dict[str, int] = {}
-        key = self.rank(self)
-        for entry in sorted(self._entries, key=key):
+        for k, entry in keyed:
             rank = per_session[entry.session] = per_session.get(entry.session, -1) + 1
-            ranked.append((rank, key(entry), entry))
-        ranked.sort(key=lambda r: r[:2])
+            ranked.append((rank, k, entry))
+        if len(per_session) < len(ranked):  # (one entry a session: already in order)
+            ranked.sort(key=lambda r: r[:2])
         taken: list[Entry] = []
         for _, _, entry in ranked:
             if len(taken) >= n:
@@ -155,8 +157,10 @@ class SegmentQueue:
             if taken and fits is not None and not fits(taken, entry):
                 continue
             taken.append(entry)
+        if taken:
+            gone = {id(entry) for entry in taken}
+            self._entries = [e for e in self._entries if id(e) not in gone]
         for entry in taken:
-            self._entries.remove(entry)
             entry.round_place = self._turn[entry.session] = next(self._clock)  # served: to the end of the round
         self._forget({entry.session for entry in taken})
         if taken and self.served is not None:
