@@ -253,6 +253,8 @@ class ConcurrentBackend(Engine):
         job.cancelled = True
         job.pending.clear()
         self._jobs.discard(job)
+        if not job.busy:  # nothing of it queued or in a call (the common end): no scan of either
+            return
         dropped = self._queue.remove(lambda it: it.job is job)
         if dropped:
             self._set_queued(self._queued - dropped)
