@@ -86,13 +86,24 @@ def _model_name(runtime: str, files: ModelFiles) -> str:
     return files.model_name
 
 
-def create_backend(config: BackendConfig, observer: BackendObserver | None = None) -> Backend:
-    """The backend ``config`` describes; ``observer`` (the server's metrics) hears what it does."""
+def create_voices(config: BackendConfig, files: ModelFiles) -> VoiceStore:
+    """The voices of ``files`` with ``config``'s default voice and aliases: what the backend and its runtime share."""
+    return VoiceStore.from_path(files.voices, config.default_voice, config.voice_alias_map)
+
+
+def create_backend(config: BackendConfig, observer: BackendObserver | None = None, *,
+                   synthesizer: Any = None) -> Backend:
+    """The backend ``config`` describes; ``observer`` (the server's metrics) hears what it does.
+    ``synthesizer``: a runtime already built from this same ``config`` (``create_synthesizer(config,
+    files, create_voices(config, files))``), loaded or not, for the backend to use instead of building
+    its own (a benchmark that measured the runtime alone first: loaded once, held once in memory);
+    ``start()`` skips the load of one already loaded."""
     if config.mode not in MODES:
         raise ValueError(f"unknown mode {config.mode!r}; choose one of {', '.join(MODES)}")
     files = ModelFiles.discover(Path(config.model_dir or default_model_dir()))
-    voices = VoiceStore.from_path(files.voices, config.default_voice, config.voice_alias_map)
-    synthesizer = create_synthesizer(config, files, voices)
+    voices = create_voices(config, files)
+    if synthesizer is None:
+        synthesizer = create_synthesizer(config, files, voices)
     cls: Callable[..., Backend] = import_from_string(MODES[config.mode])
     return cls(synthesizer, create_pipeline(config, files), voices, config,
                observer=observer, model_name=_model_name(config.backend, files))

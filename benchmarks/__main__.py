@@ -113,7 +113,7 @@ SUITE_OPTIONS: dict[str, tuple[str, str, dict]] = {
     "--warmup": ("churn", "warmup", {"type": float, "help": "churn: the share of the sessions counted as warm-up, "
                                                           "before RSS growth is measured (default 0.1)"}),
     "--sessions": ("churn", "sessions", {"type": int, "help": "churn: sessions per run (default 100,000 on the fake "
-                                                              "runtime, --quick 2,000; 2,000 on onnx, --quick 200)"}),
+                                                              "runtime, --quick 1,000; 2,000 on onnx, --quick 200)"}),
 }
 
 

@@ -6,7 +6,7 @@ otherwise; the growth after longer warm-ups is shown beside it) and its growth (
 < 5%), every table it keeps per
 session, request or runtime call back at its idle size (``kokoro_state_entries{table}`` on
 ``/metrics``, all 0 once the last audio has run out), and 0 unanswered requests. Default: 100,000
-sessions on the fake runtime (``--quick`` 2,000), 2,000 on ONNX (``--quick`` 200). Results:
+sessions on the fake runtime (``--quick`` 1,000), 2,000 on ONNX (``--quick`` 200). Results:
 ``benchmarks/results/churn.{json,md}`` (fake runtime), ``churn_onnx.{json,md}`` (ONNX).
 """
 
@@ -22,7 +22,7 @@ from .churn_mix import KINDS, Churn, plan, run_mix
 from .live import LiveServer, at_rest, growth, rss_mib
 from .results import Result, command_line, load_average, markdown_table
 
-SIZES = {"fake": (100_000, 2_000), "onnx": (2_000, 200), "torch": (2_000, 200)}
+SIZES = {"fake": (100_000, 1_000), "onnx": (2_000, 200), "torch": (2_000, 200)}
 CONCURRENCY = {"fake": 16, "onnx": 4, "torch": 4}
 WARMUP_FRACTION = 0.1
 #: Warm-ups the growth is also shown after (the share of the sessions).

@@ -32,10 +32,13 @@ class Tally(NoObserver):
 
 
 @asynccontextmanager
-async def started(config: BackendConfig, tally: Tally | None = None) -> AsyncIterator[Backend]:
+async def started(config: BackendConfig, tally: Tally | None = None, *,
+                  synthesizer: Any = None) -> AsyncIterator[Backend]:
     """``async with started(config) as backend:`` — built, loaded and warmed up (as the server
-    starts it), closed on the way out; ``tally`` hears the batches it forms."""
-    backend = create_backend(config, observer=tally)
+    starts it), closed on the way out; ``tally`` hears the batches it forms. ``synthesizer``: a
+    runtime already built (and loaded) from this same ``config``, used instead of loading another
+    (see :func:`backends.factory.create_backend`)."""
+    backend = create_backend(config, observer=tally, synthesizer=synthesizer)
     await backend.start()
     try:
         yield backend
@@ -89,13 +92,15 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
 
 
 async def sweep(config: BackendConfig, texts: Sequence[str], levels: Sequence[int], per_client: int, *,
-                voice: str | None = None, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                voice: str | None = None, log: Callable[[str], None] | None = None,
+                synthesizer: Any = None) -> list[dict[str, Any]]:
     """:func:`closed_loop` at each of ``levels`` against one backend built from ``config`` — loaded and
     warmed up once, as the server starts it, closed at the end — with the batches it forms; ``log``
-    hears one line a level."""
+    hears one line a level. ``synthesizer``: that backend's runtime, already built (and loaded) from
+    ``config`` (:func:`started`)."""
     tally = Tally()
     out = []
-    async with started(config, tally) as backend:
+    async with started(config, tally, synthesizer=synthesizer) as backend:
         for clients in levels:
             level = await closed_loop(backend, texts, clients, per_client, tally=tally, voice=voice)
             if log is not None:

@@ -10,6 +10,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -46,11 +47,12 @@ async def _session(ws_url: str, texts: list[str], *, speed: float, api_key: str 
 
 
 async def run_sessions(ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0,
-                       api_key: str | None = None) -> list[dict[str, Any]]:
-    """``sessions`` WebSocket sessions at once, each pipelining ``per_session`` sentences."""
+                       api_key: str | None = None, sentences: Sequence[str] = SENTENCES) -> list[dict[str, Any]]:
+    """``sessions`` WebSocket sessions at once, each pipelining ``per_session`` of ``sentences``
+    (session ``i`` from the ``i``-th on)."""
 
     def texts(i: int) -> list[str]:
-        return [SENTENCES[(i + j) % len(SENTENCES)] for j in range(per_session)]
+        return [sentences[(i + j) % len(sentences)] for j in range(per_session)]
 
     loop = await closed_loop(lambda _s, i, _r: _session(ws_url, texts(i), speed=speed, api_key=api_key), sessions,
                              per_client=1)
@@ -113,13 +115,14 @@ class PingProbe(threading.Thread):
                 **{f"{k}_ms": rnd(percentile(self.latencies_ms, q), 2) for k, q in (("p50", 50), ("p99", 99), ("max", 100))}}
 
 
-def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0) -> dict[str, Any]:
-    """One load run with the ping probe around it (blocking)."""
+def load_run(url: str, ws_url: str, sessions: int, per_session: int, *, speed: float = 1.0,
+             sentences: Sequence[str] = SENTENCES) -> dict[str, Any]:
+    """One load run with the ping probe around it (blocking); :func:`run_sessions` says the rest."""
     probe = PingProbe(url)
     probe.start()
     t0 = time.perf_counter()
     try:
-        outcomes = asyncio.run(run_sessions(ws_url, sessions, per_session, speed=speed))
+        outcomes = asyncio.run(run_sessions(ws_url, sessions, per_session, speed=speed, sentences=sentences))
     finally:
         ping = probe.stop()
     return {**tally(outcomes), "wall_s": round(time.perf_counter() - t0, 2), "ping": ping}

@@ -77,9 +77,9 @@ def torch_available(model_dir=None) -> tuple[bool, str]:
 
 def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx") -> Result:
     levels = [1, 4] if quick else [1, 2, 4, 8]
-    # a fake runtime answers in milliseconds: a second a level (about a hundred requests) checks the harness
-    # as well as twelve
-    duration = (1.0 if backend == "fake" else 12.0) if quick else 25.0
+    # a fake runtime answers in milliseconds: half a second a level (about fifty requests) checks the
+    # harness as well as twelve
+    duration = (0.5 if backend == "fake" else 12.0) if quick else 25.0
     rounds = 1 if quick else 2
     configs: list[tuple[str, str]] = [(backend, "sequential"), (backend, "concurrent")]
     result = Result("throughput", quick, command_line("throughput", quick))

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -180,10 +180,16 @@ class Engine:
         return self._ready and not self._closing
 
     async def start(self) -> None:
+        """Load the runtime and the default language's text front end, warm up with one request, and
+        say ready. A runtime already loaded (``synthesizer.loaded``: one handed to
+        :func:`~backends.factory.create_backend` after a benchmark used it alone) is not loaded again;
+        the warm-up request still runs."""
         loop = asyncio.get_running_loop()
         # The default language's G2P front end (misaki's tagger: a few seconds) loads beside the model.
-        await asyncio.gather(loop.run_in_executor(self._prep_executor, self.synthesizer.load),
-                             asyncio.to_thread(self.pipeline.preload, self.config.default_lang))
+        loading: list[Awaitable[None]] = [asyncio.to_thread(self.pipeline.preload, self.config.default_lang)]
+        if not self.synthesizer.loaded:
+            loading.append(loop.run_in_executor(self._prep_executor, self.synthesizer.load))
+        await asyncio.gather(*loading)
         warm = await self.prepare(SynthesisRequest(text=WARMUP_TEXT, request_id="warmup"))
         async for _ in self.stream(warm):
             pass

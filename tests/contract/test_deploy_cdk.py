@@ -1,8 +1,10 @@
-"""The CDK app synthesised offline and checked with ``aws_cdk.assertions.Template``.
-
-One synthesis per module (aws-cdk-lib runs on node through jsii: ~3 s here). CDK's built-in
-CloudFormation rule validation costs ~12 s per synthesis, so it is switched off here
-(``CDK_VALIDATION=false``) and run once, with findings as errors, by ``deploy/check.sh``.
+"""The CDK app synthesised offline and checked with ``aws_cdk.assertions.Template``: the GPU variant
+(the defaults) and the CPU variant (ml.c6i.xlarge, ONNX, ``Dockerfile.cpu``), each once per module,
+in one node process (aws-cdk-lib runs on node through jsii: ~2 s here). Both are checked by CDK's
+built-in CloudFormation validation with its default rules as errors
+(``@aws-cdk/core:validateAgainstDefaultRules``): a finding fails the synthesis. The validator costs
+~5 s to load, once per process, and well under a second a synthesis after that, so the suite checks
+both variants here and ``deploy/check.sh --static`` (beside ``make test``) synthesises nothing.
 """
 
 from __future__ import annotations
@@ -18,32 +20,56 @@ from deploy.sagemaker.endpoint import CONCURRENCY_METRIC, DEFAULT_GPU_AMI
 
 pytestmark = [pytest.mark.cloud, pytest.mark.subprocess]
 
-ENV = {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "JSII_DEPRECATED": "quiet", "CDK_VALIDATION": "false"}
+# None: unset (CDK_VALIDATION=false in the shell would switch the validation off)
+ENV = {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "JSII_DEPRECATED": "quiet", "CDK_VALIDATION": None}
+#: CDK's default CloudFormation rules report findings as errors (the synthesis fails), not warnings.
+RULES_AS_ERRORS = {"@aws-cdk/core:validateAgainstDefaultRules": True}
+#: The CPU variant: a CPU instance, the ONNX runtime, the CPU image.
+CPU_CONTEXT = {"instance_type": "ml.c6i.xlarge", "backend": "onnx", "mode": "sequential",
+               "dockerfile": "deploy/sagemaker/Dockerfile.cpu"}
 
 
 @pytest.fixture(scope="module")
-def synth(tmp_path_factory):
+def cdk_app(tmp_path_factory):
+    """``build(context)``: both stacks synthesised from ``context`` (plus the rules as errors)."""
     # set before aws_cdk is first imported: its node process reads them when it starts
     old = {k: os.environ.get(k) for k in ENV}
-    os.environ.update(ENV)
+    for k, v in ENV.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         import aws_cdk as cdk
         from aws_cdk.assertions import Template
 
         from deploy.sagemaker.cdk.stacks import build_app
 
-        outdir = tmp_path_factory.mktemp("cdk.out")
-        app = cdk.App(outdir=str(outdir), context={"endpoint_name": "kokoro-tts", "max_instances": "5"})
-        speech, agent = build_app(app, cdk.Environment(account="123456789012", region="us-east-1"))
-        assembly = app.synth()
-        yield {"speech": Template.from_stack(speech), "agent": Template.from_stack(agent),
-               "dir": Path(assembly.directory)}
+        def build(context: dict) -> dict:
+            outdir = tmp_path_factory.mktemp("cdk.out")
+            app = cdk.App(outdir=str(outdir), context={**RULES_AS_ERRORS, **context})
+            speech, agent = build_app(app, cdk.Environment(account="123456789012", region="us-east-1"))
+            assembly = app.synth()  # raises on a validation error
+            return {"speech": Template.from_stack(speech), "agent": Template.from_stack(agent),
+                    "dir": Path(assembly.directory)}
+
+        yield build
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def synth(cdk_app):
+    return cdk_app({"endpoint_name": "kokoro-tts", "max_instances": "5"})
+
+
+@pytest.fixture(scope="module")
+def cpu_synth(cdk_app):
+    return cdk_app(CPU_CONTEXT)
 
 
 def _only(template, kind):
@@ -159,3 +185,19 @@ def test_the_agent_cli_reads_the_environment_the_runtime_is_given(synth):
     assert (settings.endpoint_name, settings.region, settings.host, settings.port) == (
         "kokoro-tts", "us-east-1", "0.0.0.0", 8080)
 
+
+
+def test_both_variants_pass_cloudformation_validation_with_the_default_rules_as_errors(synth, cpu_synth):
+    for variant in (synth, cpu_synth):
+        report = json.loads((variant["dir"] / "validation-report.json").read_text())  # written: the rules ran
+        assert all(r["conclusion"] != "failure" for r in report["pluginReports"]), report
+
+
+def test_the_cpu_variant_is_ml_c6i_on_onnx_without_a_gpu_ami(cpu_synth):
+    variant = _only(cpu_synth["speech"], "AWS::SageMaker::EndpointConfig")["ProductionVariants"][0]
+    assert variant["InstanceType"] == "ml.c6i.xlarge"
+    assert "InferenceAmiVersion" not in json.dumps(cpu_synth["speech"].to_json())  # a GPU driver AMI only
+    (asset,) = _docker_assets(cpu_synth["dir"], "KokoroSpeech").values()
+    assert asset["source"]["dockerFile"] == "deploy/sagemaker/Dockerfile.cpu"
+    container = _only(cpu_synth["speech"], "AWS::SageMaker::Model")["PrimaryContainer"]
+    assert container["Environment"] == {"KOKORO_BACKEND": "onnx", "KOKORO_MODE": "sequential"}

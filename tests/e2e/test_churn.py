@@ -1,8 +1,10 @@
-"""The churn suite's quick run (``python -m benchmarks churn --quick --backend fake``: 2,000 short
+"""The churn suite's quick run (``python -m benchmarks churn --quick --backend fake``: 1,000 short
 sessions over every route against a server process, with cancels, barge-ins and vanishing clients):
 every table the server keeps per session is back at 0 afterwards (``kokoro_state_entries`` on
 ``/metrics``), no request was left unanswered, ``/ping`` still answers 200, and the server's memory
-after warm-up stays within the suite's goal."""
+after warm-up stays within the suite's goal (20 MiB over the 900 sessions after the 100 of warm-up: a
+leak of ~23 KiB a session, a second of audio kept per session among them; the slower leaks are the
+100,000-session run's to find, as they were at 2,000 here: the fake runtime's 0.3 KiB a session was)."""
 
 from __future__ import annotations
 

@@ -62,7 +62,8 @@ def fake_synth(**knobs: Any) -> FakeSynthesizer:
 class LoadedRuntime(Synthesizer):
     """A real runtime the test session has already loaded, behind the whole interface with the
     inner runtime's capabilities: ``load()`` does not load it again, it only waits on ``gate`` when
-    one is given (a model "still loading"). It declares no word timings unless ``timed`` (and the
+    one is given (a model "still loading": not ``loaded`` until the gate opens, so the engine's
+    ``start()``, which skips the load of a loaded runtime, waits on it). It declares no word timings unless ``timed`` (and the
     runtime reports durations). ``calls`` lists the text of every segment call in call order;
     ``hold`` (a :class:`threading.Event`, settable at any time) makes every call wait on it."""
 
@@ -81,7 +82,8 @@ class LoadedRuntime(Synthesizer):
 
     @property
     def loaded(self) -> bool:
-        return self.inner.loaded  # (its threads stand as they were loaded)
+        # (its threads stand as they were loaded); gated: "still loading" until the gate opens
+        return self.inner.loaded and (self.gate is None or self.gate.is_set())
 
     def load(self) -> None:
         if self.gate is not None:

@@ -58,3 +58,29 @@ def test_only_the_given_environment_is_read(monkeypatch):
     assert BackendConfig().max_queue == 256 and BackendConfig.defaults().max_queue == 256
     assert BackendConfig.defaults(max_queue=9).max_queue == 9
     assert BackendConfig.from_env({"KOKORO_MAX_QUEUE": "4"}).max_queue == 4
+
+
+def test_a_runtime_handed_in_loaded_is_used_and_not_loaded_again(model_dir):
+    """benchmarks/gpu.py measures its runtime alone, then hands it to the sweep's backend: one load."""
+    from backends.assets.build import ModelFiles
+    from backends.factory import create_synthesizer, create_voices
+
+    config = BackendConfig.defaults(backend="fake", mode="concurrent", model_dir=model_dir)
+    files = ModelFiles.discover(model_dir)
+    synth = create_synthesizer(config, files, create_voices(config, files))
+    synth.load()
+    loads = []
+    synth.load = lambda: loads.append("again")  # type: ignore[method-assign]
+    backend = create_backend(config, synthesizer=synth)
+    assert backend.synthesizer is synth
+
+    async def start_and_speak() -> int:
+        await backend.start()
+        try:
+            request = await backend.prepare(SynthesisRequest(text="Hello there."))
+            return len([chunk async for chunk in backend.stream(request)])
+        finally:
+            await backend.aclose()
+
+    assert asyncio.run(start_and_speak()) == 1
+    assert loads == []  # start() skipped the load of the loaded runtime (and still warmed up and answered)
