@@ -183,7 +183,7 @@ class ConcurrentBackend(Engine):
         """Yield one chunk per segment of a prepared request, in order (see the module docstring
         for admission, ordering and cancellation)."""
         policy = self.policy
-        self.admit(policy.session_of(request))
+        self.admit(policy.session_of(request), planned=True)
         seq = next(self._seq)
         job = Job(request=request, key=policy.session_of(request), seq=seq, pending=deque(request.segments),
                    playout=policy.playout(request), planned=len(request.segments))

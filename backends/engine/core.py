@@ -227,14 +227,15 @@ class Engine:
         """Why the mode's queue takes no more requests now (``max_queue``), or None: the modes say."""
         return None
 
-    def admit(self, session: str | None = None) -> None:
+    def admit(self, session: str | None = None, *, planned: bool = False) -> None:
         """Refuse a new request of ``session`` now, as :meth:`prepare` and :meth:`stream` would:
-        shutting down, the queue full, or the policy's rule 10 (see :class:`~backends.api.Backend`)."""
+        shutting down, the queue full, or the policy's rule 10 (see :class:`~backends.api.Backend`).
+        ``planned``: asked again as the request's stream starts, its first segment planned."""
         if self._closing:
             raise NotReady("server is shutting down")
         if (why := self.full()) is not None:
             raise Overloaded(why)
-        self.policy.admit(session)
+        self.policy.admit(session, planned=planned)
 
     async def prepare(self, request: SynthesisRequest) -> SynthesisRequest:
         """Validate the request and plan its first segment off the event loop; the rest is planned

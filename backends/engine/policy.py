@@ -267,12 +267,13 @@ class SchedulingPolicy:
         self._observer.load(demanded, delivered, overloaded=overload.active)
         return overload.active
 
-    def admit(self, session: str | None) -> None:
+    def admit(self, session: str | None, *, planned: bool = False) -> None:
         """Rule 10 for a newcomer: with ``overload=refuse``, raise :class:`Overloaded` while the
         runtime is overloaded, or while the newcomer would wait longer than
         ``overload_first_audio_ms`` for its first call; not when the session's listener hears
         something (a session's next sentence belongs to a stream already admitted). ``session``
-        None: a request of its own, always a newcomer."""
+        None: a request of its own, always a newcomer. ``planned``: its first segment is planned
+        (the check as its stream starts), so the event loop's lateness no longer counts."""
         if self.config.overload != "refuse" or (
                 session is not None and self._listeners.hears_something(session, self.clock())):
             return
@@ -280,7 +281,9 @@ class SchedulingPolicy:
             raise Overloaded(f"the server is overloaded: its listeners asked for {self.load.demanded:.1f} audio-s/s, "
                              f"it made {self.load.delivered:.1f}; try another instance or again shortly")
         budget = self.config.overload_first_audio_ms / 1000.0
-        wait = self._waits.expected() + LOOP_STEPS * self.loop_lag.behind
+        # the loop's lateness before planning only: once planned, the host work it stood for is spent
+        # (counted again as a stream starts, it refused half the requests planned at 4x the capacity)
+        wait = self._waits.expected() + (0.0 if planned else LOOP_STEPS * self.loop_lag.behind)
         late = budget > 0 and wait > budget
         self._log_late(late, wait, budget)
         if late:

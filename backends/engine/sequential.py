@@ -97,7 +97,7 @@ class SequentialBackend(Engine):
 
     async def stream(self, request: SynthesisRequest) -> AsyncIterator[AudioChunk]:
         policy = self.policy
-        self.admit(policy.session_of(request))
+        self.admit(policy.session_of(request), planned=True)
         loop = asyncio.get_running_loop()
         timeout_at = self._timeout_at(request)
         playout = policy.playout(request)
