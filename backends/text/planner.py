@@ -48,6 +48,7 @@ Pure Python plus the G2P callable; call from a worker thread (phonemisation is C
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -56,7 +57,7 @@ from dataclasses import dataclass
 from backends.api import MAX_PHONEMES, EmptyText, Segment, SentenceContext, WordSpan
 from backends.text.boundaries import phrase_boundaries, word_boundaries
 from backends.text.g2p.spans import Reading, compact, joined
-from backends.text.sentences import split_sentences
+from backends.text.sentences import iter_sentences, split_sentences
 
 __all__ = [
     "SegmentPlan", "TextPipeline", "boundary_kind", "clause_boundaries", "count_words", "normalize",
@@ -285,7 +286,9 @@ class TextPipeline:
         text = normalize(text)
         if self._check is not None:
             self._check(text, lang)
-        units = [(sentence, True) for sentence in split_sentences(text)]  # (text, ends its sentence)
+        # (text, ends its sentence): the first sentence now, the rest found as planning reaches them
+        sentences = iter_sentences(text)
+        units = [(sentence, True) for sentence in itertools.islice(sentences, 1)]
         first_units = 1
         if fast_first and units:
             cut = self._first_cut(units[0][0], short_first_words)
@@ -296,13 +299,16 @@ class TextPipeline:
                 units[:1] = [(first, not rest), *((r, i == len(rest) - 1) for i, r in enumerate(rest))]
                 first_units = 1 + len(rest)
         mark = self.phrase_end_mark
-        for i, (p, final) in enumerate(self._grow(self._pieces(units, first_units, lang, windowed))):
+        later = ((sentence, True) for sentence in sentences)
+        for i, (p, final) in enumerate(self._grow(self._pieces(itertools.chain(units, later), first_units, lang,
+                                                               windowed))):
             yield Segment(text=p.text, phonemes=p.phonemes + mark if mark and p.ends == "phrase" and p.sentence is None
                           and len(p.phonemes) < self.max_phonemes else p.phonemes,
                           voice=voice, speed=speed, index=i, lang=lang, ends=p.ends, sentence=p.sentence,
                           words=p.words), final
 
-    def _pieces(self, units: list[tuple[str, bool]], first_units: int, lang: str, windowed: bool) -> Iterator[SegmentPlan]:
+    def _pieces(self, units: Iterable[tuple[str, bool]], first_units: int, lang: str,
+                windowed: bool) -> Iterator[SegmentPlan]:
         """Each unit's pieces within the phoneme limit, unit by unit; the first sentence's held until
         all of it is read when it becomes windows, and everything held until something is spoken."""
         held: list[SegmentPlan] = []

@@ -25,6 +25,8 @@ Pure Python, standard library only: the agent imports this module without numpy 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 TERMINATORS = ".!?…"
 CJK_TERMINATORS = "。！？"
 CLOSERS = "\"'”’)]}»」』"
@@ -152,7 +154,12 @@ def next_end(text: str, start: int = 0, *, final: bool = True, line_start: bool 
 
 def split_sentences(text: str) -> list[str]:
     """Split a whole text into sentences, stripped; joined they cover the text (up to whitespace)."""
-    out: list[str] = []
+    return list(iter_sentences(text))
+
+
+def iter_sentences(text: str) -> Iterator[str]:
+    """:func:`split_sentences` one sentence at a time, each found when it is asked for (a long
+    text's first sentence costs the scan of that sentence only)."""
     start = 0
     while True:
         end, _ = next_end(text, start)
@@ -160,9 +167,8 @@ def split_sentences(text: str) -> list[str]:
             break
         piece = text[start:end].strip()
         if piece:
-            out.append(piece)
+            yield piece
         start = end
     tail = text[start:].strip()
     if tail:
-        out.append(tail)
-    return out
+        yield tail
