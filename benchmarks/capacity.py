@@ -163,7 +163,7 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str | None =
         target_ms: float = TARGET_MS) -> Result:
     result = Result(benchmark="capacity", quick=quick, command=command_line("capacity", quick))
     plans = _plans(quick, backend)
-    duration_s = 1.5 if quick else 6.0
+    duration_s = 1.0 if quick else 6.0
     result.config = {"target_ms": target_ms, "headroom": HEADROOM, "level_s": duration_s, "plans": plans,
                      "gpu_standin": {"env": GPU_STANDIN, "calibration": CALIBRATION},
                      "workloads": {"sentence": "POST /invocations, one sentence", "bidi": "a 3-sentence turn on "
