@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from backends.api import Backend, NoObserver, SynthesisRequest
+from backends.api import Backend, NoObserver, SynthesisRequest, Synthesizer
 from backends.config import BackendConfig
 from backends.factory import create_backend
 
@@ -33,7 +33,7 @@ class Tally(NoObserver):
 
 @asynccontextmanager
 async def started(config: BackendConfig, tally: Tally | None = None, *,
-                  synthesizer: Any = None) -> AsyncIterator[Backend]:
+                  synthesizer: Synthesizer | None = None) -> AsyncIterator[Backend]:
     """``async with started(config) as backend:`` — built, loaded and warmed up (as the server
     starts it), closed on the way out; ``tally`` hears the batches it forms. ``synthesizer``: a
     runtime already built (and loaded) from this same ``config``, used instead of loading another
@@ -93,7 +93,7 @@ async def closed_loop(backend: Backend, texts: Sequence[str], clients: int, per_
 
 async def sweep(config: BackendConfig, texts: Sequence[str], levels: Sequence[int], per_client: int, *,
                 voice: str | None = None, log: Callable[[str], None] | None = None,
-                synthesizer: Any = None) -> list[dict[str, Any]]:
+                synthesizer: Synthesizer | None = None) -> list[dict[str, Any]]:
     """:func:`closed_loop` at each of ``levels`` against one backend built from ``config`` — loaded and
     warmed up once, as the server starts it, closed at the end — with the batches it forms; ``log``
     hears one line a level. ``synthesizer``: that backend's runtime, already built (and loaded) from
