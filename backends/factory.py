@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from backends.api import Backend, BackendObserver
+from backends.api import Backend, BackendObserver, Synthesizer
 from backends.assets.build import REBUILT_PTH, ModelFiles, default_model_dir
 from backends.assets.voices import VoiceStore
 from backends.config import BackendConfig
@@ -92,7 +92,7 @@ def create_voices(config: BackendConfig, files: ModelFiles) -> VoiceStore:
 
 
 def create_backend(config: BackendConfig, observer: BackendObserver | None = None, *,
-                   synthesizer: Any = None) -> Backend:
+                   synthesizer: Synthesizer | None = None) -> Backend:
     """The backend ``config`` describes; ``observer`` (the server's metrics) hears what it does.
     ``synthesizer``: a runtime already built from this same ``config`` (``create_synthesizer(config,
     files, create_voices(config, files))``), loaded or not, for the backend to use instead of building
