@@ -131,6 +131,11 @@ class Resampler:
                 self.in_rate, self.out_rate, 1, dtype="float32", quality=quality
             )
 
+    @property
+    def resamples(self) -> bool:
+        """Whether the rates differ (else every chunk passes as it is)."""
+        return self._stream is not None
+
     def process(self, chunk: np.ndarray) -> np.ndarray:
         """Resample one chunk; the output may lag the input by the filter delay."""
         x = np.ascontiguousarray(np.asarray(chunk, dtype=np.float32).reshape(-1))
@@ -194,7 +199,7 @@ class _BaseEncoder:
 
     def _resampled(self, audio: np.ndarray) -> np.ndarray:
         """``audio`` at the codec's rate, still within [-1, 1] (resampling can overshoot a little)."""
-        if self._resampler.in_rate == self._resampler.out_rate:
+        if not self._resampler.resamples:
             return audio
         return clip_audio(self._resampler.process(audio))
 
