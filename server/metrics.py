@@ -147,6 +147,7 @@ class Metrics:
         # labelled series by their labels, looked up once (``labels()`` validates and sorts on every call)
         self._requests, self._errors = _Children(self.requests), _Children(self.errors)
         self._ttfa, self._inflight = _Children(self.ttfa), _Children(self.inflight)
+        self._send_timeouts = _Children(self.send_timeouts)
 
     # -- the backend observer (called from worker threads) -------------------------------------
     def segment_done(self, synth_seconds: float, audio_seconds: float) -> None:
@@ -180,7 +181,7 @@ class Metrics:
             self._errors(route, code).inc()
 
     def send_timed_out(self, route: str) -> None:
-        self.send_timeouts.labels(route=route).inc()
+        self._send_timeouts(route).inc()
 
     def first_audio(self, route: str, seconds: float) -> None:
         self._ttfa(route).observe(seconds)
