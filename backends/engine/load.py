@@ -13,12 +13,15 @@
   was asked, or calls ran less than a quarter of the window (:data:`BUSY_TO_END`). A stream that is
   late for a moment while the runtime makes more than is asked is no overload.
 * :class:`FirstAudioWaits` — the newcomers (listeners who hear nothing yet) whose first segment's
-  call has not started, since when each waits, and how fast their calls start while some wait:
-  what ``overload=refuse`` reads to refuse the next newcomer before first audio runs late — the
-  wait it would have (those waiting ahead of it times the gap between first calls under backlog,
-  a running average), or the longest wait now, whichever is more. The prediction keeps a burst of
-  arrivals out (waiting for the longest wait to pass the budget lets in every arrival until then,
-  and they queue behind each other); batching shows as a small gap (a batch starts many at once).
+  call has not started, since when each waits, and the pace they are served at: what
+  ``overload=refuse`` reads to refuse the next newcomer before first audio runs late — the wait it
+  would have (those waiting ahead of it times the wait per newcomer ahead, a running average), or
+  the longest wait now, whichever is more. The pace is measured, not modelled: each newcomer's wait
+  from its arrival to its first call, over one more than the newcomers it found waiting as it joined
+  the runtime's queue — so it counts whatever the wait was made of (its planning, the queue, the
+  event loop, a batch starting many at once). The prediction keeps a burst of arrivals out
+  (waiting for the longest wait to pass the budget lets in every arrival until then, and they
+  queue behind each other).
 
 * :class:`LoopLag` — how far behind the event loop runs (a probe that sleeps a moment and measures
   how late it wakes): the host side of an overload. Where the runtime is fast (a GPU) the host's
@@ -160,50 +163,48 @@ class Overload:
         return ends
 
 
-#: Weight of the newest gap between first calls (under backlog) in their running average.
-GAP_SMOOTHING = 0.2
+#: Weight of the newest newcomer's wait per newcomer ahead in their running average.
+GAP_SMOOTHING = 0.05
 
 
 class FirstAudioWaits:
-    """Newcomers whose first segment's call has not started yet, each with when it arrived; keyed
-    by an object of the request (its playout, or the request while it is planned). Every entry
-    leaves when its block ends, so nothing outlives a request."""
+    """Newcomers whose first segment's call has not started yet, each with when it arrived and how
+    many were waiting as it joined; keyed by an object of the request (its playout, or the request
+    while it is planned). Every entry leaves when its block ends, so nothing outlives a request."""
 
     def __init__(self, clock: Callable[[], float]):
         self._clock = clock
-        self._since: dict[int, float] = {}
-        self._last_start: float | None = None
-        self.gap_s: float | None = None  # between first calls while newcomers waited (running average)
+        self._since: dict[int, tuple[float, int]] = {}
+        #: A newcomer's wait for its first call per newcomer waiting ahead of it, counting itself
+        #: (a running average; None before the first call started).
+        self.gap_s: float | None = None
 
     @contextlib.contextmanager
     def waiting(self, key: object, arrived: float) -> Iterator[None]:
-        self._since[id(key)] = arrived
+        self._since[id(key)] = (arrived, len(self._since))
         try:
             yield
         finally:
             self._since.pop(id(key), None)
 
     def started(self, key: object) -> None:
-        """``key``'s first segment's call starts: it no longer waits for the runtime. When it was
-        already waiting as the previous first call started, the gap between the two is how fast
-        newcomers are served under backlog."""
-        arrived = self._since.pop(id(key), None)
-        if arrived is None:
+        """``key``'s first segment's call starts: it no longer waits for the runtime. Its wait over
+        one more than those it found waiting is the pace newcomers are served at."""
+        entry = self._since.pop(id(key), None)
+        if entry is None:
             return
-        now = self._clock()
-        if self._last_start is not None and arrived <= self._last_start:
-            gap = now - self._last_start
-            self.gap_s = gap if self.gap_s is None else self.gap_s + GAP_SMOOTHING * (gap - self.gap_s)
-        self._last_start = now
+        arrived, ahead = entry
+        gap = max(0.0, self._clock() - arrived) / (ahead + 1)
+        self.gap_s = gap if self.gap_s is None else self.gap_s + GAP_SMOOTHING * (gap - self.gap_s)
 
     def longest(self) -> float:
         """How long the newcomer waiting longest has waited (0 when none waits)."""
         now = self._clock()
-        return max(0.0, now - min(self._since.values(), default=now))
+        return max(0.0, now - min((arrived for arrived, _ in self._since.values()), default=now))
 
     def expected(self) -> float:
         """The wait a newcomer arriving now can expect for its first call: those waiting ahead of
-        it times the gap between first calls under backlog, or the longest wait now if more."""
+        it times the wait per newcomer ahead, or the longest wait now if more."""
         return max(self.longest(), len(self._since) * (self.gap_s or 0.0))
 
     def __len__(self) -> int:

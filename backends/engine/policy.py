@@ -273,7 +273,8 @@ class SchedulingPolicy:
         ``overload_first_audio_ms`` for its first call; not when the session's listener hears
         something (a session's next sentence belongs to a stream already admitted). ``session``
         None: a request of its own, always a newcomer. ``planned``: its first segment is planned
-        (the check as its stream starts), so the event loop's lateness no longer counts."""
+        (the check as its stream starts): only the overload refuses it now — its planning is spent,
+        and its wait is counted where it counts, in the newcomers behind it."""
         if self.config.overload != "refuse" or (
                 session is not None and self._listeners.hears_something(session, self.clock())):
             return
@@ -281,10 +282,10 @@ class SchedulingPolicy:
             raise Overloaded(f"the server is overloaded: its listeners asked for {self.load.demanded:.1f} audio-s/s, "
                              f"it made {self.load.delivered:.1f}; try another instance or again shortly")
         budget = self.config.overload_first_audio_ms / 1000.0
-        # the loop's lateness before planning only: once planned, the host work it stood for is spent
-        # (counted again as a stream starts, it refused half the requests planned at 4x the capacity)
-        wait = self._waits.expected() + (0.0 if planned else LOOP_STEPS * self.loop_lag.behind)
-        late = budget > 0 and wait > budget
+        if planned or budget <= 0:
+            return
+        wait = self._waits.expected() + LOOP_STEPS * self.loop_lag.behind
+        late = wait > budget
         self._log_late(late, wait, budget)
         if late:
             raise Overloaded(f"the server is overloaded: a newcomer would wait {wait * 1000:.0f} ms for its first "

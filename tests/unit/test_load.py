@@ -220,6 +220,48 @@ def test_refuse_turns_a_burst_away_before_anyone_has_waited_the_budget(caplog):
         arrive("g")
 
 
+def test_the_pace_counts_the_whole_wait_not_the_gaps_between_first_calls(caplog):
+    """Four newcomers wait 200 ms (being planned, the runtime busy), then one batch starts all
+    their first calls at once: the gaps between those starts are nil, but each waited 200 ms for
+    the three, two, one or none ahead of it, and that is the pace the next ones are judged by —
+    with one waiting a newcomer would wait ~180 ms, with two ~360 ms: refused at a 250 ms budget."""
+    clock = VirtualClock()
+    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=250),
+                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
+    queue = policy.new_queue()
+    with contextlib.ExitStack() as stack:
+        def arrive(name: str) -> None:
+            policy.admit(policy.session_of(request(name, clock)))
+            r = request(name, clock)
+            playout = policy.playout(r)
+            stack.enter_context(policy.tracked(r, playout))
+            policy.offer(queue, name, segment(), playout, session=name, request_seq=0, remaining=3, busy=True,
+                         interrupts=False)
+
+        for name in "abcd":
+            arrive(name)
+        clock.advance(0.2)
+        queue.take(4)  # one batch: four first calls start together
+        assert policy.table_sizes()["first_audio_waits"] == 0
+        arrive("e")
+        arrive("f")  # e ahead of it: ~180 ms
+        with caplog.at_level("WARNING", logger="kokoro.backend"), pytest.raises(Overloaded, match="would wait 3"):
+            arrive("g")
+
+
+def test_a_request_planned_is_not_refused_for_the_wait_as_its_stream_starts():
+    """Its planning is spent: as its stream starts (``planned``) a newcomer is no longer refused
+    for how long newcomers wait, which the next arrivals are refused for."""
+    clock = VirtualClock()
+    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=150),
+                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
+    with policy.tracked(request("first", clock)):
+        clock.advance(0.2)  # first has waited 200 ms, past the budget
+        with pytest.raises(Overloaded, match="would wait 200 ms"):
+            policy.admit(policy.session_of(request("second", clock)))
+        policy.admit("second", planned=True)
+
+
 def test_admit_and_a_zero_budget_never_refuse_for_a_wait():
     for settings in ({"overload": "admit"}, {"overload": "refuse", "overload_first_audio_ms": 0}):
         clock = VirtualClock()
