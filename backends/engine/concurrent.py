@@ -41,7 +41,7 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   three failures within a minute it stays down and ``check_health`` fails (``/ping`` 503). A
   completion step that raises fails only the requests of that call.
 
-Admission: ``max_queue`` bounds the requests admitted at once (being answered or waiting). Each
+Admission: ``max_queue`` bounds the requests admitted at once (being planned, answered or waiting). Each
 admitted request holds at most one queued segment and ``max_ahead`` unread chunks, so memory is
 bounded. Beyond it, or when the policy refuses a newcomer under overload (``overload=refuse``),
 ``stream()`` raises :class:`Overloaded` (503 / ``overloaded`` error event).
@@ -130,7 +130,8 @@ class ConcurrentBackend(Engine):
 
     @property
     def active_requests(self) -> int:
-        """Requests admitted and not yet finished (what ``max_queue`` bounds)."""
+        """Requests admitted and not yet finished, not counting those being planned (``max_queue``
+        bounds both together)."""
         return len(self._jobs)
 
     async def start(self) -> None:
@@ -154,7 +155,7 @@ class ConcurrentBackend(Engine):
             raise NotReady(f"{self.scheduler.down}: replace this instance")
 
     def full(self) -> str | None:
-        n = len(self._jobs)
+        n = len(self._jobs) + self.planning
         return f"{n} requests are in progress; try again shortly" if n >= self.config.max_queue else None
 
     def table_sizes(self) -> dict[str, int]:

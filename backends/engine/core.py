@@ -105,6 +105,8 @@ class Engine:
         self._observer: BackendObserver = observer if observer is not None else NoObserver()
         self._ready = False
         self._closing = False
+        #: Requests admitted whose first segment is being planned (``max_queue`` counts them too).
+        self.planning = 0
         # Loading and first segments on one pool, the rest of the texts on another (planning.py).
         self._prep_executor = ThreadPoolExecutor(max_workers=PLAN_THREADS, thread_name_prefix="kokoro-prep")
         self._plan_executor = ThreadPoolExecutor(max_workers=PLAN_THREADS, thread_name_prefix="kokoro-plan")
@@ -172,7 +174,8 @@ class Engine:
     def table_sizes(self) -> dict[str, int]:
         """Entries per table kept per session, request or call (see :class:`~backends.api.Backend`);
         the modes add their queues."""
-        return {"runtime_calls": self.step.running_calls, **self.policy.table_sizes()}
+        return {"runtime_calls": self.step.running_calls, "planning_requests": self.planning,
+                **self.policy.table_sizes()}
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -224,7 +227,8 @@ class Engine:
 
     # -- requests -------------------------------------------------------------------------------
     def full(self) -> str | None:
-        """Why the mode's queue takes no more requests now (``max_queue``), or None: the modes say."""
+        """Why the mode's queue takes no more requests now (``max_queue``: the requests it holds and
+        those being planned for it), or None: the modes say."""
         return None
 
     def admit(self, session: str | None = None, *, planned: bool = False) -> None:
@@ -249,10 +253,14 @@ class Engine:
         self.admit(self.policy.session_of(request))
         loop = asyncio.get_running_loop()
         short = self.policy.short_first(request)  # (before this request counts as its session's own)
-        with self.policy.tracked(request):
-            windowed = self.config.windowed_first_segment and self.synthesizer.capabilities.windowed
-            rest = await loop.run_in_executor(self._prep_executor, plan_first, request, self.pipeline, self.voices,
-                                              self.config, short, windowed)
+        self.planning += 1
+        try:
+            with self.policy.tracked(request):
+                windowed = self.config.windowed_first_segment and self.synthesizer.capabilities.windowed
+                rest = await loop.run_in_executor(self._prep_executor, plan_first, request, self.pipeline,
+                                                  self.voices, self.config, short, windowed)
+        finally:
+            self.planning -= 1
         request.plan = SegmentFeed(request.segments, rest, self._plan_executor, text_chars=len(request.text))
         request.plan.want(1)  # the next ones are planned while the first is synthesised
         return request

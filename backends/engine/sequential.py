@@ -16,8 +16,8 @@ own deadline.
 
 Threading: every runtime call runs on a single dedicated worker thread; the queue and the choice
 live on the event loop, which only awaits futures.
-Admission: at most ``max_queue`` segments wait for or sit in the worker at once; beyond it, or
-when the policy refuses a newcomer under overload (``overload=refuse``), ``stream()`` raises
+Admission: at most ``max_queue`` segments wait for or sit in the worker at once, counting the
+requests whose first segment is being planned; beyond it, or when the policy refuses a newcomer under overload (``overload=refuse``), ``stream()`` raises
 :class:`~backends.api.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``) counts the segments
 waiting, not the one running, as in the concurrent mode.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
@@ -75,7 +75,7 @@ class SequentialBackend(Engine):
         return len(self._queue)
 
     def full(self) -> str | None:
-        n = self._waiting
+        n = self._waiting + self.planning
         return f"{n} requests are waiting; try again shortly" if n >= self.config.max_queue else None
 
     def table_sizes(self) -> dict[str, int]:

@@ -200,6 +200,27 @@ async def test_overloaded_when_the_queue_bound_is_hit_then_serves_again(make_bac
     assert backend.active_requests == 0
 
 
+async def test_the_queue_bound_counts_the_requests_being_planned(make_backend, monkeypatch):
+    """A request admitted is counted from its planning on: past ``max_queue`` a newcomer is
+    refused while the others are still being planned (under a flood the planning backlog is
+    bounded too), and the count is back at 0 once they are planned."""
+    import backends.engine.core as core
+
+    held, plan_first = threading.Event(), core.plan_first
+    monkeypatch.setattr(core, "plan_first", lambda *a: (held.wait(10), plan_first(*a))[1])
+    backend = make_backend(batch_fake(), max_queue=2)
+    planning = [asyncio.create_task(prepared(backend, SENTENCES[i], rid=f"r{i}")) for i in range(2)]
+    await wait_until(lambda: backend.planning == 2)
+    assert backend.active_requests == 0 and backend.table_sizes()["planning_requests"] == 2
+    with pytest.raises(Overloaded, match="2 requests are in progress"):
+        await prepared(backend, SENTENCES[2], rid="r2")
+    held.set()
+    for request in await asyncio.gather(*planning):
+        assert len(await collect(backend, request)) == len(request.segments)
+    assert backend.planning == 0 and backend.table_sizes()["planning_requests"] == 0
+    backend.admit()
+
+
 async def test_refuse_turns_a_newcomer_away_while_one_admitted_waits_past_the_first_audio_budget(make_backend):
     """``overload=refuse``: one request's call holds the runtime, a second waits in the queue for
     its first call; once it has waited past KOKORO_OVERLOAD_FIRST_AUDIO_MS a third is refused
