@@ -9,7 +9,8 @@ voice-agent protocols (Deepgram's ``WS /v1/speak``, Cartesia's ``WS /tts/websock
 speech route goes through the one synthesis pipeline (``server.pipeline.synthesis``). The app knows the
 backend only through the :class:`~backends.api.Backend` protocol. Middleware: ``x-request-id`` on
 every ``/v1/`` answer (``server.openai.request_id``) around CORS (when ``KOKORO_CORS_ORIGINS`` is set) around bearer
-auth (when ``KOKORO_API_KEY`` is set; ``/ping`` stays open).
+auth (when ``KOKORO_API_KEY`` is set; ``/ping`` stays open) around the admission gate (a speech request
+refused at admission is answered before it is routed, ``server.pipeline.http``).
 
 Lifespan: the backend is loaded and warmed up (``backend.start()``, off the loop) in a background
 task, so the server listens at once and ``/ping`` answers 503 ``loading`` until the model is ready,
@@ -40,6 +41,7 @@ from server.auth import BearerAuth
 from server.metrics import Metrics
 from server.openai.request_id import RequestIdMiddleware
 from server.openai.routes import openai_routes
+from server.pipeline.http import AdmissionGate, SpeechEndpoint
 from server.providers.cartesia import PATH as CARTESIA_PATH
 from server.providers.cartesia import cartesia_routes
 from server.providers.cartesia_http import BYTES_PATH as CARTESIA_BYTES
@@ -186,6 +188,11 @@ def create_app(
         middleware.append(Middleware(
             BearerAuth, api_key=settings.api_key.get_secret_value(), own_key_paths=own_key_paths
         ))
+
+    # innermost: a request refused at admission is answered before it is routed, its body unread
+    speech = {r.path: r.endpoint for r in routes
+              if isinstance(r, Route) and isinstance(r.endpoint, SpeechEndpoint) and "{" not in r.path}
+    middleware.append(Middleware(AdmissionGate, endpoints=speech))
 
     app = Starlette(
         routes=routes,

@@ -10,7 +10,7 @@ SDKs read it as ``response.request_id`` / ``_request_id`` and on errors as ``req
 
 from __future__ import annotations
 
-import uuid
+import secrets
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,7 +23,7 @@ _HEADER = b"x-request-id"
 
 
 def fresh_request_id() -> str:
-    return f"req_{uuid.uuid4().hex}"
+    return f"req_{secrets.token_hex(16)}"
 
 
 def request_id_of(request: Request) -> str:

@@ -6,6 +6,9 @@
   wire format onto the pipeline and returns a response; every :class:`KokoroError` it raises
   becomes that route's error shape with the error's status; a 503 (loading, draining, overloaded)
   carries ``Retry-After``.
+* :class:`AdmissionGate` — middleware ahead of the router: a speech request the server would refuse
+  now (loading, draining, overloaded) gets its route's refusal before it is routed or its body read
+  (under overload most requests are refused: a refusal costs the least there).
 * :func:`read_body` — the body, at most ``max_message_bytes``: a larger ``Content-Length`` is
   refused (413 ``text_too_long``) before a byte of the body is read, and a body without one is
   refused as soon as the bytes received pass the limit — never read whole.
@@ -27,7 +30,7 @@ from urllib.parse import quote
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.api import KokoroError, TextTooLong
 from server.pipeline.synthesis import Cancelled, SendTimeout, Synthesis, bounded_send
@@ -145,6 +148,14 @@ class SpeechEndpoint:
             except ClientDisconnect:
                 pass  # counted as cancelled when the synthesis closes
 
+    async def refuse(self, job: Synthesis, error: KokoroError, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer ``error``, raised as ``job`` was admitted, as this route answers it (counted as
+        the request's outcome), without running the handler."""
+        request = Request(scope, receive)
+        if self.request_id is not None:
+            job.request_id = self.request_id(request)
+        await self._refuse(error, job, request)(scope, receive, send)
+
     async def _respond(self, request: Request, job: Synthesis) -> Response:
         if self.request_id is not None:
             job.request_id = self.request_id(request)
@@ -167,3 +178,30 @@ class SpeechEndpoint:
             response.headers["Retry-After"] = str(RETRY_AFTER_S)
         job.record(response.status_code, error.code)
         return response
+
+
+class AdmissionGate:
+    """ASGI middleware between the app's own middleware and its router. A ``POST`` to the path of
+    a :class:`SpeechEndpoint` that the server would refuse now (:meth:`Synthesis.admit`: loading,
+    draining, overloaded) is answered by that endpoint's refusal here, neither routed nor its body
+    read; an admitted one goes on unchanged, and its endpoint admits it again as it starts. Under
+    overload most requests are refused, and the work a refusal takes comes out of the answered
+    requests' share of the one event loop. Endpoints at a path with parameters are left to refuse
+    their requests themselves (the same answer)."""
+
+    def __init__(self, app: ASGIApp, endpoints: Mapping[str, SpeechEndpoint]):
+        self.app = app
+        self.endpoints = dict(endpoints)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.endpoints.get(scope["path"])
+            if endpoint is not None:
+                state: ServerState = scope["app"].state.kokoro
+                job = Synthesis(state.backend, endpoint.route, state=state)
+                try:
+                    job.admit()
+                except KokoroError as error:
+                    await endpoint.refuse(job, error, scope, receive, send)
+                    return
+        await self.app(scope, receive, send)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -130,7 +130,7 @@ async def _events(job: Synthesis, first: AudioChunk, fmt: WireFormat, cid: str |
 
 
 def _request_id(request: Request) -> str:
-    return uuid.uuid4().hex
+    return secrets.token_hex(16)
 
 
 def cartesia_http_routes() -> list[Route]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -141,7 +141,7 @@ async def _lines(job: Synthesis, first: AudioChunk, fmt: WireFormat) -> AsyncIte
 
 
 def _request_id(request: Request) -> str:
-    return uuid.uuid4().hex
+    return secrets.token_hex(16)
 
 
 def elevenlabs_http_routes() -> list[Route]:

@@ -15,7 +15,7 @@ with the real sizes).
 
 from __future__ import annotations
 
-import uuid
+import secrets
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -69,7 +69,7 @@ def _state(request: Request) -> ServerState:
 def _request_id(request: Request) -> str:
     """The request's id before its body is read (so a 400 or 413 carries one too): the client's
     ``X-Request-Id``, else a fresh one; a ``request_id`` in the body wins once it is parsed."""
-    return client_request_id(request.scope) or uuid.uuid4().hex
+    return client_request_id(request.scope) or secrets.token_hex(16)
 
 
 def invocations_endpoint() -> SpeechEndpoint:

@@ -110,6 +110,42 @@ def test_overloaded_backend_answers_503(make_client, synth, wait):
     assert first["r"].status_code == 200
 
 
+def test_every_speech_route_refused_at_admission_answers_in_its_own_shape(make_client, synth, wait):
+    """Refused before it is routed or read (the admission gate, or the endpoint itself where the
+    path has a parameter), each HTTP speech route still answers as its clients expect: 503 with
+    Retry-After, its own error body and request-id header, and the refusal counted on its route."""
+    shapes = {
+        "/invocations": lambda b: b["error"]["code"],
+        "/v1/audio/speech": lambda b: b["error"]["code"],
+        "/v1/speak": lambda b: b["err_code"],
+        "/tts/bytes": lambda b: b["error_code"],
+        "/tts/sse": lambda b: b["error_code"],
+        "/v1/text-to-speech/af_heart": lambda b: b["detail"]["status"],
+    }
+    ids = {"/invocations": "x-request-id", "/v1/audio/speech": "x-request-id", "/v1/speak": "dg-request-id",
+           "/v1/text-to-speech/af_heart": "x-trace-id"}
+    with make_client(backend_kw={"max_queue": 1}) as client:
+        synth.gate = threading.Event()
+        synth.started.clear()
+        first: dict = {}
+        worker = threading.Thread(target=lambda: first.update(r=client.post("/invocations", json={"text": "Held."})))
+        worker.start()
+        wait(synth.started.is_set)
+        answers = {path: client.post(path, content=b"{not json") for path in shapes}
+        metrics = client.get("/metrics").text
+        synth.gate.set()
+        worker.join(10)
+    assert first["r"].status_code == 200
+    for path, code_of in shapes.items():
+        r = answers[path]
+        assert r.status_code == 503 and r.headers["retry-after"], path
+        assert code_of(r.json()).lower() == "overloaded", (path, r.json())
+        if path in ids:
+            assert r.headers[ids[path]], path
+    refused = [line for line in metrics.splitlines() if line.startswith("kokoro_requests_total") and '"503"' in line]
+    assert len(refused) >= 5, refused  # one series per route refused (the two Cartesia routes share one)
+
+
 def test_malformed_requests_never_leak_capacity(make_client):
     with make_client(max_sessions=2) as client:
         for i in range(200):
