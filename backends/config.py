@@ -110,9 +110,9 @@ class BackendConfig(EnvSettings):
         ge=0,
         description="Scheduling policy, with `KOKORO_OVERLOAD=refuse`: a newcomer is refused while it would wait "
         "longer than this for the runtime to start its first segment's call (the newcomers waiting ahead of it at the "
-        "pace first calls start under backlog, or the longest wait now; the event loop's lateness counted in for each "
-        "step of the request on it): the admitted keep their first audio early. "
-        "Set it below the first-audio target by what planning, the first call and the network take; 0: refuse only "
+        "pace newcomers were served at, measured from their arrival, or the longest wait now; the event loop's "
+        "lateness counted in for each step of the request on it): the admitted keep their first audio early. "
+        "Set it below the first-audio target by what the first call and the network take; 0: refuse only "
         "under overload.",
     )
     overload_yields: int = Field(
@@ -248,8 +248,8 @@ class BackendConfig(EnvSettings):
     max_queue: int = Field(
         256,
         ge=1,
-        description="Requests synthesising or waiting for the runtime at once (all sessions); beyond it new "
-        "requests are refused `overloaded` (503).",
+        description="Requests synthesising, waiting for the runtime or being planned at once (all sessions); beyond "
+        "it new requests are refused `overloaded` (503).",
     )
     request_timeout_s: float | None = Field(
         120.0, gt=0, description="A request still synthesising after this long fails with `timeout`."

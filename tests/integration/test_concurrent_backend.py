@@ -221,6 +221,22 @@ async def test_the_queue_bound_counts_the_requests_being_planned(make_backend, m
     backend.admit()
 
 
+async def test_a_request_planned_keeps_its_place_when_a_newcomer_took_it_meanwhile(make_backend):
+    """Between its planning and its stream the queue may fill with a request admitted meanwhile:
+    the planned one is served all the same (refused there, its planning would be spent for
+    nothing)."""
+    synth = batch_fake()
+    synth.gate = threading.Event()
+    backend = make_backend(synth, max_queue=1)
+    first = await prepared(backend, SENTENCES[0], rid="r0")
+    second = await prepared(backend, SENTENCES[1], rid="r1")  # r0 planned, its stream not begun
+    running = asyncio.create_task(collect(backend, second))
+    await wait_until(lambda: backend.active_requests == 1)
+    behind = asyncio.create_task(collect(backend, first))
+    synth.gate.set()
+    assert len(await running) == len(second.segments) and len(await behind) == len(first.segments)
+
+
 async def test_refuse_turns_a_newcomer_away_while_one_admitted_waits_past_the_first_audio_budget(make_backend):
     """``overload=refuse``: one request's call holds the runtime, a second waits in the queue for
     its first call; once it has waited past KOKORO_OVERLOAD_FIRST_AUDIO_MS a third is refused
