@@ -188,36 +188,47 @@ def test_refuse_turns_newcomers_away_while_an_admitted_one_waits_too_long_for_it
     assert policy.table_sizes()["first_audio_waits"] == 0
 
 
+class Door:
+    """A policy with ``overload=refuse`` at a budget of ``budget_ms`` whose newcomers
+    :meth:`arrive` one by one: each asked at admission, then streamed with its first segment queued
+    behind a busy runtime (``queue`` pops or takes them as their calls start)."""
+
+    def __init__(self, budget_ms: float):
+        self.clock = VirtualClock()
+        self.policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=budget_ms),
+                                       plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=self.clock)
+        self.queue = self.policy.new_queue()
+        self.stack = contextlib.ExitStack()
+
+    def arrive(self, name: str) -> None:
+        policy = self.policy
+        policy.admit(policy.session_of(request(name, self.clock)))
+        r = request(name, self.clock)
+        playout = policy.playout(r)
+        self.stack.enter_context(policy.tracked(r, playout))
+        policy.offer(self.queue, name, segment(), playout, session=name, request_seq=0, remaining=3, busy=True,
+                     interrupts=False)
+
+
 def test_refuse_turns_a_burst_away_before_anyone_has_waited_the_budget(caplog):
     """Waiting for the longest wait to pass the budget would let in every arrival until then, to
     queue behind each other: a newcomer is refused once those waiting ahead of it, at the pace
-    first calls start under backlog, would keep it past the budget."""
-    clock = VirtualClock()
-    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=150),
-                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
-    queue = policy.new_queue()
-    with contextlib.ExitStack() as stack:
-        def arrive(name: str) -> None:
-            policy.admit(policy.session_of(request(name, clock)))
-            r = request(name, clock)
-            playout = policy.playout(r)
-            stack.enter_context(policy.tracked(r, playout))
-            policy.offer(queue, name, segment(), playout, session=name, request_seq=0, remaining=3, busy=True,
-                         interrupts=False)
-
+    newcomers were served at, would keep it past the budget."""
+    door = Door(150)
+    with door.stack:
         for name in ("a", "b", "c"):
-            arrive(name)
+            door.arrive(name)
         for _ in range(3):  # the runtime starts a first call every 100 ms while others wait
-            clock.advance(0.1)
-            queue.pop()
-        arrive("d")  # nobody waits: admitted
-        arrive("e")  # d ahead of it: 100 ms
-        clock.advance(0.01)
-        with pytest.raises(Overloaded, match="would wait 200 ms"):  # d and e ahead, 100 ms a call
-            arrive("f")  # (although d has waited only 10 ms, under the budget)
-        arrive("c")  # a session already heard is no newcomer
-        queue.pop()  # d's call starts
-        arrive("g")
+            door.clock.advance(0.1)
+            door.queue.pop()
+        door.arrive("d")  # nobody waits: admitted
+        door.arrive("e")  # d ahead of it: 100 ms
+        door.clock.advance(0.01)
+        with pytest.raises(Overloaded, match="would wait 200 ms"):  # d and e ahead, 100 ms each
+            door.arrive("f")  # (although d has waited only 10 ms, under the budget)
+        door.arrive("c")  # a session already heard is no newcomer
+        door.queue.pop()  # d's call starts
+        door.arrive("g")
 
 
 def test_the_pace_counts_the_whole_wait_not_the_gaps_between_first_calls(caplog):
@@ -225,28 +236,17 @@ def test_the_pace_counts_the_whole_wait_not_the_gaps_between_first_calls(caplog)
     their first calls at once: the gaps between those starts are nil, but each waited 200 ms for
     the three, two, one or none ahead of it, and that is the pace the next ones are judged by —
     with one waiting a newcomer would wait ~180 ms, with two ~360 ms: refused at a 250 ms budget."""
-    clock = VirtualClock()
-    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=250),
-                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
-    queue = policy.new_queue()
-    with contextlib.ExitStack() as stack:
-        def arrive(name: str) -> None:
-            policy.admit(policy.session_of(request(name, clock)))
-            r = request(name, clock)
-            playout = policy.playout(r)
-            stack.enter_context(policy.tracked(r, playout))
-            policy.offer(queue, name, segment(), playout, session=name, request_seq=0, remaining=3, busy=True,
-                         interrupts=False)
-
+    door = Door(250)
+    with door.stack:
         for name in "abcd":
-            arrive(name)
-        clock.advance(0.2)
-        queue.take(4)  # one batch: four first calls start together
-        assert policy.table_sizes()["first_audio_waits"] == 0
-        arrive("e")
-        arrive("f")  # e ahead of it: ~180 ms
+            door.arrive(name)
+        door.clock.advance(0.2)
+        door.queue.take(4)  # one batch: four first calls start together
+        assert door.policy.table_sizes()["first_audio_waits"] == 0
+        door.arrive("e")
+        door.arrive("f")  # e ahead of it: ~180 ms
         with caplog.at_level("WARNING", logger="kokoro.backend"), pytest.raises(Overloaded, match="would wait 3"):
-            arrive("g")
+            door.arrive("g")
 
 
 def test_a_request_planned_is_not_refused_for_the_wait_as_its_stream_starts():

@@ -3,9 +3,11 @@ synthesizer): statuses, bodies, capacity released on every path, a failure after
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 import threading
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -93,18 +95,27 @@ def test_error_statuses_and_bodies(make_client, body, status, code):
     assert ok.status_code == 200
 
 
-def test_overloaded_backend_answers_503(make_client, synth, wait):
-    with make_client(backend_kw={"max_queue": 1}) as client:
-        synth.gate = threading.Event()
-        synth.started.clear()
-        first: dict = {}
-        worker = threading.Thread(target=lambda: first.update(r=client.post("/invocations", json={"text": "Held."})))
-        worker.start()
-        wait(synth.started.is_set)
-        r = client.post("/invocations", json={"text": "Refused."})
-        unread = client.post("/invocations", content=b"{not json")  # refused before its body is read
+@contextlib.contextmanager
+def one_held(client, synth, wait) -> Iterator[dict]:
+    """A request held in the runtime (its call started, gated) while the block runs; its answer
+    is the dict's ``r`` once the block is done."""
+    synth.gate = threading.Event()
+    synth.started.clear()
+    first: dict = {}
+    worker = threading.Thread(target=lambda: first.update(r=client.post("/invocations", json={"text": "Held."})))
+    worker.start()
+    wait(synth.started.is_set)
+    try:
+        yield first
+    finally:
         synth.gate.set()
         worker.join(10)
+
+
+def test_overloaded_backend_answers_503(make_client, synth, wait):
+    with make_client(backend_kw={"max_queue": 1}) as client, one_held(client, synth, wait) as first:
+        r = client.post("/invocations", json={"text": "Refused."})
+        unread = client.post("/invocations", content=b"{not json")  # refused before its body is read
     assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"]
     assert unread.status_code == 503 and unread.json()["error"]["code"] == "overloaded"
     assert first["r"].status_code == 200
@@ -124,17 +135,9 @@ def test_every_speech_route_refused_at_admission_answers_in_its_own_shape(make_c
     }
     ids = {"/invocations": "x-request-id", "/v1/audio/speech": "x-request-id", "/v1/speak": "dg-request-id",
            "/v1/text-to-speech/af_heart": "x-trace-id"}
-    with make_client(backend_kw={"max_queue": 1}) as client:
-        synth.gate = threading.Event()
-        synth.started.clear()
-        first: dict = {}
-        worker = threading.Thread(target=lambda: first.update(r=client.post("/invocations", json={"text": "Held."})))
-        worker.start()
-        wait(synth.started.is_set)
+    with make_client(backend_kw={"max_queue": 1}) as client, one_held(client, synth, wait) as first:
         answers = {path: client.post(path, content=b"{not json") for path in shapes}
         metrics = client.get("/metrics").text
-        synth.gate.set()
-        worker.join(10)
     assert first["r"].status_code == 200
     for path, code_of in shapes.items():
         r = answers[path]
