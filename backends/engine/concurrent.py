@@ -44,7 +44,8 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
 Admission: ``max_queue`` bounds the requests admitted at once (being planned, answered or waiting). Each
 admitted request holds at most one queued segment and ``max_ahead`` unread chunks, so memory is
 bounded. Beyond it, or when the policy refuses a newcomer under overload (``overload=refuse``),
-``stream()`` raises :class:`Overloaded` (503 / ``overloaded`` error event).
+``prepare()`` raises :class:`Overloaded` (503 / ``overloaded`` error event; under overload,
+``stream()`` too).
 
 Threading: all scheduler state lives on the event loop; worker threads only run the synthesizer and
 call the observer's ``segment_done`` / ``batch_done`` (``queue_depth`` is called from the loop).

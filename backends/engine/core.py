@@ -234,9 +234,10 @@ class Engine:
     def admit(self, session: str | None = None, *, planned: bool = False) -> None:
         """Refuse a new request of ``session`` now, as :meth:`prepare` and :meth:`stream` would:
         shutting down, the queue full, or the policy's rule 10 (see :class:`~backends.api.Backend`).
-        ``planned``: asked again as the request's stream starts, its first segment planned — it was
-        counted against ``max_queue`` as it was planned (a newcomer admitted in between may have
-        taken the place it leaves for a moment), so only shutting down and the policy refuse it."""
+        ``planned``: asked again as the request's stream starts, its first segment planned — by
+        :meth:`prepare`, which counted it against ``max_queue`` (a newcomer admitted in between may
+        have taken the place it leaves for a moment), or whole by its caller (the warm-up, a tool in
+        process) — so only shutting down and the policy refuse it."""
         if self._closing:
             raise NotReady("server is shutting down")
         if not planned and (why := self.full()) is not None:

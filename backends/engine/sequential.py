@@ -17,9 +17,10 @@ own deadline.
 Threading: every runtime call runs on a single dedicated worker thread; the queue and the choice
 live on the event loop, which only awaits futures.
 Admission: at most ``max_queue`` segments wait for or sit in the worker at once, counting the
-requests whose first segment is being planned; beyond it, or when the policy refuses a newcomer under overload (``overload=refuse``), ``stream()`` raises
-:class:`~backends.api.Overloaded`. ``queue_depth`` (``kokoro_queue_depth``) counts the segments
-waiting, not the one running, as in the concurrent mode.
+requests whose first segment is being planned; beyond it, or when the policy refuses a newcomer
+under overload (``overload=refuse``), ``prepare()`` raises :class:`~backends.api.Overloaded` (and,
+under overload, ``stream()``). ``queue_depth`` (``kokoro_queue_depth``) counts the segments waiting,
+not the one running, as in the concurrent mode.
 Cancellation: closing/cancelling ``stream()`` stops submitting that request's segments; a segment
 that has not started leaves the queue outright; one already running is interrupted where the runtime
 can be (``interruptible``, with deadlines on), else it finishes, and its result is discarded. The
