@@ -152,15 +152,35 @@ def test_the_first_moments_of_a_stream_before_its_audio_is_made_are_no_overload(
     rig.newcomer()
 
 
+class Door:
+    """A policy with ``overload=refuse`` at a budget of ``budget_ms`` whose newcomers
+    :meth:`arrive` one by one: each asked at admission, then streamed with its first segment queued
+    behind a busy runtime (``queue`` pops or takes them as their calls start)."""
+
+    def __init__(self, budget_ms: float):
+        self.clock = VirtualClock()
+        self.policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=budget_ms),
+                                       plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=self.clock)
+        self.queue = self.policy.new_queue()
+        self.stack = contextlib.ExitStack()
+
+    def arrive(self, name: str) -> None:
+        policy = self.policy
+        policy.admit(policy.session_of(request(name, self.clock)))
+        r = request(name, self.clock)
+        playout = policy.playout(r)
+        self.stack.enter_context(policy.tracked(r, playout))
+        policy.offer(self.queue, name, segment(), playout, session=name, request_seq=0, remaining=3, busy=True,
+                     interrupts=False)
+
+
 @pytest.mark.parametrize("planned", [False, True])
 def test_refuse_turns_newcomers_away_while_an_admitted_one_waits_too_long_for_its_first_call(planned, caplog):
     """Refused before first audio runs late: while a newcomer admitted earlier has waited over
     KOKORO_OVERLOAD_FIRST_AUDIO_MS for the runtime (being planned, or queued), the next is refused;
     once its call starts, newcomers are admitted again."""
-    clock = VirtualClock()
-    policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=150),
-                              plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=clock)
-    queue = policy.new_queue()
+    door = Door(150)
+    clock, policy, queue = door.clock, door.policy, door.queue
     first = request("first", clock)
     playout = policy.playout(first)
     with caplog.at_level("INFO", logger="kokoro.backend"):
@@ -186,28 +206,6 @@ def test_refuse_turns_newcomers_away_while_an_admitted_one_waits_too_long_for_it
                               "(1 waiting")
     assert len(said) == 2 and "again" in said[-1] and "(2 refused" in said[-1]  # one line as it begins, one as it ends
     assert policy.table_sizes()["first_audio_waits"] == 0
-
-
-class Door:
-    """A policy with ``overload=refuse`` at a budget of ``budget_ms`` whose newcomers
-    :meth:`arrive` one by one: each asked at admission, then streamed with its first segment queued
-    behind a busy runtime (``queue`` pops or takes them as their calls start)."""
-
-    def __init__(self, budget_ms: float):
-        self.clock = VirtualClock()
-        self.policy = SchedulingPolicy(BackendConfig.defaults(overload="refuse", overload_first_audio_ms=budget_ms),
-                                       plain_order="fifo", sample_rate=RATE, observer=Recorder(), clock=self.clock)
-        self.queue = self.policy.new_queue()
-        self.stack = contextlib.ExitStack()
-
-    def arrive(self, name: str) -> None:
-        policy = self.policy
-        policy.admit(policy.session_of(request(name, self.clock)))
-        r = request(name, self.clock)
-        playout = policy.playout(r)
-        self.stack.enter_context(policy.tracked(r, playout))
-        policy.offer(self.queue, name, segment(), playout, session=name, request_seq=0, remaining=3, busy=True,
-                     interrupts=False)
 
 
 def test_refuse_turns_a_burst_away_before_anyone_has_waited_the_budget(caplog):
