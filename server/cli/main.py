@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.logs import configure as configure_logging
 from backends.startup import ConfigError, install_hint, runtime_problem, settings_problems, version
+from server.cli import allocator
 from server.settings import Settings
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ def serve(settings: Settings) -> int:
     if (problem := port_problem(settings.host, settings.port) or runtime_problem(settings.backend)) is not None:
         print(f"kokoro-serve: {problem}", file=sys.stderr)
         return 2
+    allocator.tune(os.environ)  # before the model's buffers are allocated
     metrics = Metrics()
     backend = build_backend(settings, observer=metrics)
     holder: dict[str, Any] = {}
