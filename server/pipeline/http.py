@@ -33,7 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.api import KokoroError, TextTooLong
-from server.pipeline.synthesis import Cancelled, SendTimeout, Synthesis, bounded_send
+from server.pipeline.synthesis import Cancelled, Final, SendTimeout, Synthesis, bounded_send
 from server.state import ServerState
 
 log = logging.getLogger("kokoro.http")
@@ -104,8 +104,10 @@ class AudioStream(StreamingResponse):
         try:
             await bounded_send(send({"type": "http.response.start", "status": self.status_code,
                                      "headers": self.raw_headers}), timeout)
+            ended = False  # a Final piece ends the body with its last bytes (one write less)
             async for chunk in self.body_iterator:
-                await bounded_send(send({"type": "http.response.body", "body": chunk, "more_body": True}), timeout)
+                ended = isinstance(chunk, Final)
+                await bounded_send(send({"type": "http.response.body", "body": chunk, "more_body": not ended}), timeout)
                 self.job.first_audio()
         except SendTimeout as e:
             log.warning("request %s: %s; cutting the response", self.job.request_id, e.message)
@@ -119,7 +121,8 @@ class AudioStream(StreamingResponse):
             self.job.fail(e)
             return
         self.job.record(200)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class SpeechEndpoint:

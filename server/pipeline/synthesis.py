@@ -245,12 +245,22 @@ class Synthesis:
 
     async def encoded(self, first: AudioChunk) -> AsyncIterator[bytes]:
         """The encoded bytes of the whole answer, one piece per segment, then the encoder's tail.
-        Empty pieces are skipped."""
+        Empty pieces are skipped. The last segment's piece leaves with the tail, as one
+        :class:`Final` piece, once the stream has ended (a streamed body ends with it: one write)."""
+        held = b""
         async for chunk in self.chunks(first):
-            if data := await self.encode(chunk.audio):
-                yield data
-        if tail := await self.flush():
-            yield tail
+            if held:
+                yield held
+            held = await self.encode(chunk.audio)
+            if not chunk.is_last and held:
+                yield held
+                held = b""
+        if data := held + await self.flush():
+            yield Final(data)
+
+
+class Final(bytes):
+    """The last piece of an answer's bytes: nothing follows it."""
 
 
 def retrieve(task: asyncio.Future[Any]) -> None:
