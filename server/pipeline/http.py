@@ -13,10 +13,11 @@
   refused (413 ``text_too_long``) before a byte of the body is read, and a body without one is
   refused as soon as the bytes received pass the limit — never read whole.
 * :func:`wait_disconnect` — finishes when the client goes away (the pipeline's ``gone`` watch:
-  a client that leaves before the first audio stops the backend's work).
+  a client that leaves, before the first audio or mid-stream, stops the backend's work).
 * :class:`AudioStream` — a streamed body that ends *without* the final empty chunk when synthesis
   fails after the first bytes (the status is already sent), so the client sees a truncated
-  transfer, never a short file that looks complete. A client that stops reading pauses its
+  transfer, never a short file that looks complete; the last piece of audio leaves with the end
+  of the body. A client that stops reading pauses its
   synthesis (the next chunk is pulled only once the last one was handed to the socket); a send
   that makes no progress for ``send_timeout_s`` cuts the response the same way and is counted in
   ``send_timeouts_total``.
@@ -24,6 +25,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from urllib.parse import quote
@@ -98,6 +100,12 @@ class AudioStream(StreamingResponse):
         super().__init__(content, media_type=media_type, headers=headers)
         self.job = job
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The synthesis watches for the client leaving (and cancels this task when it does): no
+        # second watch, nor Starlette's task group per response, is needed.
+        self.job.watch_client(lambda: wait_disconnect(Request(scope, receive)))
+        await self.stream_response(send)
+
     async def stream_response(self, send: Send) -> None:
         state = self.job.state
         timeout = state.settings.send_timeout_s if state is not None else _NO_TIMEOUT
@@ -145,11 +153,14 @@ class SpeechEndpoint:
         request = Request(scope, receive)
         state: ServerState = request.app.state.kokoro
         async with Synthesis(state.backend, self.route, state=state) as job:
-            response = await self._respond(request, job)
             try:
+                response = await self._respond(request, job)
                 await response(scope, receive, send)
             except ClientDisconnect:
                 pass  # counted as cancelled when the synthesis closes
+            except asyncio.CancelledError:
+                if not job.client_left():  # (the client went away: counted as cancelled too)
+                    raise
 
     async def refuse(self, job: Synthesis, error: KokoroError, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer ``error``, raised as ``job`` was admitted, as this route answers it (counted as

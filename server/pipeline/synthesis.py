@@ -9,8 +9,9 @@ state=state) as job:``. In order:
    when the request is opened (``overloaded``, 503).
 2. **open** (:meth:`Synthesis.open`) — ``backend.prepare`` (voice, length, segment plan, off the
    loop), the backend stream, and the **first chunk**. An optional ``gone`` awaitable (the HTTP
-   routes pass "the client disconnected") races the first chunk: when the client leaves first, the
-   stream is closed — its pending segments are never synthesised — and :class:`Cancelled` raised.
+   routes pass "the client disconnected") is watched from then on (:meth:`Synthesis.watch_client`):
+   when the client leaves, the request's task is cancelled where it waits and the stream closed —
+   its pending segments are never synthesised; before the first chunk, :class:`Cancelled` is raised.
 3. **the stream** (:meth:`Synthesis.chunks`, :meth:`Synthesis.encoded`) — one chunk per segment as
    soon as the backend yields it; encoding runs in a worker thread where it is costly (compressed
    formats, resampling) and on the loop where it is a copy (PCM/WAV at the model's rate).
@@ -107,6 +108,10 @@ class Synthesis:
         #: When the first audio was handed to the client (``perf_counter``), else None.
         self.first_audio_at: float | None = None
         self._track: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        self._watch: asyncio.Future[object] | None = None
+        #: The client went away while :meth:`watch_client` watched (the request's task was cancelled).
+        self.left = False
+        self._left_seen = False
 
     # -- lifetime -----------------------------------------------------------------------------
     async def __aenter__(self) -> Synthesis:
@@ -125,6 +130,9 @@ class Synthesis:
 
     async def aclose(self) -> None:
         """Abort pending segments, release the encoder, count an unanswered request as cancelled."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel()
         stream, self._stream = self._stream, None
         if stream is not None:
             try:
@@ -184,27 +192,49 @@ class Synthesis:
         self.request_id = self.request_id or request.request_id
         self.request = await self.backend.prepare(request)
         self._stream = aiter(self.backend.stream(self.request))
-        first = await (self.next_chunk() if gone is None else self._first_unless(gone))
+        if gone is not None:
+            self.watch_client(gone)
+        try:
+            first = await self.next_chunk()
+        except asyncio.CancelledError:
+            if self.client_left():  # a client that gave up waiting must not keep the runtime busy
+                raise Cancelled("the client went away before the first audio") from None
+            raise
         if first is None:  # never pass silence off as success
             raise BackendFault("the backend produced no audio")
         return first
 
-    async def _first_unless(self, gone: Callable[[], Awaitable[object]]) -> AudioChunk | None:
-        """The first chunk, unless the client leaves first: a client that gave up waiting must
-        not keep the runtime busy."""
-        first = asyncio.ensure_future(self.next_chunk())
-        left = asyncio.ensure_future(gone())
-        try:
-            await asyncio.wait({first, left}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (first, left):
-                if not task.done():
-                    task.cancel()
-                    task.add_done_callback(retrieve)
-        if first.done() and not first.cancelled():
-            return first.result()
-        await asyncio.wait({first})  # let the backend stream unwind before it is closed
-        raise Cancelled("the client went away before the first audio")
+    def watch_client(self, gone: Callable[[], Awaitable[object]]) -> None:
+        """From now until the request closes, ``gone`` finishing (the client went away) cancels the
+        task that called this, at whatever it awaits: the backend stream unwinds there (its pending
+        segments are dropped) and nothing more is sent. The route catches that cancellation with
+        :meth:`client_left`. A second call keeps the first watch."""
+        if self._watch is not None:
+            return
+        task = asyncio.current_task()
+        watch = asyncio.ensure_future(gone())
+
+        def finished(done: asyncio.Future[object]) -> None:
+            if done.cancelled():
+                return
+            done.exception()  # (read: a failed watch also means the client cannot be reached)
+            if self._watch is done and task is not None and not task.done():
+                self.left = True
+                task.cancel()
+
+        watch.add_done_callback(finished)
+        self._watch = watch
+
+    def client_left(self) -> bool:
+        """On a ``CancelledError``: whether it is :meth:`watch_client`'s (the client went away), in
+        which case the cancellation is withdrawn and the task goes on closing the request."""
+        if not self.left or self._left_seen:
+            return False
+        self._left_seen = True
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return True
 
     async def next_chunk(self) -> AudioChunk | None:
         """The next chunk, or None at the end. Runtime bugs become a typed :class:`BackendFault`."""
