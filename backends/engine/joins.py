@@ -60,21 +60,32 @@ def pause_for(kind: str, lang: str = "en-us") -> float:
     return table.get(kind, table["sentence"])
 
 
+def window_power(audio: np.ndarray) -> np.ndarray:
+    """Mean square of each 10 ms window (the last partial window counts as a window, zero-padded)."""
+    n = len(audio)
+    x = np.asarray(audio, dtype=np.float32).reshape(-1)
+    full = n // WINDOW * WINDOW
+    windows = x[:full].reshape(-1, WINDOW)
+    power: np.ndarray = np.einsum("ij,ij->i", windows, windows, dtype=np.float64) / WINDOW
+    if full < n:
+        rest = x[full:].astype(np.float64)
+        power = np.append(power, np.dot(rest, rest) / WINDOW)
+    return power
+
+
 def window_db(audio: np.ndarray) -> np.ndarray:
     """RMS of each 10 ms window, dBFS (the last partial window counts as a window)."""
-    n = len(audio)
-    if n == 0:
-        return np.zeros(0)
-    padded = np.zeros(-(-n // WINDOW) * WINDOW, dtype=np.float64)
-    padded[:n] = audio
-    rms = np.sqrt(np.mean(padded.reshape(-1, WINDOW) ** 2, axis=1))
-    db: np.ndarray = 20 * np.log10(np.maximum(rms, 1e-10))
+    db: np.ndarray = 10 * np.log10(np.maximum(window_power(audio), 1e-20))
     return db
+
+
+#: :data:`SILENCE_DB` as a window's mean square.
+_LOUD_POWER = 10.0 ** (SILENCE_DB / 10.0)
 
 
 def sound_extent(audio: np.ndarray) -> tuple[int, int] | None:
     """First and one past the last sample of the windows louder than :data:`SILENCE_DB`; None: none."""
-    loud = np.flatnonzero(window_db(audio) > SILENCE_DB)
+    loud = np.flatnonzero(window_power(audio) > _LOUD_POWER)
     if not len(loud):
         return None
     return int(loud[0]) * WINDOW, min(len(audio), (int(loud[-1]) + 1) * WINDOW)
