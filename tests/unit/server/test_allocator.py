@@ -35,6 +35,7 @@ def _faults(how: str) -> tuple[str, int]:
     return applied, int(faults)
 
 
+@pytest.mark.subprocess
 @glibc_only
 def test_audio_buffers_come_from_memory_the_server_already_holds() -> None:
     applied, tuned = _faults("tuned")
