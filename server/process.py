@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -44,11 +45,35 @@ class ServerNotReady(ServerFailed, TimeoutError):
     """The server still runs but did not answer 200 in time."""
 
 
+#: Where :func:`free_port` looks first: below Linux's ephemeral range (32768-60999 unless
+#: configured), from which the kernel picks the local port of every outgoing connection.
+_LISTEN_PORTS = range(20000, 32000)
+
+
+def _ephemeral_ports() -> range:
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return range(32768, 61000)
+    return range(lo, hi + 1)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A loopback port nothing listens on now, for a server about to start. It is taken outside
+    the ephemeral range where possible: a port the kernel handed out there can be taken, before the
+    server binds it, as the local port of any connection a client opens meanwhile."""
+    ephemeral = _ephemeral_ports()
+    candidates = [p for p in random.sample(_LISTEN_PORTS, 64) if p not in ephemeral]
+    for port in [*candidates, 0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found: int = s.getsockname()[1]
+            return found
+    raise OSError("no free loopback port")
 
 
 def wait_ready(url: str, *, gone: Callable[[], str | None] = lambda: None, timeout: float = 180,

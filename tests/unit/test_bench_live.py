@@ -36,3 +36,17 @@ def test_a_server_that_dies_raises_with_its_log():
     argv = [sys.executable, "-c", "import sys; print('no model here'); sys.exit(3)"]
     with pytest.raises(ServerFailed, match="no model here"):
         LiveServer(argv=argv, name="dies", log=lambda _m: None).start()
+
+
+def test_a_free_port_is_outside_the_range_outgoing_connections_take_their_ports_from():
+    """A port in the ephemeral range may be taken by any client's connection before the server binds it."""
+    import socket
+
+    from server.process import _ephemeral_ports, free_port
+
+    ports = {free_port() for _ in range(20)}
+    assert not ports & set(_ephemeral_ports())
+    for port in ports:  # and each is free to listen on
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
