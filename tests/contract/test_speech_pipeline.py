@@ -137,6 +137,29 @@ def test_an_openai_client_that_leaves_mid_stream_stops_the_work(served):
     assert synth.calls[before:] in (planned[:held], planned[: held + 1])
 
 
+def test_a_client_that_leaves_a_whole_file_request_while_it_is_synthesised_stops_the_work(served):
+    """``"stream": false``: nothing is sent before the whole audio is made; a client that hangs up
+    meanwhile is noticed at once, and the segments after the one in progress are never synthesised."""
+    synth, server = served
+    text = "The first sentence is here. Hold the second one now. The third one follows. And a fourth closes."
+    planned = [segment.text for segment in fake_pipeline().plan(text, voice="af_test", fast_first=False)]
+    held = next(i for i, segment in enumerate(planned) if "Hold" in segment)
+    assert 0 < held < len(planned) - 1
+    before = len(synth.calls)
+    body = json.dumps({"text": text, "format": "pcm", "stream": False}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        wait_for(lambda: any("Hold" in call for call in synth.calls[before:]))  # the held segment runs
+    wait_for(lambda: 'kokoro_requests_total{route="invocations",status="499"} 1.0'
+             in httpx.get(server.url + "/metrics").text)
+    synth.release()
+    wait_for(lambda: synth.active == 0 and server.call(lambda: server.app.state.kokoro.inflight) == 0)
+    assert synth.calls[before:] == planned[: held + 1]
+    after = httpx.post(server.url + "/invocations", json=valid_body("/invocations"), timeout=30)
+    assert after.status_code == 200 and after.content
+
+
 @pytest.mark.parametrize("path", SPEECH_ROUTES)
 def test_every_speech_route_has_the_same_admission_while_draining(served, path):
     _, server = served
