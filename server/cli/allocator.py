@@ -4,8 +4,8 @@ Every synthesised segment allocates audio buffers of a few hundred kilobytes (th
 output, its clipped copy, the PCM bytes). glibc serves blocks over 128 KiB with ``mmap`` and gives
 freed memory at the top of its heap back to the kernel once more than 128 KiB of it is free, so
 each of those buffers costs a fresh mapping or a re-grown heap, and the kernel zero-fills its
-pages again on first touch: about a sixth of a millisecond of system time for a second of audio,
-on every segment of every request. :func:`tune` raises both thresholds (``MMAP_THRESHOLD_BYTES``,
+pages again on first touch: on every segment of every request (measured: about a sixth of a
+millisecond of system time for each one-sentence request, docs/operating.md). :func:`tune` raises both thresholds (``MMAP_THRESHOLD_BYTES``,
 ``TRIM_THRESHOLD_BYTES``), so audio buffers come from, and go back to, memory the process already
 holds; freed memory above the trim threshold still goes back to the kernel.
 
