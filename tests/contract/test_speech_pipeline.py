@@ -89,6 +89,36 @@ def test_a_4mb_body_gets_413_at_once_on_every_speech_route_and_the_next_request_
     assert 'kokoro_requests_total{route="openai",status="413"} 2.0' in metrics
 
 
+#: Four sentences, the second of which the ``served`` runtime holds until released.
+HELD_TEXT = "The first sentence is here. Hold the second one now. The third one follows. And a fourth closes."
+
+
+def held_plan(*, fast_first: bool) -> tuple[list[str], int]:
+    """:data:`HELD_TEXT`'s segments and the index of the held one (neither the first nor the last)."""
+    planned = [segment.text for segment in fake_pipeline().plan(HELD_TEXT, voice="af_test", fast_first=fast_first)]
+    held = next(i for i, segment in enumerate(planned) if "Hold" in segment)
+    assert 0 < held < len(planned) - 1
+    return planned, held
+
+
+def post_and_hang_up(port: int, path: str, body: dict, until) -> None:
+    """POST ``body`` on a socket of its own, and close it once ``until()`` holds."""
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode()
+                     + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        wait_for(until)
+
+
+def cancelled_then_settled(synth, server, route: str) -> None:
+    """Wait until the server counts the request 499 (while the runtime still holds a segment), then
+    release the runtime and wait until nothing runs."""
+    wait_for(lambda: f'kokoro_requests_total{{route="{route}",status="499"}} 1.0'
+             in httpx.get(server.url + "/metrics").text)
+    synth.release()
+    wait_for(lambda: synth.active == 0 and server.call(lambda: server.app.state.kokoro.inflight) == 0)
+
+
 @pytest.mark.parametrize("stream_format", ["audio", "sse"])
 def test_an_openai_client_that_leaves_before_the_first_audio_stops_the_work(served, stream_format):
     synth, server = served
@@ -97,16 +127,10 @@ def test_an_openai_client_that_leaves_before_the_first_audio_stops_the_work(serv
     assert len(planned) >= 3
     synth.started.clear()
     before = len(synth.calls)
-    body = json.dumps({**valid_body("/v1/audio/speech", text), "stream_format": stream_format}).encode()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        wait_for(synth.started.is_set)  # the first segment is being synthesised (and held)
+    post_and_hang_up(server.port, "/v1/audio/speech", {**valid_body("/v1/audio/speech", text), "stream_format": stream_format},
+                     synth.started.is_set)  # the first segment is being synthesised (and held)
     # the client is gone; the server notices while the first segment is still running
-    wait_for(lambda: 'kokoro_requests_total{route="openai",status="499"} 1.0'
-             in httpx.get(server.url + "/metrics").text)
-    synth.release()
-    wait_for(lambda: synth.active == 0 and server.call(lambda: server.app.state.kokoro.inflight) == 0)
+    cancelled_then_settled(synth, server, "openai")
     after = httpx.post(server.url + "/v1/audio/speech", json=valid_body("/v1/audio/speech"), timeout=30)
     assert after.status_code == 200
     synthesised = synth.calls[before:]
@@ -119,20 +143,14 @@ def test_an_openai_client_that_leaves_mid_stream_stops_the_work(served):
     """The client reads the first segment's audio and hangs up while the rest is on its way: the
     segments after the one in progress are never synthesised."""
     synth, server = served
-    text = "The first sentence is here. Hold the second one now. The third one follows. And a fourth closes."
-    planned = [segment.text for segment in fake_pipeline().plan(text, voice="af_test", fast_first=True)]
-    held = next(i for i, segment in enumerate(planned) if "Hold" in segment)
-    assert 0 < held < len(planned) - 1
+    planned, held = held_plan(fast_first=True)
     before = len(synth.calls)
     with httpx.Client(base_url=server.url, timeout=30) as http, http.stream(
-        "POST", "/v1/audio/speech", json=valid_body("/v1/audio/speech", text)
+        "POST", "/v1/audio/speech", json=valid_body("/v1/audio/speech", HELD_TEXT)
     ) as r:
         assert r.status_code == 200
         next(r.iter_raw())  # the first segment's audio, then hang up
-    wait_for(lambda: 'kokoro_requests_total{route="openai",status="499"} 1.0'
-             in httpx.get(server.url + "/metrics").text)
-    synth.release()
-    wait_for(lambda: synth.active == 0 and server.call(lambda: server.app.state.kokoro.inflight) == 0)
+    cancelled_then_settled(synth, server, "openai")
     # the held segment may or may not have started before the hang-up was seen; none after it did
     assert synth.calls[before:] in (planned[:held], planned[: held + 1])
 
@@ -141,20 +159,11 @@ def test_a_client_that_leaves_a_whole_file_request_while_it_is_synthesised_stops
     """``"stream": false``: nothing is sent before the whole audio is made; a client that hangs up
     meanwhile is noticed at once, and the segments after the one in progress are never synthesised."""
     synth, server = served
-    text = "The first sentence is here. Hold the second one now. The third one follows. And a fourth closes."
-    planned = [segment.text for segment in fake_pipeline().plan(text, voice="af_test", fast_first=False)]
-    held = next(i for i, segment in enumerate(planned) if "Hold" in segment)
-    assert 0 < held < len(planned) - 1
+    planned, held = held_plan(fast_first=False)
     before = len(synth.calls)
-    body = json.dumps({"text": text, "format": "pcm", "stream": False}).encode()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-        sock.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        wait_for(lambda: any("Hold" in call for call in synth.calls[before:]))  # the held segment runs
-    wait_for(lambda: 'kokoro_requests_total{route="invocations",status="499"} 1.0'
-             in httpx.get(server.url + "/metrics").text)
-    synth.release()
-    wait_for(lambda: synth.active == 0 and server.call(lambda: server.app.state.kokoro.inflight) == 0)
+    post_and_hang_up(server.port, "/invocations", {"text": HELD_TEXT, "format": "pcm", "stream": False},
+                     lambda: any("Hold" in call for call in synth.calls[before:]))  # the held segment runs
+    cancelled_then_settled(synth, server, "invocations")
     assert synth.calls[before:] == planned[: held + 1]
     after = httpx.post(server.url + "/invocations", json=valid_body("/invocations"), timeout=30)
     assert after.status_code == 200 and after.content
