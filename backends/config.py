@@ -153,7 +153,8 @@ class BackendConfig(EnvSettings):
 
     # -- concurrent mode ----------------------------------------------------------------------
     max_batch_size: int = Field(16, ge=1, description="Concurrent mode: most segments in one batch.")
-    max_wait_ms: float = Field(5.0, ge=0, description="Concurrent mode: longest wait to fill a batch.")
+    max_wait_ms: float = Field(5.0, ge=0, description="Concurrent mode: longest wait to fill a batch when the runtime "
+                               "was idle (as a batch ends, the next starts at once from what queued meanwhile).")
     workers: int | None = Field(
         None,
         ge=1,

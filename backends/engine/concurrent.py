@@ -12,7 +12,8 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   text cannot crowd out a short one.
 * One background task (on the event loop; it does no inference) forms batches: when a worker slot is
   free and segments are ready, it waits up to ``max_wait_ms`` for the batch to fill to
-  ``max_batch_size``, then takes segments from a :class:`~backends.engine.schedule.SegmentQueue` in the
+  ``max_batch_size`` (when a batch ends, the next one starts at once from what queued meanwhile:
+  continuous batching, the runtime never idle between batches), then takes segments from a :class:`~backends.engine.schedule.SegmentQueue` in the
   order of the engine's :class:`~backends.engine.policy.SchedulingPolicy` (with ``deadlines`` off:
   round-robin across sessions, ``request.session`` falling back to ``request_id``), and hands them
   to a worker thread. Which segments fill a batch, when a free worker is held for urgent work, when
@@ -280,12 +281,28 @@ class ConcurrentBackend(Engine):
                 continue
             if self.batched and self._queued < self.max_batch_size and self.max_wait_s > 0:
                 await self._fill(loop)  # LitServe's collate: up to a size or a timeout
-            entries = self._take(self.max_batch_size if self.batched else 1)
-            if not entries:
-                continue
-            solo = self.policy.runs_alone(self._queue, segment_of, taken=len(entries), free=self._free,
-                                          workers=self.workers)  # rule 7
-            self._launch(loop, entries, solo=solo)
+            self._start(loop)
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Take the next call's segments in the policy's order and launch it; False when nothing
+        was taken."""
+        entries = self._take(self.max_batch_size if self.batched else 1)
+        if not entries:
+            return False
+        solo = self.policy.runs_alone(self._queue, segment_of, taken=len(entries), free=self._free,
+                                      workers=self.workers)  # rule 7
+        self._launch(loop, entries, solo=solo)
+        return True
+
+    def _start_next_batch(self) -> None:
+        """As a batch ends, launch the next one from what is queued, at once: those segments waited
+        through the whole call already, and the runtime would otherwise idle until the scheduler's
+        next turn on a busy event loop (no collate wait; the worker held only by rule 6)."""
+        if not (self.batched and self._queued and self._free):
+            return
+        if self.policy.hold_s(self._queue, segment_of, free=self._free, workers=self.workers) > 0:
+            return
+        self._start(asyncio.get_running_loop())
 
     def _launch(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], *, solo: bool) -> None:
         """Hand the entries' segments to a worker thread (a single call may be interrupted)."""
@@ -348,7 +365,8 @@ class ConcurrentBackend(Engine):
             results = [SegmentResult(error=future.exception())] * len(entries)
         else:
             results = future.result()
-        self._finish(entries, results)
+        self._finish(entries, results)  # (the requests' next segments are queued here)
+        self._start_next_batch()
 
     def _finish(self, entries: list[Entry], results: Sequence[SegmentResult]) -> None:
         for entry, result in zip(entries, results, strict=True):

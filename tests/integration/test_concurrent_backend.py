@@ -172,6 +172,23 @@ async def test_short_segments_are_not_batched_with_long_ones(make_backend):
     assert synth.batches[1:] == [["Hi.", "Yes."], [long_text]]  # the round's head first, then the long one
 
 
+async def test_what_queued_while_a_batch_ran_starts_as_it_ends_without_the_collate_wait(make_backend):
+    """The collate wait (``max_wait_ms``, here a minute) is for a runtime that sat idle: segments that
+    queued while a batch ran have waited through it, and go as it ends."""
+    synth = batch_fake()
+    synth.gate = threading.Event()
+    backend = make_backend(synth, max_batch_size=4, max_wait_ms=60_000, short_first_segment="never")
+    words = ["One.", "Two.", "Six.", "Ten."]  # a full first batch: it starts without waiting
+    first = [asyncio.create_task(collect(backend, await prepared(backend, w, session=w))) for w in words]
+    await asyncio.to_thread(synth.started.wait, 5)
+    later = [asyncio.create_task(collect(backend, await prepared(backend, w, session=w))) for w in ("Hi.", "Yes.")]
+    await wait_until(lambda: backend.queue_depth == 2)
+    synth.gate.set()
+    answered = await asyncio.wait_for(asyncio.gather(*first, *later), timeout=20)
+    assert all(len(chunks) == 1 for chunks in answered)
+    assert [sorted(batch) for batch in synth.batches] == [sorted(words), ["Hi.", "Yes."]]
+
+
 async def test_a_batch_runtime_on_cpu_gets_single_calls_unless_asked(make_backend):
     synth = batch_fake(device="cpu")  # like TorchSynthesizer after load() on a CPU
     backend = make_backend(synth, max_batch_size=8)
