@@ -77,6 +77,12 @@ class Settings(BackendConfig):
         description="A send to a client that has stopped reading that makes no progress for this long closes the "
         "WebSocket session (1008) or cuts the POST response, counted in `kokoro_send_timeouts_total`.",
     )
+    keep_alive_s: int = Field(
+        75, ge=1,
+        description="How long an idle HTTP keep-alive connection stays open. Longer than the idle timeout of the "
+        "front end that pools connections to the server (a load balancer's is typically 60 s): were the server to "
+        "close one first, a request the front end sends on it just then would fail.",
+    )
     drain_timeout_s: float = Field(
         20.0, ge=0,
         validation_alias=AliasChoices("KOKORO_DRAIN_S", "KOKORO_DRAIN_TIMEOUT_S", "drain_timeout_s"),

@@ -165,6 +165,7 @@ def serve(settings: Settings) -> int:
         ws_max_size=settings.max_message_bytes + 1,  # the app closes 1009 itself (and counts it)
         ws_per_message_deflate=False,  # PCM barely compresses; deflate only costs latency and CPU
         timeout_graceful_shutdown=5,  # the drain already waited for the work that matters
+        timeout_keep_alive=settings.keep_alive_s,
         proxy_headers=False,
     )
     server = _uvicorn_server_class()(config, app.state.kokoro)

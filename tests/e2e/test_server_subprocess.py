@@ -193,3 +193,20 @@ def test_metrics_expose_the_named_series(server):
                  "kokoro_batch_size_bucket"):
         assert re.search(rf"^{name}(\{{|\s)", text, re.M), name
     assert 'kokoro_requests_total{route="invocations",status="200"}' in text
+
+
+async def test_a_keep_alive_connection_idle_longer_than_uvicorns_default_still_serves(server):
+    """A front end (SageMaker's, a load balancer) pools connections to the server and reuses one
+    after it sat idle: the server must not have closed it meanwhile (uvicorn's own default is 5 s)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        for _ in range(2):
+            writer.write(b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = int(re.search(rb"content-length: (\d+)", head.lower()).group(1))
+            await reader.readexactly(length)
+            await asyncio.sleep(6)
+    finally:
+        writer.close()
