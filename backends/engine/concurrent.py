@@ -12,8 +12,9 @@ Shape (vLLM's per-request collectors fed by one background loop; LitServe's batc
   text cannot crowd out a short one.
 * One background task (on the event loop; it does no inference) forms batches: when a worker slot is
   free and segments are ready, it waits up to ``max_wait_ms`` for the batch to fill to
-  ``max_batch_size`` (when a batch ends, the next one starts at once from what queued meanwhile:
-  continuous batching, the runtime never idle between batches), then takes segments from a :class:`~backends.engine.schedule.SegmentQueue` in the
+  ``max_batch_size`` (when a batch ends and a queued segment must start now — a listener's first,
+  or a later one due — the next one starts at once from what queued meanwhile: the runtime does not
+  idle between batches under load), then takes segments from a :class:`~backends.engine.schedule.SegmentQueue` in the
   order of the engine's :class:`~backends.engine.policy.SchedulingPolicy` (with ``deadlines`` off:
   round-robin across sessions, ``request.session`` falling back to ``request_id``), and hands them
   to a worker thread. Which segments fill a batch, when a free worker is held for urgent work, when
@@ -295,10 +296,14 @@ class ConcurrentBackend(Engine):
         return True
 
     def _start_next_batch(self) -> None:
-        """As a batch ends, launch the next one from what is queued, at once: those segments waited
-        through the whole call already, and the runtime would otherwise idle until the scheduler's
-        next turn on a busy event loop (no collate wait; the worker held only by rule 6)."""
+        """As a batch ends, launch the next one at once when a queued segment must start now (a
+        listener's first, or a later one due) or a full batch is queued: those segments waited through
+        the whole call already, and the runtime would otherwise idle until the scheduler's next turn
+        on a busy event loop. Later segments with time to spare are left to the scheduler, whose
+        collate wait lets newcomers join their batch (and a request closed meanwhile drop out)."""
         if not (self.batched and self._queued and self._free):
+            return
+        if self._queued < self.max_batch_size and not self.policy.must_start(self._queue, segment_of):
             return
         if self.policy.hold_s(self._queue, segment_of, free=self._free, workers=self.workers) > 0:
             return

@@ -371,6 +371,12 @@ class SchedulingPolicy:
         start_by = min((self.start_by(e, segment_of(e)) for e in queue), default=None)
         return 0.0 if start_by is None else max(0.0, start_by - self.clock())
 
+    def must_start(self, queue: SegmentQueue, segment_of: Callable[[Entry], Segment]) -> bool:
+        """Whether a queued segment must start now: a listener's first (it hears nothing yet), or a
+        later one whose time to start beside another call has come."""
+        now = self.clock()
+        return any(not e.playing or self.start_by(e, segment_of(e)) <= now for e in queue)
+
     def runs_alone(self, queue: SegmentQueue, segment_of: Callable[[Entry], Segment], *, taken: int, free: int,
                    workers: int) -> bool:
         """Whether a call of ``taken`` segments runs solo: one segment, no other call running, and

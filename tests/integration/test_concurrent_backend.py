@@ -172,9 +172,9 @@ async def test_short_segments_are_not_batched_with_long_ones(make_backend):
     assert synth.batches[1:] == [["Hi.", "Yes."], [long_text]]  # the round's head first, then the long one
 
 
-async def test_what_queued_while_a_batch_ran_starts_as_it_ends_without_the_collate_wait(make_backend):
-    """The collate wait (``max_wait_ms``, here a minute) is for a runtime that sat idle: segments that
-    queued while a batch ran have waited through it, and go as it ends."""
+async def test_first_segments_that_queued_while_a_batch_ran_start_as_it_ends_without_the_collate_wait(make_backend):
+    """The collate wait (``max_wait_ms``, here a minute) is for a runtime that sat idle: listeners'
+    first segments that queued while a batch ran have waited through it, and go as it ends."""
     synth = batch_fake()
     synth.gate = threading.Event()
     backend = make_backend(synth, max_batch_size=4, max_wait_ms=60_000, short_first_segment="never")
