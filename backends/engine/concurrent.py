@@ -284,30 +284,24 @@ class ConcurrentBackend(Engine):
                 await self._fill(loop)  # LitServe's collate: up to a size or a timeout
             self._start(loop)
 
-    def _start(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Take the next call's segments in the policy's order and launch it; False when nothing
-        was taken."""
-        entries = self._take(self.max_batch_size if self.batched else 1)
-        if not entries:
-            return False
-        solo = self.policy.runs_alone(self._queue, segment_of, taken=len(entries), free=self._free,
-                                      workers=self.workers)  # rule 7
-        self._launch(loop, entries, solo=solo)
-        return True
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Take the next call's segments in the policy's order, if any, and launch it."""
+        if entries := self._take(self.max_batch_size if self.batched else 1):
+            solo = self.policy.runs_alone(self._queue, segment_of, taken=len(entries), free=self._free,
+                                          workers=self.workers)  # rule 7
+            self._launch(loop, entries, solo=solo)
 
     def _start_next_batch(self) -> None:
         """As a batch ends, launch the next one at once when a queued segment must start now (a
-        listener's first, or a later one due) or a full batch is queued: those segments waited through
-        the whole call already, and the runtime would otherwise idle until the scheduler's next turn
-        on a busy event loop. Later segments with time to spare are left to the scheduler, whose
-        collate wait lets newcomers join their batch (and a request closed meanwhile drop out)."""
+        listener's first, or a later one due) or a full batch waits: they waited through the whole
+        call, and the runtime would idle until the scheduler's next turn on a busy loop. Segments
+        with time to spare keep the collate wait (a newcomer may join their batch)."""
         if not (self.batched and self._queued and self._free):
             return
-        if self._queued < self.max_batch_size and not self.policy.must_start(self._queue, segment_of):
-            return
-        if self.policy.hold_s(self._queue, segment_of, free=self._free, workers=self.workers) > 0:
-            return
-        self._start(asyncio.get_running_loop())
+        full = self._queued >= self.max_batch_size
+        if (full or self.policy.must_start(self._queue, segment_of)) and not self.policy.hold_s(
+                self._queue, segment_of, free=self._free, workers=self.workers):
+            self._start(asyncio.get_running_loop())
 
     def _launch(self, loop: asyncio.AbstractEventLoop, entries: list[Entry], *, solo: bool) -> None:
         """Hand the entries' segments to a worker thread (a single call may be interrupted)."""
