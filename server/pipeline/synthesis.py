@@ -109,9 +109,8 @@ class Synthesis:
         self.first_audio_at: float | None = None
         self._track: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         self._watch: asyncio.Future[object] | None = None
-        #: The client went away while :meth:`watch_client` watched (the request's task was cancelled).
-        self.left = False
-        self._left_seen = False
+        #: The watch cancelled the request's task (the client went away) and no one has caught it yet.
+        self._left_uncaught = False
 
     # -- lifetime -----------------------------------------------------------------------------
     async def __aenter__(self) -> Synthesis:
@@ -219,7 +218,7 @@ class Synthesis:
                 return
             done.exception()  # (read: a failed watch also means the client cannot be reached)
             if self._watch is done and task is not None and not task.done():
-                self.left = True
+                self._left_uncaught = True
                 task.cancel()
 
         watch.add_done_callback(finished)
@@ -228,9 +227,9 @@ class Synthesis:
     def client_left(self) -> bool:
         """On a ``CancelledError``: whether it is :meth:`watch_client`'s (the client went away), in
         which case the cancellation is withdrawn and the task goes on closing the request."""
-        if not self.left or self._left_seen:
+        if not self._left_uncaught:
             return False
-        self._left_seen = True
+        self._left_uncaught = False
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
