@@ -5,9 +5,10 @@ output, its clipped copy, the PCM bytes). glibc serves blocks over 128 KiB with 
 freed memory at the top of its heap back to the kernel once more than 128 KiB of it is free, so
 each of those buffers costs a fresh mapping or a re-grown heap, and the kernel zero-fills its
 pages again on first touch: on every segment of every request (measured: about a sixth of a
-millisecond of system time for each one-sentence request, docs/operating.md). :func:`tune` raises both thresholds (``MMAP_THRESHOLD_BYTES``,
-``TRIM_THRESHOLD_BYTES``), so audio buffers come from, and go back to, memory the process already
-holds; freed memory above the trim threshold still goes back to the kernel.
+millisecond of system time for each one-sentence request, docs/operating.md). :func:`tune` raises
+both thresholds (``MMAP_THRESHOLD_BYTES``, ``TRIM_THRESHOLD_BYTES``), so audio buffers come from,
+and go back to, memory the process already holds; freed memory above the trim threshold still goes
+back to the kernel.
 
 A process whose environment sets the allocator itself (``MALLOC_MMAP_THRESHOLD_``,
 ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``, or ``malloc`` in ``GLIBC_TUNABLES``) keeps its
