@@ -72,7 +72,7 @@ async def test_a_long_text_being_read_holds_up_neither_its_own_first_audio_nor_a
         heard = await asyncio.wait_for(_all(backend.stream(short)), 10)
         # answered whole, its plan complete, while the long text's planning still waits for the gate (a
         # chunk's is_last may come before its plan says so: it is never claimed early, only known late)
-        assert [c.text for c in heard] == ["Hi there."] and (short.plan is None or short.plan.complete)
+        assert [c.text for c in heard] == ["Hi there."] and short.plan is not None and short.plan.complete
         assert not gate.is_set()
         gate.set()
         rest = await asyncio.wait_for(_all(stream), 30)
