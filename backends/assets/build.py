@@ -28,6 +28,10 @@ word timings; it is remade when its source changes, and skipped (with a message)
 them the ONNX runtime decodes a first sentence cut early as windows of one reading; without them
 (``windowed=False``, ``kokoro-serve assets --no-windowed``, or a graph the split refuses) it reads
 each segment alone. Once written, a later ``build_assets`` keeps them up to date either way.
+Beside the pair of an int8 model it writes the pair's VNNI twins (``<name>.predict.vnni.onnx``,
+``<name>.decode.vnni.onnx``, :mod:`backends.assets.onnx_vnni`): the same graphs with their
+convolutions as integer matrix products, the same audio bit for bit, which the ONNX runtime opens in
+their place on a CPU with VNNI.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from backends.assets.onnx_timed import (
     source_name,
     timed_name,
 )
+from backends.assets.onnx_vnni import split_model_vnni, vnni_name
 from backends.assets.onnx_windowed import decode_name, predict_name, split_model
 
 OFFLINE_ONNX = "kokoro-v1.0.int8.onnx"
@@ -107,6 +112,16 @@ class ModelFiles:
         name = source_name(self.onnx.name)
         pair = (self.root / predict_name(name), self.root / decode_name(name))
         return pair if all(p.is_file() for p in pair) else None
+
+    @property
+    def onnx_windowed_vnni(self) -> tuple[Path, Path] | None:
+        """The VNNI twins of the predict and decode graphs (:mod:`backends.assets.onnx_vnni`), when both
+        lie beside the pair."""
+        pair = self.onnx_windowed
+        if pair is None:
+            return None
+        twins = (pair[0].with_name(vnni_name(pair[0].name)), pair[1].with_name(vnni_name(pair[1].name)))
+        return twins if all(p.is_file() for p in twins) else None
 
     @classmethod
     def discover(cls, root: Path) -> ModelFiles:
@@ -209,7 +224,8 @@ def build_assets(
     when no official one is present (about a minute; otherwise the torch runtime does it at its first load).
     ``timed``: write each ONNX model's timed twin (the same graph with its predicted durations as a
     second output, :mod:`backends.assets.onnx_timed`). ``windowed``: write each ONNX model's predict and
-    decode graphs (:mod:`backends.assets.onnx_windowed`), so the runtime can decode windows of a sentence.
+    decode graphs (:mod:`backends.assets.onnx_windowed`), so the runtime can decode windows of a sentence,
+    and the int8 model's their VNNI twins (:mod:`backends.assets.onnx_vnni`).
     """
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -262,6 +278,10 @@ def build_assets(
                    outputs=lambda name: (predict_name(name), decode_name(name)), write=split_model,
                    what="in two: the prosody, and the decoder over a window", lost="windowed decode",
                    only_kept=not windowed)
+    _write_derived(model_dir, manifest, files, derived, force=force, progress=progress,
+                   outputs=lambda name: (vnni_name(predict_name(name)), vnni_name(decode_name(name))),
+                   write=split_model_vnni, what="in two, its convolutions as integer matrix products",
+                   lost="VNNI graphs", only_kept=not windowed, sources=(OFFLINE_ONNX,))
     new_manifest = {"files": files, "source": origin, "voices_from": voices_from}
     if derived:
         new_manifest["derived"] = derived
@@ -274,15 +294,15 @@ def build_assets(
 def _write_derived(
     model_dir: Path, manifest: dict[str, Any], files: dict[str, str], derived: dict[str, str], *, force: bool,
     progress: Progress, outputs: Callable[[str], tuple[str, ...]], write: Callable[..., object], what: str, lost: str,
-    only_kept: bool = False,
+    only_kept: bool = False, sources: tuple[str, ...] = ONNX_SOURCES,
 ) -> None:
     """Beside each ONNX model in ``model_dir``, the files ``outputs(name)`` that ``write(source,
     *files)`` makes from it by graph surgery, made again when one is missing, fails its checksum or
     was made from another version of its source: their sha256 in ``files``, their source's in
     ``derived``. ``only_kept``: only where a model has them already (kept up to date, none made
     anew). Where the graph refuses (or ``onnx`` is missing) none is kept, rather than ones made
-    from an older version of their source, which would outrank it."""
-    for name in ONNX_SOURCES:
+    from an older version of their source, which would outrank it. ``sources``: the models to derive from."""
+    for name in sources:
         src, made = model_dir / name, outputs(name)
         if not src.is_file() or (only_kept and not any(p in files or (model_dir / p).exists() for p in made)):
             continue

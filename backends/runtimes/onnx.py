@@ -39,7 +39,11 @@ predictor runs once a sentence, and let go after its last window. The pair compu
 for bit, so with it the export itself is not opened: every segment runs the two graphs (a segment
 without its sentence is a window of its whole reading) and durations always come with the audio.
 Without both graphs nothing changes: ``windowed`` is False and the planner gives no segment its
-sentence.
+sentence. On a CPU with VNNI (x86-64 with AVX-512 VNNI or AVX-VNNI) the runtime opens the pair's VNNI
+twins instead (``<name>.predict.vnni.onnx``, ``<name>.decode.vnni.onnx``;
+:mod:`backends.assets.onnx_vnni`): the int8 convolutions as integer matrix products on ONNX Runtime's
+uint8 x int8 kernel, the same audio bit for bit in about two thirds of the CPU time (measured on a
+Zen 4 core; see docs/runtimes.md).
 
 Memory: on the CPU every session allocates its activations from one arena of the process's
 (``session.use_env_allocators``), not an arena each that keeps its own high-water mark.
@@ -69,6 +73,7 @@ from backends.api import (
 )
 from backends.assets.build import ModelFiles
 from backends.assets.onnx_timed import DURATIONS_OUTPUT
+from backends.assets.onnx_vnni import cpu_has_vnni
 from backends.assets.onnx_windowed import DURATIONS, FRAME_SAMPLES, WINDOW_TENSORS
 from backends.assets.voices import VoiceStore
 from backends.runtimes.windowing import (
@@ -145,8 +150,12 @@ class OnnxSynthesizer(Synthesizer):
         self._session: Any = None  # onnxruntime.InferenceSession, once loaded
         self._solo_session: Any = None
         self._onnx: Path = files.onnx
-        #: The predict and decode graphs (windows of a sentence), when the model has them.
+        #: The predict and decode graphs (windows of a sentence), when the model has them: on a CPU with
+        #: VNNI, their twins with the convolutions as integer matrix products (the same audio, faster).
         self.window_graphs = files.onnx_windowed
+        if (self.providers[0] == "CPUExecutionProvider" and files.onnx_windowed_vnni is not None
+                and cpu_has_vnni()):
+            self.window_graphs = files.onnx_windowed_vnni
         self._windows: dict[bool, tuple[Any, Any]] = {}  # solo? -> (predict, decode) sessions
         #: Frames a window decodes on each side of the segment's (and crops after).
         self.window_context = WINDOW_CONTEXT
