@@ -32,6 +32,8 @@ TITLES = {
     "agentproto": "Voice-agent protocols: first audio from a token stream (server vs client cutting), Clear to silence",
     "telephony": "Telephony: 8 kHz mu-law and A-law against 8 kHz and 24 kHz PCM of the same sentences (pocketsphinx)",
     "onnx_durations": "Word timings on ONNX: the timed model vs today's export (speed, sameness, intelligibility)",
+    "onnx_vnni": "ONNX on a CPU with VNNI: the int8 convolutions as integer matrix products vs the plain graphs "
+                 "(CPU per segment, the same audio)",
     "word_timings": "Word timings' cost: CPU of a timed request against the same request untimed, in process",
     "overload": "Overload and stalled readers: a newcomer behind late streams, admit vs refuse",
     "windowed_decoder": "Early cuts that keep the sentence's prosody: the decoder over a window of the whole sentence",
@@ -200,7 +202,7 @@ def _main(argv: list[str]) -> int:
                         help="rewrite <name>.md and .png from the existing <name>.json (and a per-runtime <name>_<kind>.json) without running anything")
     parser.add_argument("--backend", choices=["fake", "onnx", "torch"], default=None,
                         help="the runtime of the servers a suite starts, where it takes one (every suite but quality, "
-                        "languages, onnx_durations and windowed_decoder, which measure the model's own output); "
+                        "languages, telephony, onnx_durations, onnx_vnni and windowed_decoder, which measure the model's own output); "
                         "fake checks a suite's harness without the model")
     parser.add_argument("--agent-url", default=None, help="e2e: a running agent app (nothing is started)")
     parser.add_argument("--agent-runtime-arn", default=None,

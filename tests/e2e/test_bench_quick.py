@@ -23,6 +23,7 @@ REAL_MODEL_ONLY = {
     "quality": "streamed audio against one reading of the whole text (the model's audio)",
     "languages": "each G2P front end's cost and the intelligibility of its audio",
     "onnx_durations": "two ONNX exports of the model compared",
+    "onnx_vnni": "two graphs of the model compared on a CPU with VNNI",
     "windowed_decoder": "the torch decoder over a window of the sentence",
     "gpu": "the PyTorch runtime on a GPU",
     "telephony": "the intelligibility of the model's speech through G.711 (pocketsphinx transcripts)",
