@@ -169,6 +169,9 @@ class OnnxSynthesizer(Synthesizer):
             # The pair computes the export bit for bit (a window of the whole sentence is its
             # reading), so the export itself is not opened: one copy of the weights, not two.
             predict, decode = self.window_graphs
+            log.info("ONNX graphs %s and %s%s", predict.name, decode.name,
+                     " (this CPU has VNNI: the int8 convolutions run as integer matrix products)"
+                     if self.window_graphs == self.files.onnx_windowed_vnni else "")
             self._windows[False] = (self._open(threads, predict), self._open(threads, decode))
             if solo:
                 self._windows[True] = (self._open(self.solo_threads or threads, predict),

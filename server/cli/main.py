@@ -307,8 +307,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--torch", action="store_true",
                    help="also rebuild the PyTorch checkpoint (else the torch runtime builds it at its first load)")
     p.add_argument("--no-windowed", dest="windowed", action="store_false",
-                   help="do not write the ONNX model's predict and decode graphs (then the ONNX runtime reads a first "
-                        "sentence cut early as segments of their own; graphs written earlier are kept up to date)")
+                   help="do not write the ONNX model's predict and decode graphs, nor their VNNI twins (then the ONNX "
+                        "runtime reads a first sentence cut early as segments of their own; graphs written earlier are "
+                        "kept up to date)")
     p.add_argument("--force", action="store_true", help="rebuild even when the files verify")
 
     p = sub.add_parser("voices", help="list the voices")
