@@ -71,8 +71,8 @@ from backends.api import (
     Synthesizer,
     clip_audio,
 )
-from backends.assets.build import ModelFiles
-from backends.assets.onnx_timed import DURATIONS_OUTPUT
+from backends.assets.build import OFFLINE_ONNX, ModelFiles
+from backends.assets.onnx_timed import DURATIONS_OUTPUT, source_name
 from backends.assets.onnx_vnni import cpu_has_vnni
 from backends.assets.onnx_windowed import DURATIONS, FRAME_SAMPLES, WINDOW_TENSORS
 from backends.assets.voices import VoiceStore
@@ -153,8 +153,7 @@ class OnnxSynthesizer(Synthesizer):
         #: The predict and decode graphs (windows of a sentence), when the model has them: on a CPU with
         #: VNNI, their twins with the convolutions as integer matrix products (the same audio, faster).
         self.window_graphs = files.onnx_windowed
-        if (self.providers[0] == "CPUExecutionProvider" and files.onnx_windowed_vnni is not None
-                and cpu_has_vnni()):
+        if files.onnx_windowed_vnni is not None and self._vnni_would_help():
             self.window_graphs = files.onnx_windowed_vnni
         self._windows: dict[bool, tuple[Any, Any]] = {}  # solo? -> (predict, decode) sessions
         #: Frames a window decodes on each side of the segment's (and crops after).
@@ -169,9 +168,12 @@ class OnnxSynthesizer(Synthesizer):
             # The pair computes the export bit for bit (a window of the whole sentence is its
             # reading), so the export itself is not opened: one copy of the weights, not two.
             predict, decode = self.window_graphs
+            vnni = self.window_graphs == self.files.onnx_windowed_vnni
             log.info("ONNX graphs %s and %s%s", predict.name, decode.name,
-                     " (this CPU has VNNI: the int8 convolutions run as integer matrix products)"
-                     if self.window_graphs == self.files.onnx_windowed_vnni else "")
+                     " (this CPU has VNNI: the int8 convolutions run as integer matrix products)" if vnni else "")
+            if not vnni and self._vnni_would_help():
+                log.info("this CPU has VNNI and %s has no VNNI twins of them: `kokoro-serve assets` writes them "
+                         "(the same audio for about two thirds of the CPU)", self.files.root)
             self._windows[False] = (self._open(threads, predict), self._open(threads, decode))
             if solo:
                 self._windows[True] = (self._open(self.solo_threads or threads, predict),
@@ -194,6 +196,12 @@ class OnnxSynthesizer(Synthesizer):
         if not self.reports_durations:
             log.warning("%s has no timed twin in %s: no word timings on onnx; `kokoro-serve assets` writes it",
                         self._onnx.name, self.files.root)
+
+    def _vnni_would_help(self) -> bool:
+        """Whether the VNNI twins would be opened here if the model directory had them: the offline
+        int8 export on the CPU provider of a CPU with VNNI."""
+        return (self.providers[0] == "CPUExecutionProvider" and source_name(self._onnx.name) == OFFLINE_ONNX
+                and cpu_has_vnni())
 
     def _inputs(self, session: Any) -> None:
         inputs = {i.name: i for i in session.get_inputs()}

@@ -126,3 +126,19 @@ def test_on_a_cpu_with_vnni_the_twins_read_the_pairs_audio_bit_for_bit(onnx_synt
         segment = Segment(text, pipeline.plan(text, voice="jm_kumo")[0].phonemes, "jm_kumo")
         want, got = plain.synthesize_timed(segment), onnx_synth.synthesize_timed(segment)
         assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+
+
+@pytest.mark.model
+def test_a_model_directory_without_the_twins_reads_the_plain_pair_and_says_how_to_get_them(
+        model_files, voices, tmp_path, caplog):
+    for path in model_files.root.iterdir():
+        if not path.name.endswith(".vnni.onnx"):
+            (tmp_path / path.name).symlink_to(path)
+    files = assets.ModelFiles.discover(tmp_path)
+    assert files.onnx_windowed is not None and files.onnx_windowed_vnni is None
+    synth = OnnxSynthesizer(files, voices, threads=1)
+    with caplog.at_level("INFO", logger="backends.runtimes.onnx"):
+        synth.load()
+    assert synth.window_graphs == files.onnx_windowed
+    hinted = [r.getMessage() for r in caplog.records if "kokoro-serve assets" in r.getMessage()]
+    assert len(hinted) == (1 if cpu_has_vnni() else 0), hinted
