@@ -5,6 +5,7 @@ and reading the same audio."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
@@ -16,8 +17,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import backends.assets.build as assets
 from backends.api import Segment
+from backends.assets import onnx_windowed
 from backends.assets.build import build_assets, sha256_file
-from backends.assets.onnx_vnni import convs_as_matmuls, cpu_has_vnni, vnni_name
+from backends.assets.onnx_timed import GraphSurgeryError
+from backends.assets.onnx_vnni import convs_as_matmuls, cpu_has_vnni, split_model_vnni, vnni_name
 from backends.assets.onnx_windowed import decode_name, predict_name
 from backends.runtimes.onnx import OnnxSynthesizer
 
@@ -142,3 +145,18 @@ def test_a_model_directory_without_the_twins_reads_the_plain_pair_and_says_how_t
     assert synth.window_graphs == files.onnx_windowed
     hinted = [r.getMessage() for r in caplog.records if "kokoro-serve assets" in r.getMessage()]
     assert len(hinted) == (1 if cpu_has_vnni() else 0), hinted
+
+
+def test_a_model_with_nothing_to_rewrite_gets_no_twins(tmp_path, monkeypatch):
+    """The official float exports have no ``ConvInteger``: the twins are refused, with the reason."""
+    plain = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "float", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]), opset_imports=[helper.make_opsetid("", 20)])
+
+    def split(_src, *outs):
+        for out in outs:
+            out.write(plain.SerializeToString())
+
+    monkeypatch.setattr(onnx_windowed, "split_model", split)
+    with pytest.raises(GraphSurgeryError, match="no int8 convolutions"):
+        split_model_vnni(tmp_path / "kokoro-v1.0.onnx", io.BytesIO(), io.BytesIO())
