@@ -16,12 +16,15 @@ from .clients import BYTES_PER_SECOND, PlaybackClock, RequestFailed, Timing, WsS
 from .live import LiveServer
 from .loop import audio_rate, closed_loop, rotated
 from .raw import VOICE
-from .results import at_least, at_most, markdown_table, ms, ratio, rnd
+from .results import at_least, at_most, markdown_table, median, ms, ratio, rnd
 from .texts import PARAGRAPH, THROUGHPUT_TEXTS
 
 CONFIGS = (("sequential", True), ("sequential", False), ("concurrent", True), ("concurrent", False))
 LONG_TEXT = " ".join(THROUGHPUT_TEXTS)
 LATE_GOAL = 2.0  # the late listener's first audio within this many times its first audio alone
+#: Rounds of every level in a full run (each figure the median of them): one sample a level made a goal
+#: between two configurations close to each other a coin flip.
+ROUNDS = 3
 
 
 def config_name(mode: str, deadlines: bool, backend: str = "onnx") -> str:
@@ -120,21 +123,23 @@ def _interrupted(srv: LiveServer) -> float:
 
 
 def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend: str = "onnx",
-          levels: list[int] | None = None, configs=CONFIGS) -> dict[str, Any]:
-    """Every configuration through every level (and the late arrival); returns samples + summary.
-    ``backend="fake"`` runs the same sweep on the model-free runtime (to check the harness);
-    ``levels``/``configs`` narrow it (the torch late listener: level 1 and the late arrival only)."""
+          levels: list[int] | None = None, configs=CONFIGS, rounds: int | None = None) -> dict[str, Any]:
+    """Every configuration through every level ``rounds`` times (and the late arrival); returns
+    samples + summary, each level's figures the median of its rounds. ``backend="fake"`` runs the
+    same sweep on the model-free runtime (to check the harness); ``levels``/``configs`` narrow it (the
+    torch late listener: level 1 and the late arrival only)."""
     levels = levels or ([1, 2] if quick else [1, 2, 4, 8])
+    rounds = rounds or (1 if quick else ROUNDS)
     samples: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         servers = {config_name(mode, deadlines, backend): stack.enter_context(LiveServer(
             backend=backend, mode=mode, env={"KOKORO_DEADLINES": str(deadlines).lower()}, model_dir=model_dir, log=log))
             for mode, deadlines in configs}
         names = list(servers)
-        for i, n in enumerate(levels):
+        for i, (round_no, n) in enumerate((r, n) for r in range(1, rounds + 1) for n in levels):
             for name in rotated(names, i):
                 settle(servers.values())
-                sample = {"config": name, "kind": "level", **asyncio.run(level(servers[name].ws_url, n))}
+                sample = {"config": name, "kind": "level", "round": round_no, **asyncio.run(level(servers[name].ws_url, n))}
                 samples.append(sample)
                 log(f"  {name:<32} {n} listener(s): first audio median {sample['first_audio_ms_median']} ms, worst "
                     f"{sample['first_audio_ms_worst']} ms, underrun {sample['underrun_s']} s, "
@@ -150,18 +155,39 @@ def sweep(*, quick: bool, model_dir=None, log=print, late: bool = True, backend:
                 sample["interrupted_calls"] = int(_interrupted(servers[name]) - before)
                 samples.append(sample)
                 log(f"  {name:<32} late arrival: first audio {sample['late_first_audio_ms']} ms")
-    return {"levels": levels, "samples": samples, "summary": summarize(samples)}
+    return {"levels": levels, "rounds": rounds, "samples": samples, "summary": summarize(samples)}
+
+
+def _median_of_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One level's figures over its rounds: the median of each number (failed listeners summed)."""
+    figures = {k: v for r in rounds for k, v in r.items() if k not in ("config", "kind", "round")}
+    for key, value in figures.items():
+        values = [r[key] for r in rounds if isinstance(r.get(key), int | float)]
+        if key == "errors":
+            figures[key] = sum(values)
+        elif key == "error_codes":
+            figures[key] = sorted({c for r in rounds for c in r.get(key, [])})
+        elif isinstance(value, int | float) and key != "listeners" and values:
+            figures[key] = rnd(median(values), 4)
+    figures["rounds"] = len(rounds)
+    return figures
 
 
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per configuration: each level's figures, the late arrival against its first audio alone."""
+    """Per configuration: each level's figures (the median of its rounds), the late arrival against
+    its first audio alone."""
     out: dict[str, Any] = {}
+    by_level: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for s in samples:
         row = out.setdefault(s["config"], {"levels": {}})
-        figures = {k: v for k, v in s.items() if k not in ("config", "kind")}
         if s["kind"] == "level":
-            row["levels"][str(s["listeners"])] = figures
-        else:
+            by_level.setdefault((s["config"], str(s["listeners"])), []).append(s)
+    for (config, n), rounds in by_level.items():
+        out[config]["levels"][n] = _median_of_rounds(rounds)
+    for s in samples:
+        if s["kind"] != "level":
+            row = out[s["config"]]
+            figures = {k: v for k, v in s.items() if k not in ("config", "kind")}
             row["late"] = {**figures, "vs_alone": ratio(s["late_first_audio_ms"], _at(row, "1", "first_audio_ms_median"))}
     return out
 

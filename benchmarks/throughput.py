@@ -127,7 +127,8 @@ def run(*, quick: bool = False, model_dir=None, log=print, backend: str = "onnx"
                         f"load {load[0] if load else '?'})")
     result.summary["peak_rss_mib"] = {name: srv.peak_rss_mib for name, srv in servers.items() if srv is not None}
     log("throughput: many listeners (deadlines on/off, sequential/concurrent)")
-    result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False, backend=backend)
+    result.summary["listeners"] = listeners.sweep(quick=quick, model_dir=model_dir, log=log, late=False, backend=backend,
+                                                  rounds=1)
     summarize(result)
     return result
 

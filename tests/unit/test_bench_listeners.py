@@ -46,6 +46,28 @@ def test_summary_compares_the_late_listener_with_itself_alone_and_sets_the_goals
     assert met["sequential: underrun seconds over the sweep, deadlines on vs off"] is True
 
 
+def test_each_level_is_the_median_of_its_rounds_so_one_slow_sample_does_not_decide_a_goal():
+    rounds = []
+    for round_no, (first, rate) in enumerate([(400.0, 4.0), (900.0, 2.0), (420.0, 4.2)], start=1):
+        for name in (listeners.config_name("sequential", True), listeners.config_name("concurrent", True)):
+            slow = name.endswith("concurrent deadlines on") and round_no == 2  # one outlier, concurrent only
+            rounds.append({"config": name, "kind": "level", "round": round_no, "listeners": 1,
+                           "first_audio_ms_median": first if slow else 410.0, "first_audio_ms_worst": 500.0,
+                           "underrun_s": 1.0 * round_no, "audio_s": 20.0, "wall_s": 10.0,
+                           "audio_hours_per_hour": rate if slow else 4.1,
+                           **({"errors": 1, "error_codes": ["timeout"]} if slow else {})})
+    summary = listeners.summarize(rounds)
+    con = summary[listeners.config_name("concurrent", True)]["levels"]["1"]
+    assert con["first_audio_ms_median"] == 410.0 and con["audio_hours_per_hour"] == 4.1 and con["rounds"] == 3
+    assert con["underrun_s"] == 2.0 and con["listeners"] == 1
+    assert con["errors"] == 1 and con["error_codes"] == ["timeout"]  # a failure in any round is kept
+    r = Result("ttfa", True, "x")
+    listeners.targets(r, {"levels": [1], "samples": rounds, "summary": summary})
+    met = {t["name"]: t["met"] for t in r.targets}
+    assert met["concurrent vs sequential: one listener's first audio"] is True
+    assert met["concurrent vs sequential: audio-h/h at every level (lowest ratio)"] is True
+
+
 @pytest.mark.subprocess
 def test_ttfa_result_with_the_sweep_writes_and_renders(tmp_path):
     r = Result("ttfa", True, results.command_line("ttfa", True), config={"runs_per_mode": 1})
