@@ -176,14 +176,13 @@ def _median_of_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Per configuration: each level's figures (the median of its rounds), the late arrival against
     its first audio alone."""
-    out: dict[str, Any] = {}
-    by_level: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by_level: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for s in samples:
-        row = out.setdefault(s["config"], {"levels": {}})
+        levels = by_level.setdefault(s["config"], {})
         if s["kind"] == "level":
-            by_level.setdefault((s["config"], str(s["listeners"])), []).append(s)
-    for (config, n), rounds in by_level.items():
-        out[config]["levels"][n] = _median_of_rounds(rounds)
+            levels.setdefault(str(s["listeners"]), []).append(s)
+    out: dict[str, Any] = {config: {"levels": {n: _median_of_rounds(r) for n, r in levels.items()}}
+                           for config, levels in by_level.items()}
     for s in samples:
         if s["kind"] != "level":
             row = out[s["config"]]
