@@ -26,13 +26,13 @@ predict and decode graphs (:mod:`backends.assets.onnx_windowed`) rewritten so, a
 from __future__ import annotations
 
 import functools
-import io
 import platform
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from backends.assets import onnx_windowed
 from backends.assets.onnx_timed import GraphSurgeryError
 
 VNNI_SUFFIX = ".vnni.onnx"
@@ -154,16 +154,10 @@ def convs_as_matmuls(model: Any) -> int:
 
 
 def split_model_vnni(src: Path, predict_out: Any, decode_out: Any) -> int:
-    """Write the predict and decode graphs of ``src`` (:func:`~backends.assets.onnx_windowed.split_model`)
+    """Write the predict and decode graphs of ``src`` (:func:`~backends.assets.onnx_windowed.split_graphs`)
     with their convolutions as integer matrix products to two binary file objects; returns how many
     were rewritten. Raises :class:`GraphSurgeryError`, also where the model has none to rewrite."""
-    import onnx
-
-    from backends.assets.onnx_windowed import split_model
-
-    halves = io.BytesIO(), io.BytesIO()
-    split_model(src, *halves)
-    models = [onnx.load_from_string(h.getvalue()) for h in halves]
+    *models, _cut = onnx_windowed.split_graphs(src)
     counts = [convs_as_matmuls(m) for m in models]
     if not sum(counts):
         raise GraphSurgeryError(f"{Path(src).name} has no int8 convolutions to run as matrix products")

@@ -175,6 +175,15 @@ def _subgraph(model: Any, inputs: dict[str, tuple[str, int]], outputs: dict[str,
 def split_model(src: Path, predict_out: Any, decode_out: Any) -> dict[str, str]:
     """Write the predict and decode graphs of ``src`` to two binary file objects; returns the
     tensors cut at (:func:`find_decoder_inputs`). Raises :class:`GraphSurgeryError`."""
+    predict, decode, cut = split_graphs(src)
+    predict_out.write(predict.SerializeToString())
+    decode_out.write(decode.SerializeToString())
+    return cut
+
+
+def split_graphs(src: Path) -> tuple[Any, Any, dict[str, str]]:
+    """The predict and decode graphs of ``src`` (``onnx.ModelProto``) and the tensors cut at.
+    Raises :class:`GraphSurgeryError`."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -196,6 +205,4 @@ def split_model(src: Path, predict_out: Any, decode_out: Any) -> dict[str, str]:
                        {audio: ("audio", f32)}, "kokoro_decode")
     if any(i.name in ("speed", graph.input[0].name) for i in decode.graph.input):
         raise GraphSurgeryError("the decoder reads the tokens or the speed: it cannot run over a window")
-    predict_out.write(predict.SerializeToString())
-    decode_out.write(decode.SerializeToString())
-    return cut
+    return predict, decode, cut

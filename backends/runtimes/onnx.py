@@ -153,8 +153,9 @@ class OnnxSynthesizer(Synthesizer):
         #: The predict and decode graphs (windows of a sentence), when the model has them: on a CPU with
         #: VNNI, their twins with the convolutions as integer matrix products (the same audio, faster).
         self.window_graphs = files.onnx_windowed
-        if files.onnx_windowed_vnni is not None and self._vnni_would_help():
-            self.window_graphs = files.onnx_windowed_vnni
+        self._vnni_twins = files.onnx_windowed_vnni if self._vnni_would_help() else None
+        if self._vnni_twins is not None:
+            self.window_graphs = self._vnni_twins
         self._windows: dict[bool, tuple[Any, Any]] = {}  # solo? -> (predict, decode) sessions
         #: Frames a window decodes on each side of the segment's (and crops after).
         self.window_context = WINDOW_CONTEXT
@@ -168,7 +169,7 @@ class OnnxSynthesizer(Synthesizer):
             # The pair computes the export bit for bit (a window of the whole sentence is its
             # reading), so the export itself is not opened: one copy of the weights, not two.
             predict, decode = self.window_graphs
-            vnni = self.window_graphs == self.files.onnx_windowed_vnni
+            vnni = self._vnni_twins is not None and self.window_graphs == self._vnni_twins
             log.info("ONNX graphs %s and %s%s", predict.name, decode.name,
                      " (this CPU has VNNI: the int8 convolutions run as integer matrix products)" if vnni else "")
             if not vnni and self._vnni_would_help():

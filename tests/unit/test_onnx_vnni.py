@@ -153,10 +153,6 @@ def test_a_model_with_nothing_to_rewrite_gets_no_twins(tmp_path, monkeypatch):
         [helper.make_node("Relu", ["x"], ["y"])], "float", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]), opset_imports=[helper.make_opsetid("", 20)])
 
-    def split(_src, *outs):
-        for out in outs:
-            out.write(plain.SerializeToString())
-
-    monkeypatch.setattr(onnx_windowed, "split_model", split)
+    monkeypatch.setattr(onnx_windowed, "split_graphs", lambda _src: (plain, plain, {}))
     with pytest.raises(GraphSurgeryError, match="no int8 convolutions"):
         split_model_vnni(tmp_path / "kokoro-v1.0.onnx", io.BytesIO(), io.BytesIO())
