@@ -89,3 +89,34 @@ async def in_rounds(variants: Sequence[str], runs: int, measure: Callable[[str],
                 f"{k} {v}" for k, v in sample.items() if k not in (key, "run", "load_1m") and not isinstance(v, list | dict)))
             await asyncio.sleep(pause_s)
     return samples
+
+
+def paired_calls(calls: dict[str, Callable[[T], Any]], items: Sequence[T], rounds: int,
+                 compare: Callable[[T, dict[str, Any]], dict[str, Any]],
+                 log: Callable[[dict[str, Any]], None] = lambda _sample: None) -> list[dict[str, Any]]:
+    """Each item through every call in turn, ``rounds`` times, who goes first rotating item by item and
+    round by round (one call of each on the first item first, off the clock). Per item and round: each
+    call's wall and CPU time of this process (``<name>_ms``, ``<name>_cpu_ms``), each one's ratio to the
+    first call's (``<name>_ratio``, ``<name>_cpu_ratio``), and ``compare(item, outputs by name)``'s
+    figures; ``log`` sees each sample as it is taken."""
+    names = list(calls)
+    for call in calls.values():
+        call(items[0])
+    samples = []
+    for round_no in range(1, rounds + 1):
+        for i, item in enumerate(items):
+            order = rotated(names, round_no + i)
+            took, cpu, out = {}, {}, {}
+            for name in order:
+                t0, c0 = time.perf_counter(), time.process_time()
+                out[name] = calls[name](item)
+                took[name], cpu[name] = time.perf_counter() - t0, time.process_time() - c0
+            sample: dict[str, Any] = {"round": round_no, "segment": i, "order": order}
+            for name in names:
+                sample[f"{name}_ms"], sample[f"{name}_cpu_ms"] = rnd(took[name] * 1000, 2), rnd(cpu[name] * 1000, 2)
+            for name in names[1:]:
+                sample[f"{name}_ratio"] = rnd(took[name] / took[names[0]], 4)
+                sample[f"{name}_cpu_ratio"] = rnd(cpu[name] / cpu[names[0]], 4)
+            samples.append({**sample, **compare(item, out)})
+            log(samples[-1])
+    return samples

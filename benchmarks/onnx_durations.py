@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import speech_measures as sm
-from .loop import rotated
+from .loop import paired_calls
 from .raw import LANG, VOICE, model_files
 from .results import Result, command_line, markdown_table, mean, median, rnd
 from .texts import CLIPS, SENTENCES
@@ -80,35 +80,18 @@ def _runtime_rounds(synths: dict[str, Any], segments, rounds: int, log) -> list[
         "timed": lambda s: synths["timed"].synthesize_timed(s)[0],
         "control": synths["control"].synthesize,
     }
-    for call in calls.values():  # first-call allocations off the clock
-        call(segments[0])
-    names = list(calls)
-    samples = []
-    for rnd_i in range(1, rounds + 1):
-        for i, seg in enumerate(segments):
-            order = rotated(names, rnd_i + i)
-            took, cpu, audio = {}, {}, {}
-            for name in order:
-                t0, c0 = time.perf_counter(), time.process_time()
-                audio[name] = calls[name](seg)
-                took[name], cpu[name] = time.perf_counter() - t0, time.process_time() - c0
-            sample: dict[str, Any] = {"round": rnd_i, "segment": i, "text": seg.text, "order": order}
-            for name in names:
-                sample[f"{name}_ms"] = rnd(took[name] * 1000, 2)
-                sample[f"{name}_cpu_ms"] = rnd(cpu[name] * 1000, 2)
-            for name in ("timed", "control"):
-                sample[f"{name}_ratio"] = rnd(took[name] / took["plain"], 4)
-                sample[f"{name}_cpu_ratio"] = rnd(cpu[name] / cpu["plain"], 4)
-            sample.update({
-                "audio_s": rnd(len(audio["plain"]) / 24_000, 3),
+
+    def compare(seg, audio: dict[str, Any]) -> dict[str, Any]:
+        return {"text": seg.text, "audio_s": rnd(len(audio["plain"]) / 24_000, 3),
                 "identical": bool(np.array_equal(audio["plain"], audio["timed"])),
-                "lsd_db": _lsd(audio["plain"], audio["timed"]),
-            })
-            samples.append(sample)
-            log(f"  round {rnd_i} segment {i}: plain {sample['plain_ms']:8.1f} ms  timed / plain "
-                f"{sample['timed_ratio']:.3f} (CPU {sample['timed_cpu_ratio']:.3f})  control / plain "
-                f"{sample['control_ratio']:.3f} (CPU {sample['control_cpu_ratio']:.3f})  identical {sample['identical']}")
-    return samples
+                "lsd_db": _lsd(audio["plain"], audio["timed"])}
+
+    def report(sample: dict[str, Any]) -> None:
+        log(f"  round {sample['round']} segment {sample['segment']}: plain {sample['plain_ms']:8.1f} ms  timed / plain "
+            f"{sample['timed_ratio']:.3f} (CPU {sample['timed_cpu_ratio']:.3f})  control / plain "
+            f"{sample['control_ratio']:.3f} (CPU {sample['control_cpu_ratio']:.3f})  identical {sample['identical']}")
+
+    return paired_calls(calls, segments, rounds, compare, report)
 
 
 def _decode_wav(data: bytes) -> tuple[np.ndarray, int]:

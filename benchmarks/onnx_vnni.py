@@ -12,12 +12,11 @@ opens the twins (elsewhere the suite says so and stops).
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import numpy as np
 
-from .loop import rotated
+from .loop import paired_calls
 from .onnx_durations import SEGMENT_TEXTS
 from .raw import LANG, VOICE, model_files
 from .results import Result, command_line, markdown_table, median, rnd
@@ -41,31 +40,18 @@ def _synthesizers(files, threads: int) -> dict[str, Any]:
 
 
 def _rounds(synths: dict[str, Any], segments: list[Any], rounds: int, threads: int, log) -> list[dict]:
-    for synth in synths.values():  # first-call allocations off the clock
-        synth.synthesize_timed(segments[0])
-    samples = []
-    for round_no in range(1, rounds + 1):
-        for i, segment in enumerate(segments):
-            order = rotated(list(NAMES), round_no + i)
-            took, cpu, out = {}, {}, {}
-            for name in order:
-                t0, c0 = time.perf_counter(), time.process_time()
-                out[name] = synths[name].synthesize_timed(segment)
-                took[name], cpu[name] = time.perf_counter() - t0, time.process_time() - c0
-            sample: dict[str, Any] = {"threads": threads, "round": round_no, "segment": i, "order": order,
-                                      "audio_s": rnd(len(out["plain"][0]) / 24_000, 3)}
-            for name in NAMES:
-                sample[f"{name}_ms"], sample[f"{name}_cpu_ms"] = rnd(took[name] * 1000, 2), rnd(cpu[name] * 1000, 2)
-            for name in ("vnni", "control"):
-                sample[f"{name}_ratio"] = rnd(took[name] / took["plain"], 4)
-                sample[f"{name}_cpu_ratio"] = rnd(cpu[name] / cpu["plain"], 4)
-            sample["identical"] = bool(np.array_equal(out["plain"][0], out["vnni"][0])
-                                       and np.array_equal(out["plain"][1], out["vnni"][1]))
-            samples.append(sample)
-            log(f"  {threads} thread(s) round {round_no} segment {i}: plain {sample['plain_cpu_ms']:8.1f} ms CPU  "
-                f"vnni / plain {sample['vnni_cpu_ratio']:.3f}  control / plain {sample['control_cpu_ratio']:.3f}  "
-                f"identical {sample['identical']}")
-    return samples
+    def compare(_segment, out: dict[str, Any]) -> dict[str, Any]:
+        return {"threads": threads, "audio_s": rnd(len(out["plain"][0]) / 24_000, 3),
+                "identical": bool(np.array_equal(out["plain"][0], out["vnni"][0])
+                                  and np.array_equal(out["plain"][1], out["vnni"][1]))}
+
+    def report(sample: dict[str, Any]) -> None:
+        log(f"  {threads} thread(s) round {sample['round']} segment {sample['segment']}: plain "
+            f"{sample['plain_cpu_ms']:8.1f} ms CPU  vnni / plain {sample['vnni_cpu_ratio']:.3f}  control / plain "
+            f"{sample['control_cpu_ratio']:.3f}  identical {sample['identical']}")
+
+    calls = {name: synths[name].synthesize_timed for name in NAMES}
+    return paired_calls(calls, segments, rounds, compare, report)
 
 
 def run(*, quick: bool = False, model_dir=None, log=print) -> Result:
